@@ -1,0 +1,69 @@
+//! Lifting a lapin delivery into the contract's envelope (no copies).
+
+use lapin::message::Delivery;
+use lapin::types::{AMQPType, AMQPValue};
+
+use crate::message::{EntityHeader, Envelope};
+
+/// Header carrying the entity id (and the hash key).
+pub const ENTITY_HEADER: &str = "x-pesanan-id";
+
+/// The contract's view of `delivery`.
+pub fn envelope(delivery: &Delivery) -> Envelope<'_> {
+    let props = &delivery.properties;
+    let header = props
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(ENTITY_HEADER));
+    let entity_header = match header {
+        None => EntityHeader::Missing,
+        Some(AMQPValue::LongString(s)) => EntityHeader::Text(s.as_bytes()),
+        Some(AMQPValue::ShortString(s)) => EntityHeader::Text(s.as_str().as_bytes()),
+        Some(other) => EntityHeader::OtherType(type_name(other.get_type())),
+    };
+    Envelope {
+        message_id: props.message_id().as_ref().map(|s| s.as_str()),
+        entity_header,
+        delivery_mode: *props.delivery_mode(),
+        timestamp: *props.timestamp(),
+        body: &delivery.data,
+    }
+}
+
+/// How many times the queue has handed this message out before (quorum
+/// queues set `x-delivery-count` on redeliveries).
+pub fn previous_deliveries(delivery: &Delivery) -> u64 {
+    let value = delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get("x-delivery-count"));
+    match value {
+        Some(AMQPValue::LongLongInt(n)) => u64::try_from(*n).unwrap_or(0),
+        Some(AMQPValue::LongInt(n)) => u64::try_from(*n).unwrap_or(0),
+        Some(AMQPValue::LongUInt(n)) => u64::from(*n),
+        Some(AMQPValue::ShortInt(n)) => u64::try_from(*n).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn type_name(t: AMQPType) -> &'static str {
+    match t {
+        AMQPType::Boolean => "boolean",
+        AMQPType::ShortShortInt
+        | AMQPType::ShortShortUInt
+        | AMQPType::ShortInt
+        | AMQPType::ShortUInt
+        | AMQPType::LongInt
+        | AMQPType::LongUInt
+        | AMQPType::LongLongInt
+        | AMQPType::LongLongUInt => "integer",
+        AMQPType::Float | AMQPType::Double | AMQPType::DecimalValue => "number",
+        AMQPType::ShortString | AMQPType::LongString => "string",
+        AMQPType::FieldArray => "array",
+        AMQPType::Timestamp => "timestamp",
+        AMQPType::FieldTable => "table",
+        AMQPType::ByteArray => "bytes",
+        AMQPType::Void => "void",
+    }
+}

@@ -1,0 +1,306 @@
+//! The broker topology (contract section 1), declared idempotently:
+//! `pesanan` (topic) → `pesanan-hash` (x-consistent-hash on `x-pesanan-id`)
+//! → shard quorum queues bound with weight "1" in index order → dead letters
+//! to `pesanan.dlx` → `pesanan.dlq`.
+
+use lapin::options::{
+    ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{Connection, ExchangeKind};
+use tracing::info;
+
+use super::{BrokerError, call, delivery::ENTITY_HEADER};
+
+/// Broker object names, all derived from one prefix (default `pesanan`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    prefix: String,
+}
+
+impl Names {
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+    /// The topic exchange producers publish to.
+    pub fn entry_exchange(&self) -> String {
+        self.prefix.clone()
+    }
+    /// The consistent-hash exchange.
+    pub fn hash_exchange(&self) -> String {
+        format!("{}-hash", self.prefix)
+    }
+    /// Shard queue `index`, zero-padded so names sort in shard order.
+    pub fn shard_queue(&self, index: u16) -> String {
+        format!("{}.shard-{index:03}", self.prefix)
+    }
+    pub fn dead_letter_exchange(&self) -> String {
+        format!("{}.dlx", self.prefix)
+    }
+    pub fn dead_letter_queue(&self) -> String {
+        format!("{}.dlq", self.prefix)
+    }
+    /// Binding key of the hash exchange on the entry exchange.
+    pub fn entry_binding_key(&self) -> String {
+        format!("{}.#", self.prefix)
+    }
+}
+
+/// Which shard queues exist after declaring, and which receive new messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardPlan {
+    /// Shards `0..bound` are bound to the hash exchange (= `SHARD_COUNT`).
+    pub bound: u16,
+    /// Shards `0..consumed` exist and need a worker (more than `bound` only
+    /// after an allowed shrink, until the extra queues are drained).
+    pub consumed: u16,
+}
+
+/// Why the topology could not be declared.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error(
+        "the broker lacks the x-consistent-hash exchange type: enable the plugin with \
+         `rabbitmq-plugins enable rabbitmq_consistent_hash_exchange`"
+    )]
+    PluginMissing,
+    #[error(
+        "the broker has {existing} shard queues but SHARD_COUNT is {wanted}: shrinking moves \
+         keys between shards; set SHARD_COUNT={existing}, or pass --allow-shrink to unbind the \
+         extra shards and drain them"
+    )]
+    Shrink { existing: u16, wanted: u16 },
+    #[error(
+        "`{object}` exists on the broker with other settings ({detail}); delete it or start \
+         with the settings it was declared with (e.g. the same DELIVERY_LIMIT)"
+    )]
+    Mismatch { object: String, detail: String },
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+/// Declares everything for `shard_count` shards and returns the shard plan.
+/// Safe to run any number of times and from several processes at once:
+/// existing shards are kept, new ones are appended at the end of the ring.
+pub async fn declare(
+    conn: &Connection,
+    names: &Names,
+    shard_count: u16,
+    delivery_limit: u32,
+    allow_shrink: bool,
+) -> Result<ShardPlan, TopologyError> {
+    let existing = count_existing_shards(conn, names).await?;
+    if existing > shard_count && !allow_shrink {
+        return Err(TopologyError::Shrink {
+            existing,
+            wanted: shard_count,
+        });
+    }
+    let ch = call("channel.open", conn.create_channel()).await?;
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    let entry = names.entry_exchange();
+    let hash = names.hash_exchange();
+    let dlx = names.dead_letter_exchange();
+    let dlq = names.dead_letter_queue();
+    let declare_exchange = |name: String, kind: ExchangeKind, args: FieldTable| {
+        let ch = ch.clone();
+        async move {
+            call(
+                "exchange.declare",
+                ch.exchange_declare(name.as_str().into(), kind, durable, args),
+            )
+            .await
+            .map_err(|e| mismatch_or(e, &name))
+        }
+    };
+    declare_exchange(dlx.clone(), ExchangeKind::Fanout, FieldTable::default()).await?;
+    let queue_opts = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    call(
+        "queue.declare",
+        ch.queue_declare(dlq.as_str().into(), queue_opts, quorum_args()),
+    )
+    .await
+    .map_err(|e| mismatch_or(e, &dlq))?;
+    call(
+        "queue.bind",
+        ch.queue_bind(
+            dlq.as_str().into(),
+            dlx.as_str().into(),
+            "".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await?;
+    declare_exchange(entry.clone(), ExchangeKind::Topic, FieldTable::default()).await?;
+    let mut hash_args = FieldTable::default();
+    hash_args.insert("hash-header".into(), string(ENTITY_HEADER));
+    declare_exchange(
+        hash.clone(),
+        ExchangeKind::Custom("x-consistent-hash".into()),
+        hash_args,
+    )
+    .await
+    .map_err(plugin_missing_or)?;
+    call(
+        "exchange.bind",
+        ch.exchange_bind(
+            hash.as_str().into(),
+            entry.as_str().into(),
+            names.entry_binding_key().as_str().into(),
+            ExchangeBindOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await?;
+    let consumed = existing.max(shard_count);
+    for index in 0..consumed {
+        let queue = names.shard_queue(index);
+        call(
+            "queue.declare",
+            ch.queue_declare(
+                queue.as_str().into(),
+                queue_opts,
+                shard_args(names, delivery_limit),
+            ),
+        )
+        .await
+        .map_err(|e| mismatch_or(e, &queue))?;
+        // Binding in index order appends each new shard at the end of the
+        // ring; re-binding an existing shard changes nothing.
+        let (route, unbind) = (queue.as_str().into(), index >= shard_count);
+        if unbind {
+            call(
+                "queue.unbind",
+                ch.queue_unbind(
+                    route,
+                    hash.as_str().into(),
+                    "1".into(),
+                    FieldTable::default(),
+                ),
+            )
+            .await?;
+        } else {
+            call(
+                "queue.bind",
+                ch.queue_bind(
+                    route,
+                    hash.as_str().into(),
+                    "1".into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                ),
+            )
+            .await?;
+        }
+    }
+    let _ = ch.close(200, "topology declared".into()).await;
+    if existing != 0 && existing < shard_count {
+        info!(
+            from = existing,
+            to = shard_count,
+            "appended new shards to the ring"
+        );
+    }
+    Ok(ShardPlan {
+        bound: shard_count,
+        consumed,
+    })
+}
+
+/// Number of consecutive shard queues `000, 001, ...` on the broker. The
+/// first missing one closes the probing channel, which ends the count.
+async fn count_existing_shards(conn: &Connection, names: &Names) -> Result<u16, BrokerError> {
+    let ch = call("channel.open", conn.create_channel()).await?;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    for index in 0..=999 {
+        let queue = names.shard_queue(index);
+        let probe = ch.queue_declare(queue.as_str().into(), passive, FieldTable::default());
+        match call("queue.declare", probe).await {
+            Ok(_) => {}
+            Err(BrokerError::Amqp(e)) if is_not_found(&e) => return Ok(index),
+            Err(e) => return Err(e),
+        }
+    }
+    let _ = ch.close(200, "probe done".into()).await;
+    Ok(1000)
+}
+
+fn quorum_args() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), string("quorum"));
+    args
+}
+
+fn shard_args(names: &Names, delivery_limit: u32) -> FieldTable {
+    let mut args = quorum_args();
+    args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
+    args.insert(
+        "x-delivery-limit".into(),
+        AMQPValue::LongLongInt(i64::from(delivery_limit)),
+    );
+    args.insert(
+        "x-dead-letter-exchange".into(),
+        string(&names.dead_letter_exchange()),
+    );
+    args.insert("x-dead-letter-strategy".into(), string("at-least-once"));
+    args.insert("x-overflow".into(), string("reject-publish"));
+    args
+}
+
+fn string(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s.as_bytes()))
+}
+
+fn reply_code(e: &BrokerError) -> Option<u16> {
+    match e {
+        BrokerError::Amqp(e) => amqp_reply_code(e),
+        _ => None,
+    }
+}
+
+fn amqp_reply_code(e: &lapin::Error) -> Option<u16> {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => Some(amqp.get_id()),
+        _ => None,
+    }
+}
+
+fn is_not_found(e: &lapin::Error) -> bool {
+    amqp_reply_code(e) == Some(404)
+}
+
+/// 406 PRECONDITION_FAILED on a declare: the object exists with other arguments.
+fn mismatch_or(e: BrokerError, object: &str) -> TopologyError {
+    if reply_code(&e) == Some(406) {
+        TopologyError::Mismatch {
+            object: object.to_owned(),
+            detail: e.to_string(),
+        }
+    } else {
+        TopologyError::Broker(e)
+    }
+}
+
+/// 503 COMMAND_INVALID "invalid exchange type": the plugin is not enabled.
+fn plugin_missing_or(e: TopologyError) -> TopologyError {
+    match e {
+        TopologyError::Broker(b)
+            if reply_code(&b) == Some(503) || b.to_string().contains("invalid exchange type") =>
+        {
+            TopologyError::PluginMissing
+        }
+        other => other,
+    }
+}

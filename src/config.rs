@@ -1,0 +1,257 @@
+//! Settings: one validated struct, read from environment variables and flags
+//! (contract section 5). A bad value stops the process at start with one line
+//! that names the setting; secrets inside URLs never reach `Debug` or logs.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::Args;
+
+/// Everything the worker pool and the other commands need to know.
+#[derive(Debug, Clone, Args)]
+pub struct Settings {
+    /// Broker URL (`amqp://` or `amqps://`); the password is never logged.
+    #[arg(
+        long,
+        env = "AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
+    pub amqp_url: SecretUrl,
+
+    /// PostgreSQL URL; the database is created if it does not exist.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/urutan"
+    )]
+    pub database_url: SecretUrl,
+
+    /// Number of shard queues (1-999).
+    #[arg(long, env = "SHARD_COUNT", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=999))]
+    pub shard_count: u16,
+
+    /// Per-shard prefetch; 1 is the strict mode.
+    #[arg(long, env = "PREFETCH", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub prefetch: u16,
+
+    /// Deliveries of one message before the queue dead-letters it (`x-delivery-limit`).
+    #[arg(long, env = "DELIVERY_LIMIT", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub delivery_limit: u32,
+
+    /// Address of the HTTP endpoints `/metrics`, `/healthz`, `/readyz`.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9464")]
+    pub metrics_addr: SocketAddr,
+
+    /// How long processed message ids are kept for deduplication (e.g. `30d`, `12h`).
+    #[arg(long, env = "DEDUP_RETENTION", default_value = "30d", value_parser = parse_duration)]
+    pub dedup_retention: Duration,
+
+    /// Log format: `text` or `json` (level from `RUST_LOG`).
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Prefix of every broker object name (`pesanan`, `pesanan-hash`, `pesanan.shard-000`, ...).
+    #[arg(long, env = "TOPOLOGY_PREFIX", default_value = "pesanan", value_parser = parse_prefix)]
+    pub topology_prefix: String,
+
+    /// Largest accepted message body; larger ones are dead-lettered.
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 1024 * 1024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_body_bytes: u32,
+
+    /// Database connections in the pool (default: shard count + 2).
+    #[arg(long, env = "DATABASE_POOL_SIZE",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub database_pool_size: Option<u32>,
+
+    /// Accept a `SHARD_COUNT` smaller than the number of shard queues on the
+    /// broker: the extra shards are unbound (they get no new messages) and
+    /// still consumed until they are empty. Per-entity order across this
+    /// change is not guaranteed yet.
+    #[arg(long, env = "ALLOW_SHRINK", default_value_t = false)]
+    pub allow_shrink: bool,
+}
+
+impl Settings {
+    /// Settings with every default, for tests and tools.
+    pub fn defaults() -> Self {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            settings: Settings,
+        }
+        // Only the process environment could make this fail; tests that call it set valid values.
+        Wrapper::try_parse_from(["urutan"])
+            .map(|w| w.settings)
+            .unwrap_or_else(|e| panic!("default settings are invalid: {e}"))
+    }
+
+    /// Connections the database pool may open.
+    pub fn pool_size(&self) -> u32 {
+        self.database_pool_size
+            .unwrap_or(u32::from(self.shard_count) + 2)
+    }
+}
+
+/// Output format of the logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// A URL that may carry a password: usable as a string by the clients, but
+/// printed (`Debug`, `Display`) with the password replaced by `***`.
+#[derive(Clone)]
+pub struct SecretUrl {
+    raw: String,
+    redacted: String,
+}
+
+impl SecretUrl {
+    /// The full URL, password included: only for handing to a client library.
+    pub fn expose(&self) -> &str {
+        &self.raw
+    }
+
+    /// The URL parsed, for tools that need its parts.
+    pub fn parsed(&self) -> url::Url {
+        // Parsing succeeded in `from_str`, so it succeeds again.
+        url::Url::parse(&self.raw).unwrap_or_else(|_| unreachable!("validated in from_str"))
+    }
+
+    /// The same URL with another password-free part changed by `edit`.
+    pub fn with(&self, edit: impl FnOnce(&mut url::Url)) -> SecretUrl {
+        let mut url = self.parsed();
+        edit(&mut url);
+        Self::from_str(url.as_str()).unwrap_or_else(|_| unreachable!("an edited valid URL"))
+    }
+}
+
+impl FromStr for SecretUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut url = url::Url::parse(s).map_err(|e| format!("not a URL ({e})"))?;
+        match url.scheme() {
+            "amqp" | "amqps" | "postgres" | "postgresql" => {}
+            other => return Err(format!("unsupported scheme `{other}`")),
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err("the URL has no host".into());
+        }
+        if url.password().is_some() {
+            // Cannot fail: the URL has a host, so it can carry a password.
+            let _ = url.set_password(Some("***"));
+        }
+        Ok(Self {
+            raw: s.to_owned(),
+            redacted: url.to_string(),
+        })
+    }
+}
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+impl fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+/// `30d`, `12h`, `15m`, `90s` (anything `humantime` reads); zero is refused.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. `30d`, `12h`)"))?;
+    if d.is_zero() {
+        return Err("must be longer than zero".into());
+    }
+    Ok(d)
+}
+
+fn parse_prefix(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 200
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err("use 1-200 characters from [A-Za-z0-9._-]".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        settings: Settings,
+    }
+
+    fn parse(args: &[&str]) -> Result<Settings, String> {
+        let mut argv = vec!["urutan"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)
+            .map(|c| c.settings)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let s = parse(&[]).expect("defaults");
+        assert_eq!(s.shard_count, 4);
+        assert_eq!(s.prefetch, 1);
+        assert_eq!(s.delivery_limit, 5);
+        assert_eq!(s.metrics_addr.to_string(), "0.0.0.0:9464");
+        assert_eq!(s.dedup_retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(s.log_format, LogFormat::Text);
+        assert_eq!(s.topology_prefix, "pesanan");
+        assert_eq!(s.max_body_bytes, 1_048_576);
+    }
+
+    #[test]
+    fn zero_shards_is_refused_with_the_setting_named() {
+        let err = parse(&["--shard-count", "0"]).expect_err("0 shards");
+        assert!(err.contains("--shard-count"), "{err}");
+    }
+
+    #[test]
+    fn bad_urls_are_refused() {
+        assert!(parse(&["--amqp-url", "not a url"]).is_err());
+        assert!(parse(&["--amqp-url", "http://x/"]).is_err());
+        assert!(parse(&["--database-url", "postgres://"]).is_err());
+        assert!(parse(&["--dedup-retention", "0s"]).is_err());
+        assert!(parse(&["--log-format", "xml"]).is_err());
+    }
+
+    #[test]
+    fn passwords_never_print() {
+        let s = parse(&[
+            "--amqp-url",
+            "amqp://user:hunter2@broker:5672/%2f",
+            "--database-url",
+            "postgres://app:sekret-pw@db/urutan",
+        ])
+        .expect("valid");
+        let shown = format!("{s:?} {} {}", s.amqp_url, s.database_url);
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("sekret-pw"),
+            "{shown}"
+        );
+        assert!(shown.contains("user:***@broker"), "{shown}");
+        assert_eq!(s.amqp_url.expose(), "amqp://user:hunter2@broker:5672/%2f");
+    }
+}

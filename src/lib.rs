@@ -1,0 +1,30 @@
+//! urutan: applies order events ("pesanan") from RabbitMQ to PostgreSQL in
+//! order per entity, in parallel across entities, exactly once in effect.
+//!
+//! How a message travels, and the module that owns each step:
+//!
+//! ```text
+//! producer ─> `pesanan` (topic) ─> `pesanan-hash` (x-consistent-hash on x-pesanan-id)
+//!          ─> shard queues `pesanan.shard-NNN` (quorum, single active consumer)   [broker::topology]
+//!          ─> shard worker, one per queue, in arrival order                     [shard]
+//!             ─> envelope lifted from the delivery                               [broker::delivery]
+//!             ─> decode + validate against the contract (pure)                   [message]
+//!             ─> one transaction: dedup claim, versioned upsert, history row     [store]
+//!             ─> outcome ─> ack / reject, in one place                           [outcome, shard]
+//! ```
+//!
+//! Around it: [`config`] (validated settings), [`supervisor`] (starts the
+//! workers, reconnects, owns shutdown), [`health`] + [`http`] + [`metrics`]
+//! (what operators see), [`telemetry`] (logs).
+
+pub mod broker;
+pub mod config;
+pub mod health;
+pub mod http;
+pub mod message;
+pub mod metrics;
+pub mod outcome;
+pub mod shard;
+pub mod store;
+pub mod supervisor;
+pub mod telemetry;

@@ -1,0 +1,116 @@
+//! The `urutan` binary: parse settings, start logging, call the library.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+use urutan::broker::{self, Names, topology};
+use urutan::config::Settings;
+use urutan::shard::Hooks;
+use urutan::supervisor::Supervisor;
+use urutan::{store, telemetry};
+
+/// Applies order events from RabbitMQ to PostgreSQL in order per entity,
+/// exactly once in effect.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(flatten)]
+    settings: Settings,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The worker pool: declare the topology, then one worker per shard until SIGTERM/SIGINT.
+    Run,
+    /// Apply the database migrations and exit.
+    Migrate,
+    /// Declare the broker topology and exit.
+    Topology,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(cli.settings.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn execute(cli: Cli) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let settings = cli.settings;
+    match cli.command {
+        Command::Run => {
+            let supervisor = Supervisor::build(settings.clone(), Hooks::default())
+                .await
+                .with_context(|| {
+                    format!("cannot listen on METRICS_ADDR {}", settings.metrics_addr)
+                })?;
+            info!(http = %supervisor.http_addr(), "urutan run starting");
+            let shutdown = CancellationToken::new();
+            tokio::spawn(stop_on_signal(shutdown.clone()));
+            supervisor.run(shutdown).await?;
+            info!("stopped cleanly");
+        }
+        Command::Migrate => {
+            let pool = store::prepare(&settings.database_url, 1)
+                .await
+                .with_context(|| format!("cannot migrate {}", settings.database_url))?;
+            pool.close().await;
+            info!(database = %settings.database_url, "migrations applied");
+        }
+        Command::Topology => {
+            let conn = broker::connect(&settings.amqp_url, "urutan topology")
+                .await
+                .with_context(|| format!("cannot connect to {}", settings.amqp_url))?;
+            let names = Names::new(&settings.topology_prefix);
+            let plan = topology::declare(
+                &conn,
+                &names,
+                settings.shard_count,
+                settings.delivery_limit,
+                settings.allow_shrink,
+            )
+            .await?;
+            let _ = conn.close(200, "done".into()).await;
+            info!(
+                shards = plan.consumed,
+                bound = plan.bound,
+                "topology declared"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Cancels `shutdown` on the first SIGTERM or SIGINT.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        error!("cannot listen for signals; stop with SIGKILL");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: finishing in-flight messages"),
+        _ = int.recv() => info!("SIGINT: finishing in-flight messages"),
+    }
+    shutdown.cancel();
+}

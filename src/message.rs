@@ -1,0 +1,453 @@
+//! The contract's message (contract section 2): a delivery's envelope in,
+//! a typed [`Event`] or a [`Rejection`] out. Pure code: no broker, no database.
+
+use std::time::{Duration, SystemTime};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The parts of a delivery the contract talks about, already lifted out of the
+/// broker client's types (see `broker::delivery`).
+#[derive(Debug, Clone, Copy)]
+pub struct Envelope<'a> {
+    /// `message_id` property.
+    pub message_id: Option<&'a str>,
+    /// Header `x-pesanan-id`.
+    pub entity_header: EntityHeader<'a>,
+    /// `delivery_mode` property (2 = persistent).
+    pub delivery_mode: Option<u8>,
+    /// `timestamp` property, seconds since the epoch.
+    pub timestamp: Option<u64>,
+    /// The raw body.
+    pub body: &'a [u8],
+}
+
+/// What the `x-pesanan-id` header held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntityHeader<'a> {
+    Missing,
+    /// An AMQP string (longstr or shortstr), as raw bytes.
+    Text(&'a [u8]),
+    /// Any other AMQP type, named for the log.
+    OtherType(&'static str),
+}
+
+/// A valid event: the entity's whole state at version `versi`.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub message_id: String,
+    pub entity_id: String,
+    pub status: String,
+    /// Always >= 1.
+    pub versi: i64,
+    /// The optional `data` member, kept as raw JSON text (`None` when absent or null).
+    pub data: Option<Box<RawValue>>,
+    /// When the producer published it, if it said.
+    pub published_at: Option<SystemTime>,
+}
+
+/// Why a delivery breaks the contract. Each maps to a bounded metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    #[error("the message_id property is missing")]
+    MissingMessageId,
+    #[error("the message_id must be 1-255 bytes")]
+    InvalidMessageId,
+    #[error("the x-pesanan-id header is missing")]
+    MissingEntityHeader,
+    #[error("the x-pesanan-id header is not an AMQP string")]
+    EntityHeaderNotString,
+    #[error("the x-pesanan-id header must be 1-128 bytes of UTF-8")]
+    InvalidEntityHeader,
+    #[error("delivery_mode is not 2 (persistent)")]
+    NotPersistent,
+    #[error("the body is larger than the limit")]
+    BodyTooLarge,
+    #[error("the body is not UTF-8")]
+    BodyNotUtf8,
+    #[error("the body is not a JSON object with the contract's fields")]
+    InvalidJson,
+    #[error("`status` must be a string of 1-64 characters")]
+    InvalidStatus,
+    #[error("`versi` must be an integer >= 1")]
+    InvalidVersi,
+    #[error("the body `id` differs from the x-pesanan-id header")]
+    IdMismatch,
+    #[error("a text value contains a NUL character, which PostgreSQL cannot store")]
+    NulCharacter,
+    #[error("`data` nests deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+    #[error("the queue's delivery limit was reached (the handler kept failing)")]
+    DeliveryLimit,
+}
+
+impl Rejection {
+    /// The `reason` label of `urutan_dead_letters_total`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::MissingMessageId => "missing_message_id",
+            Self::InvalidMessageId => "invalid_message_id",
+            Self::MissingEntityHeader => "missing_entity_header",
+            Self::EntityHeaderNotString => "entity_header_not_string",
+            Self::InvalidEntityHeader => "invalid_entity_header",
+            Self::NotPersistent => "not_persistent",
+            Self::BodyTooLarge => "body_too_large",
+            Self::BodyNotUtf8 => "body_not_utf8",
+            Self::InvalidJson => "invalid_json",
+            Self::InvalidStatus => "invalid_status",
+            Self::InvalidVersi => "invalid_versi",
+            Self::IdMismatch => "id_mismatch",
+            Self::NulCharacter => "nul_character",
+            Self::TooDeep => "too_deep",
+            Self::DeliveryLimit => "delivery_limit",
+        }
+    }
+}
+
+/// The body as the contract defines it; unknown members are ignored.
+#[derive(Deserialize)]
+struct Body<'a> {
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
+    status: serde_json::Value,
+    versi: serde_json::Value,
+    #[serde(default)]
+    data: Option<Box<RawValue>>,
+}
+
+/// Checks every rule of contract section 2, cheapest first.
+pub fn decode(env: &Envelope<'_>, max_body_bytes: usize) -> Result<Event, Rejection> {
+    let message_id = env.message_id.ok_or(Rejection::MissingMessageId)?;
+    if message_id.is_empty() || message_id.len() > 255 {
+        return Err(Rejection::InvalidMessageId);
+    }
+    let entity_id = match env.entity_header {
+        EntityHeader::Missing => return Err(Rejection::MissingEntityHeader),
+        EntityHeader::OtherType(_) => return Err(Rejection::EntityHeaderNotString),
+        EntityHeader::Text(raw) if raw.is_empty() || raw.len() > 128 => {
+            return Err(Rejection::InvalidEntityHeader);
+        }
+        EntityHeader::Text(raw) => {
+            std::str::from_utf8(raw).map_err(|_| Rejection::InvalidEntityHeader)?
+        }
+    };
+    if message_id.contains('\0') || entity_id.contains('\0') {
+        return Err(Rejection::NulCharacter);
+    }
+    if env.delivery_mode != Some(2) {
+        return Err(Rejection::NotPersistent);
+    }
+    if env.body.len() > max_body_bytes {
+        return Err(Rejection::BodyTooLarge);
+    }
+    let text = std::str::from_utf8(env.body).map_err(|_| Rejection::BodyNotUtf8)?;
+    if !text.trim_start().starts_with('{') {
+        return Err(Rejection::InvalidJson);
+    }
+    let body: Body<'_> = serde_json::from_str(text).map_err(|_| Rejection::InvalidJson)?;
+    let status = match body.status {
+        serde_json::Value::String(s) if (1..=64).contains(&s.chars().count()) => s,
+        _ => return Err(Rejection::InvalidStatus),
+    };
+    let versi = body
+        .versi
+        .as_i64()
+        .filter(|v| *v >= 1)
+        .ok_or(Rejection::InvalidVersi)?;
+    if body.id != entity_id {
+        return Err(Rejection::IdMismatch);
+    }
+    let data = body.data.filter(|raw| raw.get() != "null");
+    if status.contains('\0') {
+        return Err(Rejection::NulCharacter);
+    }
+    if let Some(data) = &data {
+        check_data(data.get())?;
+    }
+    Ok(Event {
+        message_id: message_id.to_owned(),
+        entity_id: entity_id.to_owned(),
+        status,
+        versi,
+        data,
+        published_at: env
+            .timestamp
+            .map(|secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs)),
+    })
+}
+
+/// Deepest nesting of arrays and objects accepted in `data` (PostgreSQL's
+/// `jsonb` would fail on very deep input with an error that is not the
+/// message's fault to retry).
+pub const MAX_DEPTH: usize = 64;
+
+/// One pass over `data`'s JSON text (already known to be valid JSON):
+/// refuses the escape `\u0000`, which `jsonb` cannot store, and nesting
+/// deeper than [`MAX_DEPTH`]. Raw NUL bytes cannot occur: JSON forbids
+/// control characters in strings.
+fn check_data(json: &str) -> Result<(), Rejection> {
+    let bytes = json.as_bytes();
+    let (mut depth, mut in_string, mut i) = (0usize, false, 0);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if in_string => {
+                if bytes.get(i + 1) == Some(&b'u') && bytes.get(i + 2..i + 6) == Some(b"0000") {
+                    return Err(Rejection::NulCharacter);
+                }
+                i += 1; // skip the escaped character, so `\\u0000` is plain text
+            }
+            b'"' => in_string = !in_string,
+            b'[' | b'{' if !in_string => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(Rejection::TooDeep);
+                }
+            }
+            b']' | b'}' if !in_string => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: usize = 1024 * 1024;
+
+    fn envelope<'a>(id: &'a [u8], body: &'a [u8]) -> Envelope<'a> {
+        Envelope {
+            message_id: Some("m-1"),
+            entity_header: EntityHeader::Text(id),
+            delivery_mode: Some(2),
+            timestamp: Some(1_700_000_000),
+            body,
+        }
+    }
+
+    fn reject(env: Envelope<'_>) -> Rejection {
+        decode(&env, LIMIT).expect_err("should be rejected")
+    }
+
+    #[test]
+    fn a_valid_message_decodes() {
+        let body = br#"{"id":"P-1","status":"dibuat","versi":3,"data":{"total":5},"extra":1}"#;
+        let ev = decode(&envelope(b"P-1", body), LIMIT).expect("valid");
+        assert_eq!(ev.message_id, "m-1");
+        assert_eq!(ev.entity_id, "P-1");
+        assert_eq!(ev.status, "dibuat");
+        assert_eq!(ev.versi, 3);
+        assert_eq!(
+            ev.data.as_deref().map(RawValue::get),
+            Some(r#"{"total":5}"#)
+        );
+        assert!(ev.published_at.is_some());
+    }
+
+    #[test]
+    fn data_is_optional_and_null_means_absent() {
+        let ev = decode(
+            &envelope(b"P", br#"{"id":"P","status":"s","versi":1}"#),
+            LIMIT,
+        )
+        .expect("valid");
+        assert!(ev.data.is_none());
+        let ev = decode(
+            &envelope(b"P", br#"{"id":"P","status":"s","versi":1,"data":null}"#),
+            LIMIT,
+        )
+        .expect("valid");
+        assert!(ev.data.is_none());
+    }
+
+    #[test]
+    fn message_id_rules() {
+        let body = br#"{"id":"P","status":"s","versi":1}"#;
+        let mut env = envelope(b"P", body);
+        env.message_id = None;
+        assert_eq!(reject(env), Rejection::MissingMessageId);
+        env.message_id = Some("");
+        assert_eq!(reject(env), Rejection::InvalidMessageId);
+        let long = "x".repeat(256);
+        env.message_id = Some(&long);
+        assert_eq!(reject(env), Rejection::InvalidMessageId);
+        let max = "x".repeat(255);
+        env.message_id = Some(&max);
+        assert!(decode(&env, LIMIT).is_ok());
+    }
+
+    #[test]
+    fn entity_header_rules() {
+        let body = br#"{"id":"P","status":"s","versi":1}"#;
+        let mut env = envelope(b"P", body);
+        env.entity_header = EntityHeader::Missing;
+        assert_eq!(reject(env), Rejection::MissingEntityHeader);
+        env.entity_header = EntityHeader::OtherType("long-int");
+        assert_eq!(reject(env), Rejection::EntityHeaderNotString);
+        env.entity_header = EntityHeader::Text(b"");
+        assert_eq!(reject(env), Rejection::InvalidEntityHeader);
+        let long = vec![b'a'; 129];
+        env.entity_header = EntityHeader::Text(&long);
+        assert_eq!(reject(env), Rejection::InvalidEntityHeader);
+        env.entity_header = EntityHeader::Text(b"\xff\xfe");
+        assert_eq!(reject(env), Rejection::InvalidEntityHeader);
+    }
+
+    #[test]
+    fn delivery_mode_must_be_persistent() {
+        let mut env = envelope(b"P", br#"{"id":"P","status":"s","versi":1}"#);
+        env.delivery_mode = Some(1);
+        assert_eq!(reject(env), Rejection::NotPersistent);
+        env.delivery_mode = None;
+        assert_eq!(reject(env), Rejection::NotPersistent);
+    }
+
+    #[test]
+    fn body_size_and_encoding() {
+        let body = br#"{"id":"P","status":"s","versi":1}"#;
+        assert_eq!(
+            decode(&envelope(b"P", body), body.len() - 1).expect_err("too big"),
+            Rejection::BodyTooLarge
+        );
+        assert!(decode(&envelope(b"P", body), body.len()).is_ok());
+        assert_eq!(
+            reject(envelope(b"P", b"{\"id\":\"\xff\"}")),
+            Rejection::BodyNotUtf8
+        );
+    }
+
+    #[test]
+    fn body_must_be_a_contract_object() {
+        for body in [
+            &b"not json"[..],
+            b"[\"P\",\"s\",1]",
+            b"{\"status\":\"s\",\"versi\":1}",
+            b"{\"id\":\"P\",\"versi\":1}",
+            b"{\"id\":\"P\",\"status\":\"s\"}",
+            b"{\"id\":\"P\",\"id\":\"P\",\"status\":\"s\",\"versi\":1}",
+            b"{\"id\":7,\"status\":\"s\",\"versi\":1}",
+        ] {
+            let rejection = decode(&envelope(b"P", body), LIMIT).expect_err("invalid");
+            assert!(
+                matches!(
+                    rejection,
+                    Rejection::InvalidJson | Rejection::InvalidStatus | Rejection::InvalidVersi
+                ),
+                "{rejection:?} for {}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        let nest = |n: usize| {
+            let deep = format!("{}{}", "[".repeat(n), "]".repeat(n));
+            format!(r#"{{"id":"P","status":"s","versi":1,"data":{deep}}}"#)
+        };
+        assert_eq!(
+            reject(envelope(b"P", nest(10_000).as_bytes())),
+            Rejection::TooDeep
+        );
+        assert_eq!(
+            reject(envelope(b"P", nest(MAX_DEPTH + 1).as_bytes())),
+            Rejection::TooDeep
+        );
+        assert!(decode(&envelope(b"P", nest(MAX_DEPTH).as_bytes()), LIMIT).is_ok());
+        // Brackets inside strings do not count.
+        let body = format!(
+            r#"{{"id":"P","status":"s","versi":1,"data":"{}"}}"#,
+            "[".repeat(100)
+        );
+        assert!(decode(&envelope(b"P", body.as_bytes()), LIMIT).is_ok());
+    }
+
+    #[test]
+    fn status_rules() {
+        for body in [
+            r#"{"id":"P","status":"","versi":1}"#.to_owned(),
+            r#"{"id":"P","status":3,"versi":1}"#.to_owned(),
+            format!(r#"{{"id":"P","status":"{}","versi":1}}"#, "é".repeat(65)),
+        ] {
+            assert_eq!(
+                reject(envelope(b"P", body.as_bytes())),
+                Rejection::InvalidStatus
+            );
+        }
+        let ok = format!(r#"{{"id":"P","status":"{}","versi":1}}"#, "é".repeat(64));
+        assert!(decode(&envelope(b"P", ok.as_bytes()), LIMIT).is_ok());
+    }
+
+    #[test]
+    fn versi_rules() {
+        for versi in [
+            "0",
+            "-1",
+            "1.5",
+            "1.0",
+            "\"2\"",
+            "null",
+            "9223372036854775808",
+        ] {
+            let body = format!(r#"{{"id":"P","status":"s","versi":{versi}}}"#);
+            assert_eq!(
+                reject(envelope(b"P", body.as_bytes())),
+                Rejection::InvalidVersi,
+                "versi {versi}"
+            );
+        }
+        let body = r#"{"id":"P","status":"s","versi":9223372036854775807}"#;
+        assert_eq!(
+            decode(&envelope(b"P", body.as_bytes()), LIMIT)
+                .expect("max")
+                .versi,
+            i64::MAX
+        );
+    }
+
+    #[test]
+    fn body_id_must_match_the_header() {
+        let body = br#"{"id":"P-2","status":"s","versi":1}"#;
+        assert_eq!(reject(envelope(b"P-1", body)), Rejection::IdMismatch);
+        // Escapes are compared after decoding.
+        let body = br#"{"id":"P\u002d1","status":"s","versi":1}"#;
+        assert!(decode(&envelope(b"P-1", body), LIMIT).is_ok());
+    }
+
+    #[test]
+    fn nul_characters_are_refused() {
+        let body = br#"{"id":"P","status":"a\u0000b","versi":1}"#;
+        assert_eq!(reject(envelope(b"P", body)), Rejection::NulCharacter);
+        let body = br#"{"id":"P","status":"s","versi":1,"data":{"k":"\u0000"}}"#;
+        assert_eq!(reject(envelope(b"P", body)), Rejection::NulCharacter);
+        // An escaped backslash followed by `u0000` is plain text.
+        let body = br#"{"id":"P","status":"s","versi":1,"data":"\\u0000"}"#;
+        assert!(decode(&envelope(b"P", body), LIMIT).is_ok());
+    }
+
+    #[test]
+    fn every_reason_label_is_distinct() {
+        use std::collections::HashSet;
+        let all = [
+            Rejection::MissingMessageId,
+            Rejection::InvalidMessageId,
+            Rejection::MissingEntityHeader,
+            Rejection::EntityHeaderNotString,
+            Rejection::InvalidEntityHeader,
+            Rejection::NotPersistent,
+            Rejection::BodyTooLarge,
+            Rejection::BodyNotUtf8,
+            Rejection::InvalidJson,
+            Rejection::InvalidStatus,
+            Rejection::InvalidVersi,
+            Rejection::IdMismatch,
+            Rejection::NulCharacter,
+            Rejection::TooDeep,
+            Rejection::DeliveryLimit,
+        ];
+        let labels: HashSet<_> = all.iter().map(|r| r.reason()).collect();
+        assert_eq!(labels.len(), all.len());
+    }
+}

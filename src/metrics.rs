@@ -1,0 +1,83 @@
+//! Metric names (contract section 8) and the Prometheus recorder. Every metric
+//! the code emits is named here; labels are bounded (never an entity or message id).
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const MESSAGES_TOTAL: &str = "urutan_messages_total";
+pub const DEAD_LETTERS_TOTAL: &str = "urutan_dead_letters_total";
+pub const RETRIES_TOTAL: &str = "urutan_retries_total";
+pub const HANDLE_DURATION_SECONDS: &str = "urutan_handle_duration_seconds";
+pub const END_TO_END_LAG_SECONDS: &str = "urutan_end_to_end_lag_seconds";
+pub const BROKER_RECONNECTS_TOTAL: &str = "urutan_broker_reconnects_total";
+pub const OUTBOX_PUBLISHED_TOTAL: &str = "urutan_outbox_published_total";
+pub const OUTBOX_BACKLOG: &str = "urutan_outbox_backlog";
+
+/// Handling time of one message: sub-millisecond to tens of seconds (a held retry).
+const HANDLE_BUCKETS: &[f64] = &[
+    0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Publish-to-commit lag: milliseconds to minutes (a backlog).
+const LAG_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder once and returns its handle
+/// (later calls, e.g. several pools in one test process, share it).
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(HANDLE_DURATION_SECONDS.into()),
+                    HANDLE_BUCKETS,
+                )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(END_TO_END_LAG_SECONDS.into()),
+                        LAG_BUCKETS,
+                    )
+                })
+                .unwrap_or_else(|e| unreachable!("bucket lists are not empty: {e}"));
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("another metrics recorder is installed; /metrics will be empty");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(MESSAGES_TOTAL, "Deliveries by shard and outcome.");
+    describe_counter!(DEAD_LETTERS_TOTAL, "Dead-lettered deliveries by reason.");
+    describe_counter!(
+        RETRIES_TOTAL,
+        "Held retries of a message (transient failures, handler failures)."
+    );
+    describe_histogram!(
+        HANDLE_DURATION_SECONDS,
+        Unit::Seconds,
+        "Delivery received to ack sent."
+    );
+    describe_histogram!(
+        END_TO_END_LAG_SECONDS,
+        Unit::Seconds,
+        "Message timestamp to commit."
+    );
+    describe_counter!(
+        BROKER_RECONNECTS_TOTAL,
+        "Broker connections re-established after a loss."
+    );
+    describe_counter!(
+        OUTBOX_PUBLISHED_TOTAL,
+        "Outbox rows published and confirmed."
+    );
+    describe_gauge!(OUTBOX_BACKLOG, "Outbox rows not yet sent.");
+}

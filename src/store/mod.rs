@@ -1,0 +1,134 @@
+//! PostgreSQL: connecting (and creating the database), migrations, the apply
+//! transaction and dedup retention. Errors say whether to retry or give up.
+
+mod apply;
+mod retention;
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+use tracing::info;
+
+use crate::config::SecretUrl;
+
+pub use apply::apply;
+pub use retention::{purge_expired, run_retention};
+
+/// The embedded migrations of `migrations/`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// A database failure, with the policy it calls for.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database is unreachable or briefly unable (connection lost, pool
+    /// timeout, serialization failure, deadlock, shutdown): hold the message
+    /// and retry with backoff, in order. Never a reason to dead-letter.
+    #[error("database unavailable ({reason}): {source}")]
+    Transient {
+        reason: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The database refused this message's data (an SQL data or integrity
+    /// exception): requeue it, so the delivery limit dead-letters it if it
+    /// keeps failing.
+    #[error("the database refused the message's data: {0}")]
+    Refused(#[source] sqlx::Error),
+}
+
+impl StoreError {
+    /// The `reason` label of `urutan_retries_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Transient { reason, .. } => reason,
+            Self::Refused(_) => "refused",
+        }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(source: sqlx::Error) -> Self {
+        let reason = match &source {
+            sqlx::Error::PoolTimedOut => "pool_timeout",
+            sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolClosed => "connection",
+            sqlx::Error::Database(db) => {
+                let code = db.code().unwrap_or_default();
+                match code.as_ref() {
+                    "40001" => "serialization",
+                    "40P01" => "deadlock",
+                    c if c.starts_with("08") || c.starts_with("57") || c.starts_with("53") => {
+                        "connection"
+                    }
+                    c if c.starts_with("22") || c.starts_with("23") => {
+                        return Self::Refused(source);
+                    }
+                    _ => "database",
+                }
+            }
+            _ => "database",
+        };
+        Self::Transient { reason, source }
+    }
+}
+
+/// Connection options for `url`. sqlx logs statement text (never the bound
+/// values) at debug level, so event data stays out of the logs.
+fn options(url: &SecretUrl) -> Result<PgConnectOptions, sqlx::Error> {
+    let options: PgConnectOptions = url.expose().parse()?;
+    Ok(options.application_name("urutan"))
+}
+
+/// Creates the database named in `url` if it does not exist yet (connecting
+/// to the `postgres` maintenance database of the same server).
+pub async fn ensure_database(url: &SecretUrl) -> Result<(), sqlx::Error> {
+    let target = options(url)?;
+    let name = target
+        .get_database()
+        .map(str::to_owned)
+        .unwrap_or_else(|| target.get_username().to_owned());
+    let mut admin = target.database("postgres").connect().await?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut admin)
+            .await?;
+    if !exists {
+        let create = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
+        match sqlx::query(sqlx::AssertSqlSafe(create))
+            .execute(&mut admin)
+            .await
+        {
+            Ok(_) => info!(database = %name, "created the database"),
+            // Someone else created it at the same moment: fine.
+            Err(sqlx::Error::Database(e))
+                if matches!(e.code().as_deref(), Some("42P04") | Some("23505")) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    admin.close().await
+}
+
+/// Opens a pool of `size` connections. Acquiring waits at most 5 s, so a
+/// database outage surfaces as a transient error instead of a hang.
+pub async fn connect(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(Duration::from_secs(5))
+        .test_before_acquire(false)
+        .connect_with(options(url)?)
+        .await
+}
+
+/// Creates the database if needed, connects and applies the migrations.
+pub async fn prepare(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {
+    ensure_database(url).await?;
+    let pool = connect(url, size).await?;
+    MIGRATOR.run(&pool).await?;
+    Ok(pool)
+}
+
+/// True if the database answers a trivial query now.
+pub async fn ping(pool: &PgPool) -> bool {
+    sqlx::query("SELECT 1").execute(pool).await.is_ok()
+}

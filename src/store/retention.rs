@@ -1,0 +1,54 @@
+//! Dedup retention: processed message ids older than `DEDUP_RETENTION` are
+//! deleted in bounded batches, so the workers never wait on a long delete.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+/// Rows deleted per statement.
+const BATCH: i64 = 5_000;
+/// Pause between two purge passes.
+const EVERY: Duration = Duration::from_secs(300);
+
+/// Deletes every `pesan_diproses` row older than `retention`, `BATCH` rows
+/// per transaction (rows locked by another purger are skipped). Returns how
+/// many rows went.
+pub async fn purge_expired(pool: &PgPool, retention: Duration) -> Result<u64, sqlx::Error> {
+    let mut total = 0;
+    loop {
+        let deleted = sqlx::query(
+            "DELETE FROM pesan_diproses WHERE message_id IN (
+                 SELECT message_id FROM pesan_diproses
+                 WHERE diproses_pada < now() - make_interval(secs => $1)
+                 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(retention.as_secs_f64())
+        .bind(BATCH)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        total += deleted;
+        if deleted < BATCH as u64 {
+            return Ok(total);
+        }
+        // Leave room for the workers between batches.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Purges now and then every few minutes until `shutdown`.
+pub async fn run_retention(pool: PgPool, retention: Duration, shutdown: CancellationToken) {
+    loop {
+        match purge_expired(&pool, retention).await {
+            Ok(0) => {}
+            Ok(n) => info!(rows = n, "purged expired message ids"),
+            Err(e) => warn!(error = %e, "dedup retention pass failed; will try again"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(EVERY) => {}
+        }
+    }
+}

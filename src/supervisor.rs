@@ -1,0 +1,235 @@
+//! `urutan run`: prepares the database and the topology, then keeps one
+//! worker per shard consuming, reconnecting to the broker whenever the
+//! connection is lost, until shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use metrics_exporter_prometheus::PrometheusHandle;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+use crate::broker::{self, Names, ShardPlan, TopologyError, topology};
+use crate::config::Settings;
+use crate::health::{self, Health};
+use crate::metrics as m;
+use crate::shard::{Hooks, ShardWorker};
+use crate::store;
+
+/// Why `run` stopped with an error: only conditions a restart cannot fix.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error("cannot serve HTTP: {0}")]
+    Http(#[from] std::io::Error),
+}
+
+/// A worker pool, built (HTTP port bound) but not yet running.
+pub struct Supervisor {
+    settings: Settings,
+    hooks: Hooks,
+    listener: TcpListener,
+    metrics: PrometheusHandle,
+    health: Arc<Health>,
+}
+
+impl Supervisor {
+    /// Binds `METRICS_ADDR` (port 0 picks a free one, see [`Self::http_addr`]).
+    pub async fn build(settings: Settings, hooks: Hooks) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(settings.metrics_addr).await?;
+        Ok(Self {
+            settings,
+            hooks,
+            listener,
+            metrics: m::install(),
+            health: Arc::new(Health::default()),
+        })
+    }
+
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or(self.settings.metrics_addr)
+    }
+
+    /// Runs until `shutdown` is cancelled, then stops taking messages,
+    /// finishes and acks the in-flight ones, closes and returns.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), RunError> {
+        let Self {
+            settings,
+            hooks,
+            listener,
+            metrics,
+            health,
+        } = self;
+        let tasks = TaskTracker::new();
+        let background = shutdown.child_token();
+        let http = tasks.spawn(crate::http::serve(
+            listener,
+            metrics,
+            health.clone(),
+            background.clone(),
+        ));
+        let Some(pool) = retry_until_ready("database", &shutdown, || {
+            store::prepare(&settings.database_url, settings.pool_size())
+        })
+        .await
+        else {
+            background.cancel();
+            return Ok(());
+        };
+        info!(database = %settings.database_url, "database ready (migrations applied)");
+        health.set_database(true);
+        tasks.spawn(health::watch_database(
+            pool.clone(),
+            health.clone(),
+            background.clone(),
+        ));
+        tasks.spawn(store::run_retention(
+            pool.clone(),
+            settings.dedup_retention,
+            background.clone(),
+        ));
+
+        let result = consume_until_shutdown(&settings, &hooks, &pool, &health, &shutdown).await;
+        background.cancel();
+        tasks.close();
+        tasks.wait().await;
+        pool.close().await;
+        if http.is_finished() {
+            // Only reachable if the server failed early; surface that.
+            if let Ok(Err(e)) = http.await {
+                return Err(RunError::Http(e));
+            }
+        }
+        result
+    }
+}
+
+/// The broker loop: connect, declare, run one worker per shard; when the
+/// connection is lost, count it, back off and do it again.
+async fn consume_until_shutdown(
+    settings: &Settings,
+    hooks: &Hooks,
+    pool: &PgPool,
+    health: &Arc<Health>,
+    shutdown: &CancellationToken,
+) -> Result<(), RunError> {
+    let names = Names::new(&settings.topology_prefix);
+    let mut connected_before = false;
+    loop {
+        let connected = retry_until_ready("broker", shutdown, || async {
+            let conn = broker::connect(&settings.amqp_url, "urutan run").await?;
+            let plan = topology::declare(
+                &conn,
+                &names,
+                settings.shard_count,
+                settings.delivery_limit,
+                settings.allow_shrink,
+            )
+            .await;
+            match plan {
+                Ok(plan) => Ok(Ok((conn, plan))),
+                Err(TopologyError::Broker(e)) => Err(e),
+                // Not fixed by retrying: stop with the clear message.
+                Err(fatal) => Ok(Err(fatal)),
+            }
+        })
+        .await;
+        let Some(connected) = connected else {
+            return Ok(());
+        };
+        let (conn, plan) = connected?;
+        let conn = Arc::new(conn);
+        if connected_before {
+            metrics::counter!(m::BROKER_RECONNECTS_TOTAL).increment(1);
+            info!("reconnected to the broker");
+        }
+        connected_before = true;
+        info!(broker = %settings.amqp_url, shards = plan.consumed, bound = plan.bound,
+              prefetch = settings.prefetch, "consuming");
+        health.broker_up(plan.consumed);
+        run_workers(settings, hooks, pool, health, &names, &conn, plan, shutdown).await;
+        health.broker_down();
+        if shutdown.is_cancelled() {
+            let _ = broker::call("connection.close", conn.close(200, "shutdown".into())).await;
+            info!("all shards stopped; broker connection closed");
+            return Ok(());
+        }
+        warn!("lost the broker connection; reconnecting");
+    }
+}
+
+/// Runs the workers of one connection until they all end (shutdown or loss).
+#[allow(clippy::too_many_arguments)]
+async fn run_workers(
+    settings: &Settings,
+    hooks: &Hooks,
+    pool: &PgPool,
+    health: &Arc<Health>,
+    names: &Names,
+    conn: &Arc<lapin::Connection>,
+    plan: ShardPlan,
+    shutdown: &CancellationToken,
+) {
+    let workers = TaskTracker::new();
+    for shard in 0..plan.consumed {
+        let worker = ShardWorker {
+            shard,
+            queue: names.shard_queue(shard),
+            prefetch: settings.prefetch,
+            delivery_limit: settings.delivery_limit,
+            max_body_bytes: settings.max_body_bytes as usize,
+            pool: pool.clone(),
+            health: health.clone(),
+            hooks: hooks.clone(),
+        };
+        workers.spawn(worker.run(conn.clone(), shutdown.clone()));
+    }
+    workers.close();
+    workers.wait().await;
+}
+
+/// Calls `attempt` with capped, jittered exponential backoff until it
+/// succeeds; `None` if `shutdown` came first.
+async fn retry_until_ready<T, E, F, Fut>(
+    what: &str,
+    shutdown: &CancellationToken,
+    mut attempt: F,
+) -> Option<T>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times()
+        .build();
+    loop {
+        let result = tokio::select! {
+            () = shutdown.cancelled() => return None,
+            result = attempt() => result,
+        };
+        match result {
+            Ok(value) => return Some(value),
+            Err(e) => {
+                let delay = backoff.next().unwrap_or(Duration::from_secs(10));
+                error!(error = %e, retry_in = ?delay, "{what} unavailable");
+                tokio::select! {
+                    () = shutdown.cancelled() => return None,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
