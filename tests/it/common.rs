@@ -1,0 +1,427 @@
+//! Test harness: every test gets its own RabbitMQ vhost and PostgreSQL
+//! database (dropped at the end, even on panic), talks to the real services,
+//! and bounds every wait.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use urutan::config::{SecretUrl, Settings};
+use urutan::shard::Hooks;
+use urutan::supervisor::{RunError, Supervisor};
+
+pub const AMQP_BASE: &str = "amqp://guest:guest@127.0.0.1:5672";
+pub const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
+
+/// Waits for `cond` to hold, polling every 100 ms, for at most `limit`.
+pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if cond().await {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs a command line and panics with its output if it fails.
+pub fn sh(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A vhost and a database of one's own.
+pub struct TestEnv {
+    pub name: String,
+    pub vhost: String,
+    pub database: String,
+}
+
+impl TestEnv {
+    pub async fn new(test: &str) -> Self {
+        let name = format!("{test}_{:08x}", rand::random::<u32>());
+        let vhost = format!("urutan-test-{name}");
+        sh("rabbitmqctl", &["-q", "add_vhost", &vhost]);
+        sh(
+            "rabbitmqctl",
+            &[
+                "-q",
+                "set_permissions",
+                "-p",
+                &vhost,
+                "guest",
+                ".*",
+                ".*",
+                ".*",
+            ],
+        );
+        let database = format!("urutan_test_{name}");
+        let env = Self {
+            name,
+            vhost,
+            database,
+        };
+        urutan::store::ensure_database(&env.database_url())
+            .await
+            .expect("create test database");
+        env
+    }
+
+    pub fn amqp_url(&self) -> SecretUrl {
+        let vhost = self.vhost.replace('/', "%2f");
+        format!("{AMQP_BASE}/{vhost}").parse().expect("amqp url")
+    }
+
+    pub fn database_url(&self) -> SecretUrl {
+        format!("{PG_BASE}/{}", self.database)
+            .parse()
+            .expect("db url")
+    }
+
+    /// Default settings pointed at this environment, HTTP on a free port.
+    pub fn settings(&self, shards: u16) -> Settings {
+        let mut s = Settings::defaults();
+        s.amqp_url = self.amqp_url();
+        s.database_url = self.database_url();
+        s.shard_count = shards;
+        s.metrics_addr = "127.0.0.1:0".parse().expect("addr");
+        s
+    }
+
+    /// Environment variables that point the `urutan` binary here.
+    pub fn process_env(&self, shards: u16) -> Vec<(&'static str, String)> {
+        vec![
+            ("AMQP_URL", self.amqp_url().expose().to_owned()),
+            ("DATABASE_URL", self.database_url().expose().to_owned()),
+            ("SHARD_COUNT", shards.to_string()),
+            ("METRICS_ADDR", "127.0.0.1:0".to_owned()),
+            ("RUST_LOG", "info".to_owned()),
+        ]
+    }
+
+    pub async fn db(&self) -> PgPool {
+        urutan::store::prepare(&self.database_url(), 4)
+            .await
+            .expect("connect test database")
+    }
+
+    pub async fn broker(&self) -> Connection {
+        Connection::connect(self.amqp_url().expose(), ConnectionProperties::default())
+            .await
+            .expect("connect test vhost")
+    }
+
+    pub async fn publisher(&self) -> Publisher {
+        let conn = self.broker().await;
+        let channel = conn.create_channel().await.expect("channel");
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirms");
+        Publisher {
+            _conn: conn,
+            channel,
+        }
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "delete_vhost", &self.vhost])
+            .output();
+        let _ = Command::new("psql")
+            .args([
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                &format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.database),
+            ])
+            .output();
+    }
+}
+
+/// One message as a test wants to publish it; every field can break the contract.
+#[derive(Clone, Debug)]
+pub struct Msg {
+    pub message_id: Option<String>,
+    pub header: Option<AMQPValue>,
+    pub delivery_mode: Option<u8>,
+    pub body: Vec<u8>,
+}
+
+impl Msg {
+    /// A valid event for `entity` at `versi`, message id `<entity>-v<versi>`.
+    pub fn event(entity: &str, versi: i64) -> Self {
+        Self::event_with(entity, versi, &format!("{entity}-v{versi}"), "dibuat")
+    }
+
+    pub fn event_with(entity: &str, versi: i64, message_id: &str, status: &str) -> Self {
+        let body = serde_json::json!({"id": entity, "status": status, "versi": versi});
+        Self {
+            message_id: Some(message_id.to_owned()),
+            header: Some(AMQPValue::LongString(LongString::from(entity.as_bytes()))),
+            delivery_mode: Some(2),
+            body: body.to_string().into_bytes(),
+        }
+    }
+}
+
+pub struct Publisher {
+    _conn: Connection,
+    pub channel: Channel,
+}
+
+impl Publisher {
+    /// Publishes to the entry exchange and waits for the broker's confirm.
+    pub async fn send(&self, msg: &Msg) {
+        self.send_to("pesanan", "pesanan.test", msg).await;
+    }
+
+    pub async fn send_to(&self, exchange: &str, routing_key: &str, msg: &Msg) {
+        self.send_all_to(exchange, routing_key, std::slice::from_ref(msg))
+            .await;
+    }
+
+    /// Publishes `msgs` in order, pipelined, then waits for every confirm.
+    pub async fn send_all(&self, msgs: &[Msg]) {
+        self.send_all_to("pesanan", "pesanan.test", msgs).await;
+    }
+
+    pub async fn send_all_to(&self, exchange: &str, routing_key: &str, msgs: &[Msg]) {
+        let mut confirms = Vec::with_capacity(msgs.len());
+        for msg in msgs {
+            let mut props = BasicProperties::default();
+            if let Some(id) = &msg.message_id {
+                props = props.with_message_id(id.as_str().into());
+            }
+            if let Some(mode) = msg.delivery_mode {
+                props = props.with_delivery_mode(mode);
+            }
+            if let Some(header) = &msg.header {
+                let mut headers = FieldTable::default();
+                headers.insert("x-pesanan-id".into(), header.clone());
+                props = props.with_headers(headers);
+            }
+            let confirm = tokio::time::timeout(
+                Duration::from_secs(10),
+                self.channel.basic_publish(
+                    exchange.into(),
+                    routing_key.into(),
+                    BasicPublishOptions::default(),
+                    &msg.body,
+                    props,
+                ),
+            )
+            .await
+            .expect("publish timed out")
+            .expect("publish");
+            confirms.push(confirm);
+        }
+        for confirm in confirms {
+            let confirmation = tokio::time::timeout(Duration::from_secs(30), confirm)
+                .await
+                .expect("confirm timed out")
+                .expect("confirm");
+            assert!(confirmation.is_ack(), "broker nacked a publish");
+        }
+    }
+}
+
+/// Ready messages in `queue` (unacked ones are not counted).
+pub async fn queue_len(conn: &Connection, queue: &str) -> u32 {
+    let ch = conn.create_channel().await.expect("channel");
+    let q = ch
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("passive declare");
+    let _ = ch.close(200, "".into()).await;
+    q.message_count()
+}
+
+/// Takes every message out of the dead-letter queue (acking them).
+pub async fn drain_dlq(conn: &Connection) -> Vec<lapin::message::BasicGetMessage> {
+    use lapin::options::{BasicAckOptions, BasicGetOptions};
+    let ch = conn.create_channel().await.expect("channel");
+    let mut out = Vec::new();
+    while let Some(msg) = ch
+        .basic_get("pesanan.dlq".into(), BasicGetOptions::default())
+        .await
+        .expect("basic.get")
+    {
+        msg.delivery
+            .acker
+            .ack(BasicAckOptions::default())
+            .await
+            .expect("ack");
+        out.push(msg);
+    }
+    out
+}
+
+/// Drains the DLQ until `n` messages came out (bounded by `limit`), then
+/// checks for half a second that no more arrive.
+pub async fn drain_dlq_expecting(
+    conn: &Connection,
+    n: usize,
+    limit: Duration,
+) -> Vec<lapin::message::BasicGetMessage> {
+    let start = Instant::now();
+    let mut dead = Vec::new();
+    while dead.len() < n {
+        assert!(
+            start.elapsed() < limit,
+            "timed out: {} of {n} dead letters after {limit:?}",
+            dead.len()
+        );
+        dead.extend(drain_dlq(conn).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    dead.extend(drain_dlq(conn).await);
+    dead
+}
+
+/// Rows of `pesanan_riwayat` in apply order: (entity, versi, shard).
+pub async fn history(db: &PgPool) -> Vec<(String, i64, i32)> {
+    sqlx::query_as("SELECT pesanan_id, versi, shard FROM pesanan_riwayat ORDER BY seq")
+        .fetch_all(db)
+        .await
+        .expect("history")
+}
+
+pub async fn count(db: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(db).await.expect(sql)
+}
+
+/// Asserts that every entity's history is exactly `1..=n` in apply order.
+pub fn assert_gapless_in_order(history: &[(String, i64, i32)], entities: usize, n: i64) {
+    use std::collections::HashMap;
+    let mut last: HashMap<&str, i64> = HashMap::new();
+    for (entity, versi, _) in history {
+        let prev = last.entry(entity).or_insert(0);
+        assert_eq!(
+            *versi,
+            *prev + 1,
+            "entity {entity}: {versi} applied after {prev}"
+        );
+        *prev = *versi;
+    }
+    assert_eq!(last.len(), entities, "entities seen");
+    assert!(last.values().all(|v| *v == n), "every entity reaches {n}");
+}
+
+/// An in-process worker pool.
+pub struct RunningPool {
+    pub http: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<Result<(), RunError>>,
+}
+
+impl RunningPool {
+    pub async fn start(settings: Settings) -> Self {
+        Self::start_with(settings, Hooks::default()).await
+    }
+
+    pub async fn start_with(settings: Settings, hooks: Hooks) -> Self {
+        let supervisor = Supervisor::build(settings, hooks).await.expect("build");
+        let http = supervisor.http_addr();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(supervisor.run(shutdown.clone()));
+        Self {
+            http,
+            shutdown,
+            task,
+        }
+    }
+
+    pub async fn wait_ready(&self) {
+        let http = self.http;
+        wait_for("/readyz 200", Duration::from_secs(30), || async move {
+            http_get(http, "/readyz").await.0 == 200
+        })
+        .await;
+    }
+
+    /// Cancels and waits (bounded) for a clean stop.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("pool did not stop within 30 s")
+            .expect("pool task panicked")
+            .expect("pool returned an error");
+    }
+}
+
+/// A tiny HTTP/1.0 GET: (status, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let req = format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+        stream.write_all(req.as_bytes()).await.ok()?;
+        let mut buf = Vec::new();
+        stream.read_to_end(&mut buf).await.ok()?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let status = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+        Some((status, body))
+    };
+    tokio::time::timeout(Duration::from_secs(5), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or((0, String::new()))
+}
+
+/// The value of one sample line of a Prometheus scrape, summed over lines
+/// whose name and labels contain every fragment of `filter`.
+pub fn metric_sum(scrape: &str, name: &str, filter: &[&str]) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.split(['{', ' ']).next() == Some(name) && filter.iter().all(|f| l.contains(f))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -1,0 +1,10 @@
+//! Integration tests against the real RabbitMQ and PostgreSQL. Each test has
+//! its own vhost and database. Tests named `serial_*` disturb shared services
+//! (a broker restart, a database stop) and run alone (see deploy/local/test.sh).
+
+mod common;
+mod pipeline;
+mod poison;
+mod recovery;
+mod replicas;
+mod topology;
