@@ -170,7 +170,7 @@ impl fmt::Display for SecretUrl {
 }
 
 /// `30d`, `12h`, `15m`, `90s` (anything `humantime` reads); zero is refused.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. `30d`, `12h`)"))?;
     if d.is_zero() {
         return Err("must be longer than zero".into());

@@ -18,13 +18,12 @@ pub struct Health {
 }
 
 impl Health {
-    /// Ready means: database and broker up, and at least one owned shard
-    /// with every one of them consuming.
+    /// Ready means: database and broker up, and every owned shard consuming
+    /// (a relay owns no shard).
     pub fn is_ready(&self) -> bool {
         let consumers = self.consumers.lock().unwrap_or_else(|p| p.into_inner());
         self.database.load(Ordering::Relaxed)
             && self.broker.load(Ordering::Relaxed)
-            && !consumers.is_empty()
             && consumers.iter().all(|c| *c)
     }
 
@@ -79,6 +78,8 @@ mod tests {
         let h = Health::default();
         assert!(!h.is_ready());
         h.set_database(true);
+        h.broker_up(0);
+        assert!(h.is_ready(), "owning no shard (the relay)");
         h.broker_up(2);
         assert!(!h.is_ready(), "no consumer yet");
         h.set_consumer(0, true);

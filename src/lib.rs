@@ -19,12 +19,15 @@
 
 pub mod broker;
 pub mod config;
+pub mod demo;
 pub mod health;
 pub mod http;
 pub mod message;
 pub mod metrics;
+pub mod outbox;
 pub mod outcome;
 pub mod shard;
 pub mod store;
 pub mod supervisor;
 pub mod telemetry;
+pub mod verify;

@@ -7,6 +7,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 use urutan::broker::{self, Names, topology};
 use urutan::config::Settings;
+use urutan::demo::DemoOptions;
+use urutan::outbox::relay::{Relay, RelaySettings};
 use urutan::shard::Hooks;
 use urutan::supervisor::Supervisor;
 use urutan::{store, telemetry};
@@ -30,6 +32,18 @@ enum Command {
     Migrate,
     /// Declare the broker topology and exit.
     Topology,
+    /// The outbox relay: publish outbox rows with publisher confirms until SIGTERM/SIGINT.
+    Relay {
+        #[command(flatten)]
+        relay: RelaySettings,
+    },
+    /// Check the invariants (order, exactly once, newest state) from the database; exit 1 on a violation.
+    Verify,
+    /// The whole pipeline on the local services with a generated workload and a verified report.
+    Demo {
+        #[command(flatten)]
+        options: DemoOptions,
+    },
 }
 
 fn main() -> ExitCode {
@@ -94,8 +108,78 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
                 "topology declared"
             );
         }
+        Command::Relay { relay } => run_relay(settings, relay).await?,
+        Command::Verify => {
+            let pool = store::prepare(&settings.database_url, 2)
+                .await
+                .with_context(|| format!("cannot open {}", settings.database_url))?;
+            let dlq = dead_letter_depth(&settings).await;
+            let report = urutan::verify::verify(&pool, dlq).await?;
+            println!("{report}");
+            anyhow::ensure!(report.passed(), "verification failed");
+        }
+        Command::Demo { options } => {
+            let passed = urutan::demo::run(settings, options).await?;
+            anyhow::ensure!(passed, "the demo did not verify");
+        }
     }
     Ok(())
+}
+
+/// `urutan relay`: serves the HTTP endpoints and relays until a signal.
+async fn run_relay(settings: Settings, relay: RelaySettings) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let listener = tokio::net::TcpListener::bind(settings.metrics_addr)
+        .await
+        .with_context(|| format!("cannot listen on METRICS_ADDR {}", settings.metrics_addr))?;
+    info!(http = %listener.local_addr()?, "urutan relay starting");
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let health = std::sync::Arc::new(urutan::health::Health::default());
+    let http = tokio::spawn(urutan::http::serve(
+        listener,
+        urutan::metrics::install(),
+        health.clone(),
+        shutdown.clone(),
+    ));
+    // Fault injection for crash drills: die between confirm and marking sent.
+    let after_publish = std::env::var_os("URUTAN_FAULT_ABORT_AFTER_PUBLISH")
+        .map(|_| std::sync::Arc::new(abort_now) as urutan::outbox::relay::AfterPublish);
+    Relay {
+        settings,
+        relay,
+        after_publish,
+        health,
+    }
+    .run(shutdown)
+    .await;
+    let _ = http.await;
+    info!("relay stopped cleanly");
+    Ok(())
+}
+
+fn abort_now() {
+    std::process::abort()
+}
+
+/// Messages in the dead-letter queue, if the broker answers.
+async fn dead_letter_depth(settings: &Settings) -> Option<u32> {
+    use lapin::options::QueueDeclareOptions;
+    let conn = broker::connect(&settings.amqp_url, "urutan verify")
+        .await
+        .ok()?;
+    let ch = conn.create_channel().await.ok()?;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let queue = Names::new(&settings.topology_prefix).dead_letter_queue();
+    let q = ch
+        .queue_declare(queue.as_str().into(), passive, Default::default())
+        .await
+        .ok()?;
+    let _ = conn.close(200, "done".into()).await;
+    Some(q.message_count())
 }
 
 /// Cancels `shutdown` on the first SIGTERM or SIGINT.

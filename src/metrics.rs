@@ -13,6 +13,7 @@ pub const END_TO_END_LAG_SECONDS: &str = "urutan_end_to_end_lag_seconds";
 pub const BROKER_RECONNECTS_TOTAL: &str = "urutan_broker_reconnects_total";
 pub const OUTBOX_PUBLISHED_TOTAL: &str = "urutan_outbox_published_total";
 pub const OUTBOX_BACKLOG: &str = "urutan_outbox_backlog";
+pub const OUTBOX_PUBLISH_DURATION_SECONDS: &str = "urutan_outbox_publish_duration_seconds";
 
 /// Handling time of one message: sub-millisecond to tens of seconds (a held retry).
 const HANDLE_BUCKETS: &[f64] = &[
@@ -39,6 +40,12 @@ pub fn install() -> PrometheusHandle {
                     b.set_buckets_for_metric(
                         Matcher::Full(END_TO_END_LAG_SECONDS.into()),
                         LAG_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(OUTBOX_PUBLISH_DURATION_SECONDS.into()),
+                        HANDLE_BUCKETS,
                     )
                 })
                 .unwrap_or_else(|e| unreachable!("bucket lists are not empty: {e}"));
@@ -80,4 +87,9 @@ fn describe() {
         "Outbox rows published and confirmed."
     );
     describe_gauge!(OUTBOX_BACKLOG, "Outbox rows not yet sent.");
+    describe_histogram!(
+        OUTBOX_PUBLISH_DURATION_SECONDS,
+        Unit::Seconds,
+        "Publishing one wave of outbox rows until the broker confirmed it."
+    );
 }

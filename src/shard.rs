@@ -41,17 +41,32 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// A fault-injection callback, given each valid event before it is applied.
 pub type EventHook = Arc<dyn Fn(&Event) + Send + Sync>;
 
-/// Fault-injection points for tests and drills; empty in production.
+/// What an observer learns about each finished delivery.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    pub shard: u16,
+    pub outcome: Outcome,
+    pub message_id: Option<&'a str>,
+}
+
+/// An observer of outcomes (the demo's live counters and latency report).
+pub type OutcomeHook = Arc<dyn Fn(&Observed<'_>) + Send + Sync>;
+
+/// Fault-injection and observation points for tests, drills and the demo;
+/// empty in production.
 #[derive(Clone, Default)]
 pub struct Hooks {
     /// Called with each valid event just before it is applied (may panic or sleep).
     pub before_apply: Option<EventHook>,
+    /// Called once per outcome, after it is durable and before the ack.
+    pub on_outcome: Option<OutcomeHook>,
 }
 
 impl std::fmt::Debug for Hooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hooks")
             .field("before_apply", &self.before_apply.is_some())
+            .field("on_outcome", &self.on_outcome.is_some())
             .finish()
     }
 }
@@ -173,7 +188,7 @@ impl ShardWorker {
             });
             let settle = match decision {
                 Decision::Abandon => return Err(BrokerError::ChannelLost),
-                Decision::Done(outcome) => self.record(outcome),
+                Decision::Done(outcome) => self.record(outcome, &delivery),
                 Decision::Requeue(reason) => self.requeue(&delivery, reason),
             };
             if shutdown.is_cancelled() {
@@ -248,8 +263,16 @@ impl ShardWorker {
         }
     }
 
-    /// Counts and logs an outcome; returns the broker action.
-    fn record(&self, outcome: Outcome) -> Settle {
+    /// Counts, logs and reports an outcome; returns the broker action.
+    fn record(&self, outcome: Outcome, delivery: &Delivery) -> Settle {
+        if let Some(hook) = &self.hooks.on_outcome {
+            let message_id = delivery.properties.message_id().as_ref();
+            hook(&Observed {
+                shard: self.shard,
+                outcome,
+                message_id: message_id.map(|id| id.as_str()),
+            });
+        }
         let shard = self.shard.to_string();
         metrics::counter!(m::MESSAGES_TOTAL, "shard" => shard.clone(), "outcome" => outcome.label())
             .increment(1);
@@ -271,7 +294,7 @@ impl ShardWorker {
             .increment(1);
         let returns = delivery::previous_deliveries(delivery) + 1;
         if returns > u64::from(self.delivery_limit) {
-            self.record(Outcome::DeadLettered(Rejection::DeliveryLimit));
+            self.record(Outcome::DeadLettered(Rejection::DeliveryLimit), delivery);
         }
         Settle::Requeue
     }

@@ -5,9 +5,11 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
-/// Without `RUST_LOG`: info, minus lapin's own channel-closed errors (the
-/// topology probe closes a channel on purpose; real failures are logged by us).
-const DEFAULT_FILTER: &str = "info,lapin::channel=off";
+/// Without `RUST_LOG`: info, minus two lapin logs: channel-closed errors
+/// (the topology probe closes a channel on purpose; real failures are logged
+/// by us) and returned messages (they print the payload; the relay logs the
+/// outbox id instead).
+const DEFAULT_FILTER: &str = "info,lapin::channel=off,lapin::returned_messages=off";
 
 /// Installs the global subscriber (once; later calls are ignored).
 pub fn init(format: LogFormat) {

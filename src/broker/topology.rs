@@ -218,7 +218,7 @@ pub async fn declare(
 
 /// Number of consecutive shard queues `000, 001, ...` on the broker. The
 /// first missing one closes the probing channel, which ends the count.
-async fn count_existing_shards(conn: &Connection, names: &Names) -> Result<u16, BrokerError> {
+pub async fn count_existing_shards(conn: &Connection, names: &Names) -> Result<u16, BrokerError> {
     let ch = call("channel.open", conn.create_channel()).await?;
     let passive = QueueDeclareOptions {
         passive: true,
@@ -235,6 +235,30 @@ async fn count_existing_shards(conn: &Connection, names: &Names) -> Result<u16, 
     }
     let _ = ch.close(200, "probe done".into()).await;
     Ok(1000)
+}
+
+/// Deletes every object of the topology named by `names` (messages
+/// included). Only for throwaway topologies such as the demo's.
+pub async fn delete_all(conn: &Connection, names: &Names) -> Result<(), BrokerError> {
+    use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
+    let shards = count_existing_shards(conn, names).await?;
+    let ch = call("channel.open", conn.create_channel()).await?;
+    let mut queues: Vec<String> = (0..shards).map(|i| names.shard_queue(i)).collect();
+    queues.push(names.dead_letter_queue());
+    for queue in queues {
+        let delete = ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default());
+        call("queue.delete", delete).await?;
+    }
+    for exchange in [
+        names.hash_exchange(),
+        names.entry_exchange(),
+        names.dead_letter_exchange(),
+    ] {
+        let delete = ch.exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default());
+        call("exchange.delete", delete).await?;
+    }
+    let _ = ch.close(200, "deleted".into()).await;
+    Ok(())
 }
 
 fn quorum_args() -> FieldTable {

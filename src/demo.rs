@@ -1,0 +1,544 @@
+//! `urutan demo`: the whole pipeline on the local services. Orders move
+//! through their statuses via the transactional outbox; the relay publishes
+//! them; the worker pool applies them; duplicates, stale events and poison
+//! messages are injected straight into the exchange; a live progress bar
+//! shows the outcomes; a report and `verify` close it.
+//!
+//! The demo owns a throwaway topology (`<prefix>-demo`) and database
+//! (`<database>_demo`), both reset at start, so it never touches real data.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Channel};
+use rand::seq::IndexedRandom;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{self, Names, call, topology};
+use crate::config::Settings;
+use crate::outbox::relay::{Relay, RelaySettings};
+use crate::outbox::{self, NewEvent};
+use crate::outcome::Outcome;
+use crate::shard::{Hooks, Observed};
+use crate::supervisor::Supervisor;
+use crate::{store, verify};
+
+/// The demo's knobs.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoOptions {
+    /// Orders to create; each moves through 2-5 statuses.
+    #[arg(long, default_value_t = 2_000)]
+    pub orders: usize,
+    /// Cap on events written to the outbox per second (0: as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u32,
+    /// Stop writing new events after this long (orders keep their last status).
+    #[arg(long, value_parser = crate::config::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Copies of already-published messages to inject (same message id).
+    #[arg(long, default_value_t = 100)]
+    pub duplicates: usize,
+    /// Old versions to inject under new message ids.
+    #[arg(long, default_value_t = 100)]
+    pub stale: usize,
+    /// Malformed messages to inject (they must end in the dead-letter queue).
+    #[arg(long, default_value_t = 6)]
+    pub poison: usize,
+    /// Give up waiting for the pipeline to drain after this long.
+    #[arg(long, default_value = "5m", value_parser = crate::config::parse_duration)]
+    pub timeout: Duration,
+}
+
+/// Status paths an order can take.
+const PATHS: &[(&[&str], u32)] = &[
+    (
+        &["dibuat", "menunggu_bayar", "dibayar", "dikirim", "selesai"],
+        75,
+    ),
+    (&["dibuat", "menunggu_bayar", "dibayar", "dibatalkan"], 10),
+    (&["dibuat", "menunggu_bayar", "dibatalkan"], 10),
+    (&["dibuat", "dibatalkan"], 5),
+];
+const CITIES: &[&str] = &[
+    "jakarta", "bandung", "surabaya", "medan", "makassar", "denpasar",
+];
+
+/// Live counters fed by the worker pool's outcome hook.
+#[derive(Default)]
+struct Stats {
+    applied: AtomicU64,
+    stale: AtomicU64,
+    duplicate: AtomicU64,
+    dead: AtomicU64,
+    per_shard: Mutex<HashMap<u16, u64>>,
+    /// Outbox id → when it was written, and the measured publish-to-commit latencies.
+    written: Mutex<HashMap<String, Instant>>,
+    latencies: Mutex<Vec<Duration>>,
+    dead_letters: Mutex<Vec<(String, &'static str)>>,
+}
+
+impl Stats {
+    fn observe(&self, o: &Observed<'_>) {
+        let counter = match o.outcome {
+            Outcome::Applied => &self.applied,
+            Outcome::Stale => &self.stale,
+            Outcome::Duplicate => &self.duplicate,
+            Outcome::DeadLettered(rejection) => {
+                let id = o.message_id.unwrap_or("(no message id)").to_owned();
+                lock(&self.dead_letters).push((id, rejection.reason()));
+                &self.dead
+            }
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        *lock(&self.per_shard).entry(o.shard).or_default() += 1;
+        if matches!(o.outcome, Outcome::Applied | Outcome::Stale)
+            && let Some(at) = o.message_id.and_then(|id| lock(&self.written).remove(id))
+        {
+            lock(&self.latencies).push(at.elapsed());
+        }
+    }
+
+    fn total(&self) -> u64 {
+        [&self.applied, &self.stale, &self.duplicate, &self.dead]
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "applied {} · stale {} · duplicate {} · dead-lettered {}",
+            self.applied.load(Ordering::Relaxed),
+            self.stale.load(Ordering::Relaxed),
+            self.duplicate.load(Ordering::Relaxed),
+            self.dead.load(Ordering::Relaxed)
+        )
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs the demo; `Ok(true)` if the pipeline drained and verification passed.
+pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result<bool> {
+    use anyhow::Context;
+    settings.topology_prefix = format!("{}-demo", settings.topology_prefix);
+    let db_name = settings
+        .database_url
+        .parsed()
+        .path()
+        .trim_start_matches('/')
+        .to_owned();
+    let demo_db = format!(
+        "{}_demo",
+        if db_name.is_empty() {
+            "urutan"
+        } else {
+            &db_name
+        }
+    );
+    settings.database_url = settings.database_url.with(|u| u.set_path(&demo_db));
+    let names = Names::new(&settings.topology_prefix);
+
+    println!(
+        "urutan demo: {} shards, prefetch {}, topology `{}`, database `{demo_db}`",
+        settings.shard_count, settings.prefetch, settings.topology_prefix
+    );
+    reset(&settings, &names, &demo_db)
+        .await
+        .context("resetting the demo topology and database")?;
+    let db = store::prepare(&settings.database_url, 4)
+        .await
+        .context("preparing the demo database")?;
+
+    let stats = Arc::new(Stats::default());
+    let observer = stats.clone();
+    let hooks = Hooks {
+        on_outcome: Some(Arc::new(move |o: &Observed<'_>| observer.observe(o))),
+        ..Hooks::default()
+    };
+    let shutdown = CancellationToken::new();
+    let supervisor = Supervisor::build(settings.clone(), hooks)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.metrics_addr))?;
+    println!("metrics on http://{}/metrics", supervisor.http_addr());
+    let pool_task = tokio::spawn(supervisor.run(shutdown.clone()));
+    let relay = Relay {
+        settings: settings.clone(),
+        relay: RelaySettings::default(),
+        after_publish: None,
+        health: Default::default(),
+    };
+    let relay_task = tokio::spawn(relay.run(shutdown.clone()));
+
+    let started = Instant::now();
+    let events = generate(&db, &stats, &options, &names).await?;
+    let injected = inject(&settings, &names, &db, &options).await?;
+    let expected = events + injected.total();
+    let drained = watch(&stats, expected, options.timeout).await;
+    let elapsed = started.elapsed();
+
+    shutdown.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(30), pool_task).await;
+    let _ = tokio::time::timeout(Duration::from_secs(30), relay_task).await;
+
+    let dlq = dead_letter_depth(&settings, &names).await.ok();
+    let report = verify::verify(&db, dlq).await?;
+    print_report(&stats, events, &injected, elapsed, &settings);
+    println!("{report}");
+    let dlq_ok = dlq == Some(injected.poison as u32);
+    if !dlq_ok {
+        println!(
+            "dead-letter queue: expected exactly {} poison message(s), found {dlq:?}",
+            injected.poison
+        );
+    }
+    if !drained {
+        println!("the pipeline did not drain within {:?}", options.timeout);
+    }
+    db.close().await;
+    Ok(drained && dlq_ok && report.passed())
+}
+
+/// Drops the demo database and topology so every run starts empty.
+async fn reset(settings: &Settings, names: &Names, demo_db: &str) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let admin_url = settings.database_url.with(|u| u.set_path("/postgres"));
+    let mut admin = sqlx::PgConnection::connect(admin_url.expose()).await?;
+    let drop = format!("DROP DATABASE IF EXISTS \"{demo_db}\" WITH (FORCE)");
+    sqlx::query(sqlx::AssertSqlSafe(drop))
+        .execute(&mut admin)
+        .await?;
+    admin.close().await?;
+    let conn = broker::connect(&settings.amqp_url, "urutan demo").await?;
+    topology::delete_all(&conn, names).await?;
+    let _ = conn.close(200, "reset".into()).await;
+    Ok(())
+}
+
+/// Writes the orders' events through the outbox, interleaved, each producer
+/// transaction holding a few events. Returns how many were written.
+async fn generate(
+    db: &PgPool,
+    stats: &Stats,
+    options: &DemoOptions,
+    names: &Names,
+) -> anyhow::Result<u64> {
+    let weights: u32 = PATHS.iter().map(|p| p.1).sum();
+    let mut orders: Vec<(String, &[&str], usize, &str)> = (0..options.orders)
+        .map(|i| {
+            let mut pick = rand::random_range(0..weights);
+            let path = PATHS
+                .iter()
+                .find(|(_, w)| {
+                    let hit = pick < *w;
+                    pick = pick.saturating_sub(*w);
+                    hit
+                })
+                .map_or(PATHS[0].0, |p| p.0);
+            let city = CITIES
+                .choose(&mut rand::rng())
+                .copied()
+                .unwrap_or("jakarta");
+            (format!("PSN-{i:06}"), path, 0, city)
+        })
+        .collect();
+    let started = Instant::now();
+    let mut written = 0u64;
+    while !orders.is_empty() {
+        if options.duration.is_some_and(|d| started.elapsed() > d) {
+            break;
+        }
+        let mut tx = db.begin().await?;
+        for _ in 0..20 {
+            if orders.is_empty() {
+                break;
+            }
+            let i = rand::random_range(0..orders.len());
+            let (id, path, step, city) = &mut orders[i];
+            let status = path[*step];
+            let data =
+                serde_json::json!({"kota": city, "total": rand::random_range(10_000..5_000_000)});
+            let routing_key = format!("{}.{city}.{status}", names.entry_exchange());
+            let outbox_id = outbox::enqueue(
+                &mut tx,
+                &NewEvent {
+                    agregat_id: id,
+                    status,
+                    versi: *step as i64 + 1,
+                    data: Some(&data),
+                    routing_key: &routing_key,
+                },
+            )
+            .await?;
+            lock(&stats.written).insert(outbox_id.to_string(), Instant::now());
+            written += 1;
+            *step += 1;
+            if *step == path.len() {
+                orders.swap_remove(i);
+            }
+        }
+        tx.commit().await?;
+        if options.rate > 0 {
+            let due = Duration::from_secs_f64(written as f64 / f64::from(options.rate));
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+    Ok(written)
+}
+
+/// What the injector put straight into the exchange.
+struct Injected {
+    duplicates: usize,
+    stale: usize,
+    poison: usize,
+}
+
+impl Injected {
+    fn total(&self) -> u64 {
+        (self.duplicates + self.stale + self.poison) as u64
+    }
+}
+
+/// Publishes duplicates of sent rows, stale versions and poison messages.
+/// Duplicates and stale copies are taken from rows the relay has already
+/// confirmed, so the original is ahead of the copy in its shard queue.
+async fn inject(
+    settings: &Settings,
+    names: &Names,
+    db: &PgPool,
+    options: &DemoOptions,
+) -> anyhow::Result<Injected> {
+    let wanted = options.duplicates.max(options.stale) as i64;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let rows: Vec<(i64, String, String, i64)> = loop {
+        let rows = sqlx::query_as(
+            "SELECT id, agregat_id, payload::text, (payload->>'versi')::bigint FROM outbox
+             WHERE dikirim_pada IS NOT NULL ORDER BY random() LIMIT $1",
+        )
+        .bind(wanted)
+        .fetch_all(db)
+        .await?;
+        if rows.len() as i64 >= wanted || Instant::now() > deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let conn = broker::connect(&settings.amqp_url, "urutan demo injector").await?;
+    let ch = call("channel.open", conn.create_channel()).await?;
+    call(
+        "confirm.select",
+        ch.confirm_select(ConfirmSelectOptions::default()),
+    )
+    .await?;
+    let exchange = names.entry_exchange();
+    let key = format!("{}.injected", names.entry_exchange());
+    let mut duplicates = 0;
+    for (id, entity, payload, _) in rows.iter().take(options.duplicates) {
+        send(
+            &ch,
+            &exchange,
+            &key,
+            Some(&id.to_string()),
+            Some(text(entity)),
+            payload.as_bytes(),
+        )
+        .await?;
+        duplicates += 1;
+    }
+    let mut stale = 0;
+    for (n, (_, entity, _, versi)) in rows
+        .iter()
+        .filter(|r| r.3 >= 2)
+        .take(options.stale)
+        .enumerate()
+    {
+        let body = serde_json::json!({"id": entity, "status": "basi", "versi": versi - 1});
+        let id = format!("stale-{n}");
+        send(
+            &ch,
+            &exchange,
+            &key,
+            Some(&id),
+            Some(text(entity)),
+            body.to_string().as_bytes(),
+        )
+        .await?;
+        stale += 1;
+    }
+    for n in 0..options.poison {
+        let id = format!("poison-{n}");
+        let good = br#"{"id":"PSN-X","status":"dibuat","versi":1}"#;
+        match n % 4 {
+            0 => {
+                send(
+                    &ch,
+                    &exchange,
+                    &key,
+                    Some(&id),
+                    Some(text("PSN-X")),
+                    b"{not json",
+                )
+                .await?
+            }
+            1 => {
+                send(
+                    &ch,
+                    &exchange,
+                    &key,
+                    Some(&id),
+                    Some(AMQPValue::LongLongInt(42)),
+                    good,
+                )
+                .await?
+            }
+            2 => send(&ch, &exchange, &key, Some(&id), Some(text("PSN-Y")), good).await?,
+            _ => send(&ch, &exchange, &key, None, Some(text("PSN-X")), good).await?,
+        }
+    }
+    let _ = conn.close(200, "injected".into()).await;
+    Ok(Injected {
+        duplicates,
+        stale,
+        poison: options.poison,
+    })
+}
+
+fn text(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s.as_bytes()))
+}
+
+async fn send(
+    ch: &Channel,
+    exchange: &str,
+    key: &str,
+    message_id: Option<&str>,
+    entity: Option<AMQPValue>,
+    body: &[u8],
+) -> anyhow::Result<()> {
+    let mut props = BasicProperties::default().with_delivery_mode(2);
+    if let Some(id) = message_id {
+        props = props.with_message_id(id.into());
+    }
+    if let Some(entity) = entity {
+        let mut headers = FieldTable::default();
+        headers.insert(broker::delivery::ENTITY_HEADER.into(), entity);
+        props = props.with_headers(headers);
+    }
+    let confirm = call(
+        "basic.publish",
+        ch.basic_publish(
+            exchange.into(),
+            key.into(),
+            BasicPublishOptions::default(),
+            body,
+            props,
+        ),
+    )
+    .await?;
+    anyhow::ensure!(
+        call("confirm", confirm).await?.is_ack(),
+        "the broker refused an injected message"
+    );
+    Ok(())
+}
+
+/// Shows the progress bar until `expected` outcomes were seen or `timeout`.
+async fn watch(stats: &Stats, expected: u64, timeout: Duration) -> bool {
+    let bar = ProgressBar::new(expected);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {per_sec} · {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let started = Instant::now();
+    loop {
+        let done = stats.total();
+        bar.set_position(done);
+        bar.set_message(stats.line());
+        if done >= expected {
+            bar.finish();
+            return true;
+        }
+        if started.elapsed() > timeout {
+            bar.abandon();
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn dead_letter_depth(settings: &Settings, names: &Names) -> anyhow::Result<u32> {
+    use lapin::options::QueueDeclareOptions;
+    let conn = broker::connect(&settings.amqp_url, "urutan demo report").await?;
+    let ch = call("channel.open", conn.create_channel()).await?;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let q = call(
+        "queue.declare",
+        ch.queue_declare(
+            names.dead_letter_queue().as_str().into(),
+            passive,
+            FieldTable::default(),
+        ),
+    )
+    .await?;
+    let _ = conn.close(200, "report".into()).await;
+    Ok(q.message_count())
+}
+
+fn print_report(
+    stats: &Stats,
+    events: u64,
+    injected: &Injected,
+    elapsed: Duration,
+    settings: &Settings,
+) {
+    let total = stats.total();
+    println!("\n== urutan demo report ==");
+    println!(
+        "written through the outbox: {events} events; injected: {} duplicates, {} stale, {} poison",
+        injected.duplicates, injected.stale, injected.poison
+    );
+    println!("outcomes: {}", stats.line());
+    println!(
+        "throughput: {total} deliveries in {:.1} s = {:.0} msg/s (SHARD_COUNT={}, PREFETCH={})",
+        elapsed.as_secs_f64(),
+        total as f64 / elapsed.as_secs_f64().max(1e-9),
+        settings.shard_count,
+        settings.prefetch
+    );
+    let per_shard = lock(&stats.per_shard);
+    let mut shards: Vec<_> = per_shard.iter().collect();
+    shards.sort();
+    let line: Vec<String> = shards.iter().map(|(s, n)| format!("{s:03}: {n}")).collect();
+    println!("per shard: {}", line.join(", "));
+    let mut lat = lock(&stats.latencies).clone();
+    lat.sort();
+    if !lat.is_empty() {
+        let pct = |p: f64| lat[((lat.len() - 1) as f64 * p) as usize].as_secs_f64() * 1000.0;
+        println!(
+            "outbox write → commit latency: p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            pct(0.5),
+            pct(0.9),
+            pct(0.99),
+            pct(1.0)
+        );
+    }
+    let dead = lock(&stats.dead_letters);
+    println!("dead-lettered ({}):", dead.len());
+    for (id, reason) in dead.iter() {
+        println!("  {id}: {reason}");
+    }
+}

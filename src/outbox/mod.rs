@@ -1,0 +1,124 @@
+//! The transactional outbox: producers write their business change and the
+//! event in ONE transaction ([`enqueue`]); `urutan relay` ([`relay`]) moves
+//! the rows to the broker with publisher confirms, in order per aggregate.
+
+pub mod relay;
+
+use serde_json::Value;
+use sqlx::PgConnection;
+
+/// Channel the relay LISTENs on; [`enqueue`] notifies it (delivered at commit).
+pub const NOTIFY_CHANNEL: &str = "urutan_outbox";
+
+/// An event about one order, as a producer states it.
+#[derive(Debug, Clone)]
+pub struct NewEvent<'a> {
+    /// The order id: the body's `id` and the `x-pesanan-id` header.
+    pub agregat_id: &'a str,
+    /// The order's status at this version (1-64 characters).
+    pub status: &'a str,
+    /// The version, increasing per order (>= 1).
+    pub versi: i64,
+    /// Optional extra state, any JSON.
+    pub data: Option<&'a Value>,
+    /// Routing key on the `pesanan` exchange, e.g. `pesanan.jakarta.dibuat`.
+    pub routing_key: &'a str,
+}
+
+/// Why an event cannot be enqueued.
+#[derive(Debug, thiserror::Error)]
+pub enum EnqueueError {
+    #[error("invalid event: {0}")]
+    Invalid(&'static str),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Inserts `event` into the outbox inside the caller's transaction and
+/// returns its outbox id (which becomes the message id). Nothing is sent
+/// until the caller commits; a rollback discards the event with the change.
+///
+/// ```no_run
+/// # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use urutan::outbox::{enqueue, NewEvent};
+/// let mut tx = pool.begin().await?;
+/// // ... the producer's own business writes on `tx` ...
+/// enqueue(&mut tx, &NewEvent {
+///     agregat_id: "P-1001", status: "dibayar", versi: 3, data: None,
+///     routing_key: "pesanan.jakarta.dibayar",
+/// }).await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+pub async fn enqueue(conn: &mut PgConnection, event: &NewEvent<'_>) -> Result<i64, EnqueueError> {
+    validate(event)?;
+    let payload = serde_json::json!({
+        "id": event.agregat_id,
+        "status": event.status,
+        "versi": event.versi,
+        "data": event.data,
+    });
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', $1, $2, $3) RETURNING id",
+    )
+    .bind(event.agregat_id)
+    .bind(event.routing_key)
+    .bind(sqlx::types::Json(&payload))
+    .fetch_one(&mut *conn)
+    .await?;
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(NOTIFY_CHANNEL)
+        .execute(&mut *conn)
+        .await?;
+    Ok(id)
+}
+
+/// The contract rules a producer can break (contract section 2), checked
+/// before the row exists so a bad event never reaches the broker.
+fn validate(event: &NewEvent<'_>) -> Result<(), EnqueueError> {
+    let id_len = event.agregat_id.len();
+    if id_len == 0 || id_len > 128 || event.agregat_id.contains('\0') {
+        return Err(EnqueueError::Invalid(
+            "agregat_id must be 1-128 bytes without NUL",
+        ));
+    }
+    let status_len = event.status.chars().count();
+    if !(1..=64).contains(&status_len) || event.status.contains('\0') {
+        return Err(EnqueueError::Invalid(
+            "status must be 1-64 characters without NUL",
+        ));
+    }
+    if event.versi < 1 {
+        return Err(EnqueueError::Invalid("versi must be >= 1"));
+    }
+    if event.routing_key.is_empty() || event.routing_key.len() > 255 {
+        return Err(EnqueueError::Invalid("routing_key must be 1-255 bytes"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(id: &str, status: &str, versi: i64) -> NewEvent<'static> {
+        NewEvent {
+            agregat_id: Box::leak(id.to_owned().into_boxed_str()),
+            status: Box::leak(status.to_owned().into_boxed_str()),
+            versi,
+            data: None,
+            routing_key: "pesanan.x",
+        }
+    }
+
+    #[test]
+    fn producer_side_validation() {
+        assert!(validate(&event("P", "dibuat", 1)).is_ok());
+        assert!(validate(&event("", "dibuat", 1)).is_err());
+        assert!(validate(&event(&"x".repeat(129), "dibuat", 1)).is_err());
+        assert!(validate(&event("P", "", 1)).is_err());
+        assert!(validate(&event("P", &"s".repeat(65), 1)).is_err());
+        assert!(validate(&event("P", "dibuat", 0)).is_err());
+    }
+}
