@@ -318,21 +318,8 @@ async fn inject(
     db: &PgPool,
     options: &DemoOptions,
 ) -> anyhow::Result<Injected> {
-    let wanted = options.duplicates.max(options.stale) as i64;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let rows: Vec<(i64, String, String, i64)> = loop {
-        let rows = sqlx::query_as(
-            "SELECT id, agregat_id, payload::text, (payload->>'versi')::bigint FROM outbox
-             WHERE dikirim_pada IS NOT NULL ORDER BY random() LIMIT $1",
-        )
-        .bind(wanted)
-        .fetch_all(db)
-        .await?;
-        if rows.len() as i64 >= wanted || Instant::now() > deadline {
-            break rows;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let dup_rows = sent_rows(db, options.duplicates, 1).await?;
+    let stale_rows = sent_rows(db, options.stale, 2).await?;
     let conn = broker::connect(&settings.amqp_url, "urutan demo injector").await?;
     let ch = call("channel.open", conn.create_channel()).await?;
     call(
@@ -343,7 +330,7 @@ async fn inject(
     let exchange = names.entry_exchange();
     let key = format!("{}.injected", names.entry_exchange());
     let mut duplicates = 0;
-    for (id, entity, payload, _) in rows.iter().take(options.duplicates) {
+    for (id, entity, payload, _) in &dup_rows {
         send(
             &ch,
             &exchange,
@@ -356,12 +343,7 @@ async fn inject(
         duplicates += 1;
     }
     let mut stale = 0;
-    for (n, (_, entity, _, versi)) in rows
-        .iter()
-        .filter(|r| r.3 >= 2)
-        .take(options.stale)
-        .enumerate()
-    {
+    for (n, (_, entity, _, versi)) in stale_rows.iter().enumerate() {
         let body = serde_json::json!({"id": entity, "status": "basi", "versi": versi - 1});
         let id = format!("stale-{n}");
         send(
@@ -411,6 +393,31 @@ async fn inject(
         stale,
         poison: options.poison,
     })
+}
+
+/// Up to `n` random outbox rows the relay has confirmed, with `versi >=
+/// min_versi` (waiting up to a minute for enough of them to be sent).
+async fn sent_rows(
+    db: &PgPool,
+    n: usize,
+    min_versi: i64,
+) -> anyhow::Result<Vec<(i64, String, String, i64)>> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+            "SELECT id, agregat_id, payload::text, (payload->>'versi')::bigint FROM outbox
+             WHERE dikirim_pada IS NOT NULL AND (payload->>'versi')::bigint >= $2
+             ORDER BY random() LIMIT $1",
+        )
+        .bind(n as i64)
+        .bind(min_versi)
+        .fetch_all(db)
+        .await?;
+        if rows.len() >= n || Instant::now() > deadline {
+            return Ok(rows);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 fn text(s: &str) -> AMQPValue {

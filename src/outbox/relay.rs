@@ -32,6 +32,7 @@ use tracing::{info, warn};
 use super::NOTIFY_CHANNEL;
 use crate::broker::{self, BrokerError, Names, call, delivery::ENTITY_HEADER};
 use crate::config::{SecretUrl, Settings};
+use crate::handoff;
 use crate::health::Health;
 use crate::metrics as m;
 
@@ -73,6 +74,10 @@ pub enum RelayError {
     Database(#[from] sqlx::Error),
     #[error("broker: {0}")]
     Broker(#[from] BrokerError),
+    #[error("cannot open an epoch: {0}")]
+    Epoch(#[from] handoff::EpochError),
+    #[error("the broker connection was lost")]
+    ConnectionLost,
 }
 
 /// One outbox row on its way out.
@@ -97,14 +102,14 @@ pub struct Relay {
 impl Relay {
     /// Relays until `shutdown`; the batch in progress is finished first.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(200))
-            .with_max_delay(Duration::from_secs(10))
-            .with_jitter()
-            .without_max_times()
-            .build();
+        let mut backoff = fresh_backoff();
         while !shutdown.is_cancelled() {
+            let started = Instant::now();
             let result = self.session(&shutdown).await;
+            if started.elapsed() > Duration::from_secs(60) {
+                // A long healthy session: the next failure starts from a short delay.
+                backoff = fresh_backoff();
+            }
             self.health.broker_down();
             match result {
                 Ok(()) => return,
@@ -131,6 +136,10 @@ impl Relay {
         }
         info!("active relay (holding the outbox lock)");
         let conn = broker::connect(&self.settings.amqp_url, "urutan relay").await?;
+        // A broker restart may have changed the ring: mark every shard
+        // before publishing anything routed by it (see `handoff`).
+        let names = Names::new(&self.settings.topology_prefix);
+        handoff::open_epoch(&mut db, &conn, &names, "relay connected").await?;
         let channel = call("channel.open", conn.create_channel()).await?;
         call(
             "confirm.select",
@@ -139,11 +148,15 @@ impl Relay {
         .await?;
         self.health.broker_up(0);
         let mut listener = listen(url).await?;
-        let names = Names::new(&self.settings.topology_prefix);
         let (mut last_purge, mut last_backlog) = (None::<Instant>, None::<Instant>);
         let result = loop {
             if shutdown.is_cancelled() {
                 break Ok(());
+            }
+            // Idle, nothing else would notice a lost connection (and /readyz
+            // must say so); the wait below wakes at least every second.
+            if !conn.status().connected() || !channel.status().connected() {
+                break Err(RelayError::ConnectionLost);
             }
             if last_purge.is_none_or(|t| t.elapsed() > PURGE_EVERY) {
                 purge_sent(&mut db, self.relay.outbox_retention).await?;
@@ -236,6 +249,15 @@ impl Relay {
         }
         Ok(Some(confirmed.len()))
     }
+}
+
+fn fresh_backoff() -> backon::ExponentialBackoff {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times()
+        .build()
 }
 
 /// Splits rows (in id order) into waves with at most one row per aggregate:
