@@ -20,6 +20,7 @@
 pub mod broker;
 pub mod config;
 pub mod demo;
+pub mod handoff;
 pub mod health;
 pub mod http;
 pub mod message;

@@ -13,6 +13,11 @@ pub const END_TO_END_LAG_SECONDS: &str = "urutan_end_to_end_lag_seconds";
 pub const BROKER_RECONNECTS_TOTAL: &str = "urutan_broker_reconnects_total";
 pub const OUTBOX_PUBLISHED_TOTAL: &str = "urutan_outbox_published_total";
 pub const OUTBOX_BACKLOG: &str = "urutan_outbox_backlog";
+pub const HANDOFFS_TOTAL: &str = "urutan_handoffs_total";
+pub const PARKED_MESSAGES: &str = "urutan_parked_messages";
+pub const PARKED_TOTAL: &str = "urutan_parked_total";
+pub const HANDOFF_DURATION_SECONDS: &str = "urutan_handoff_duration_seconds";
+pub const EPOCHS_TOTAL: &str = "urutan_epochs_total";
 pub const OUTBOX_PUBLISH_DURATION_SECONDS: &str = "urutan_outbox_publish_duration_seconds";
 
 /// Handling time of one message: sub-millisecond to tens of seconds (a held retry).
@@ -46,6 +51,12 @@ pub fn install() -> PrometheusHandle {
                     b.set_buckets_for_metric(
                         Matcher::Full(OUTBOX_PUBLISH_DURATION_SECONDS.into()),
                         HANDLE_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(HANDOFF_DURATION_SECONDS.into()),
+                        LAG_BUCKETS,
                     )
                 })
                 .unwrap_or_else(|e| unreachable!("bucket lists are not empty: {e}"));

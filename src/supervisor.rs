@@ -16,6 +16,7 @@ use tracing::{error, info, warn};
 
 use crate::broker::{self, Names, ShardPlan, TopologyError, topology};
 use crate::config::Settings;
+use crate::handoff::{self, EpochError};
 use crate::health::{self, Health};
 use crate::metrics as m;
 use crate::shard::{Hooks, ShardWorker};
@@ -135,12 +136,18 @@ async fn consume_until_shutdown(
                 settings.allow_shrink,
             )
             .await;
-            match plan {
-                Ok(plan) => Ok(Ok((conn, plan))),
-                Err(TopologyError::Broker(e)) => Err(e),
+            let plan = match plan {
+                Ok(plan) => plan,
+                Err(TopologyError::Broker(e)) => return Err(EpochError::Broker(e)),
                 // Not fixed by retrying: stop with the clear message.
-                Err(fatal) => Ok(Err(fatal)),
-            }
+                Err(fatal) => return Ok(Err(fatal)),
+            };
+            // The ring may have changed while we were away: put a marker
+            // into every shard before consuming (see `handoff`).
+            let mut db = pool.acquire().await?;
+            handoff::register_shards(&mut db, plan.consumed).await?;
+            handoff::open_epoch(&mut db, &conn, &names, "worker pool connected").await?;
+            Ok(Ok((conn, plan)))
         })
         .await;
         let Some(connected) = connected else {

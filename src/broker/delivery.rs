@@ -67,3 +67,20 @@ fn type_name(t: AMQPType) -> &'static str {
         AMQPType::Void => "void",
     }
 }
+
+/// The epoch of an epoch marker (see [`crate::handoff`]), or `None` for a
+/// normal message.
+pub fn epoch_marker(delivery: &Delivery) -> Option<i64> {
+    let value = delivery
+        .properties
+        .headers()
+        .as_ref()?
+        .inner()
+        .get(crate::handoff::MARKER_HEADER)?;
+    match value {
+        AMQPValue::LongLongInt(n) => Some(*n),
+        AMQPValue::LongInt(n) => Some(i64::from(*n)),
+        AMQPValue::LongUInt(n) => Some(i64::from(*n)),
+        _ => None,
+    }
+}

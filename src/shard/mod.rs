@@ -10,13 +10,20 @@
 //!   jittered backoff) so nothing behind it overtakes it;
 //! - on shutdown the in-flight message is finished and acked, and the
 //!   consumer is cancelled *before* that ack, so no further delivery is
-//!   pushed to this worker while a standby takes over.
+//!   pushed to this worker while a standby takes over;
+//! - epoch markers move the shard's position (see [`crate::handoff`]); a
+//!   message whose entity is being handed over is parked, and the worker
+//!   releases its parked messages as soon as they may go.
+
+mod hooks;
+mod steps;
+
+pub use hooks::{EventHook, Hooks, Observed, OutcomeHook};
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
@@ -28,48 +35,19 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, field, info_span, warn};
 
-use crate::broker::{BrokerError, call, delivery};
+use crate::broker::{BrokerError, call};
+use crate::handoff;
 use crate::health::Health;
-use crate::message::{self, Event, Rejection};
+
 use crate::metrics as m;
 use crate::outcome::{Outcome, Settle};
-use crate::store::{self, StoreError};
 
 /// How long a held message may keep retrying after shutdown was requested.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
-/// A fault-injection callback, given each valid event before it is applied.
-pub type EventHook = Arc<dyn Fn(&Event) + Send + Sync>;
-
-/// What an observer learns about each finished delivery.
-#[derive(Debug, Clone, Copy)]
-pub struct Observed<'a> {
-    pub shard: u16,
-    pub outcome: Outcome,
-    pub message_id: Option<&'a str>,
-}
-
-/// An observer of outcomes (the demo's live counters and latency report).
-pub type OutcomeHook = Arc<dyn Fn(&Observed<'_>) + Send + Sync>;
-
-/// Fault-injection and observation points for tests, drills and the demo;
-/// empty in production.
-#[derive(Clone, Default)]
-pub struct Hooks {
-    /// Called with each valid event just before it is applied (may panic or sleep).
-    pub before_apply: Option<EventHook>,
-    /// Called once per outcome, after it is durable and before the ack.
-    pub on_outcome: Option<OutcomeHook>,
-}
-
-impl std::fmt::Debug for Hooks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hooks")
-            .field("before_apply", &self.before_apply.is_some())
-            .field("on_outcome", &self.on_outcome.is_some())
-            .finish()
-    }
-}
+/// At shutdown, how long to wait for a delivery the broker may already have
+/// sent (after an ack, the next message is on its way within a millisecond).
+const SHUTDOWN_LINGER: Duration = Duration::from_millis(250);
 
 /// Everything one shard worker needs.
 #[derive(Clone)]
@@ -84,10 +62,20 @@ pub struct ShardWorker {
     pub hooks: Hooks,
 }
 
+/// A processed delivery whose broker action is not sent yet.
+struct InHand {
+    delivery: Delivery,
+    settle: Settle,
+    received: Instant,
+}
+
 /// What handling one delivery decided.
 enum Decision {
     /// Durable (or refused by contract): settle as the outcome says.
     Done(Outcome),
+    /// Recorded and parked (its outcome comes at release), or an epoch
+    /// marker passed: ack, and look for parked messages to release.
+    Ack,
     /// The handler failed on this message: reject with requeue.
     Requeue(&'static str),
     /// The channel died while the message was held: say nothing, it comes back.
@@ -139,38 +127,87 @@ impl ShardWorker {
         )
         .await?;
         self.health.set_consumer(self.shard, true);
+        let mut release_tick = tokio::time::interval(handoff::RELEASE_EVERY);
+        release_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Parked messages may be left from an earlier life: look once.
+        let mut parked = true;
         loop {
             let next = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => None,
+                _ = release_tick.tick(), if parked => {
+                    parked = self.release_parked().await;
+                    continue;
+                }
                 next = consumer.next() => Some(next),
             };
             let delivery = match next {
-                // Idle at shutdown: closing the channel returns anything pushed
-                // meanwhile to the front of the queue before a standby starts.
-                None => break,
+                None => return self.finish(&ch, &tag, &mut consumer, Vec::new()).await,
                 Some(Some(Ok(delivery))) => delivery,
                 Some(Some(Err(e))) => return Err(e.into()),
                 Some(None) => return Err(BrokerError::ConsumerCancelled),
             };
-            self.handle(&ch, &tag, delivery, shutdown).await?;
+            let received = Instant::now();
+            let (settle, may_release) = self.process(ch.clone(), &delivery, shutdown).await?;
+            parked |= may_release;
+            let in_hand = InHand {
+                delivery,
+                settle,
+                received,
+            };
             if shutdown.is_cancelled() {
-                break;
+                return self.finish(&ch, &tag, &mut consumer, vec![in_hand]).await;
+            }
+            self.settle(&in_hand).await?;
+        }
+    }
+
+    /// Shutdown without spending a delivery or breaking order. Acks are held
+    /// back, so the prefetch window cannot grow: every delivery the broker
+    /// already pushed is processed (waiting `SHUTDOWN_LINGER` for one still
+    /// in flight); then the consumer is cancelled — a standby may start now,
+    /// everything of ours is committed — and only then is everything acked.
+    /// Idle, the channel is just closed: a delivery racing in is returned to
+    /// the front of the queue before any standby starts.
+    async fn finish(
+        &self,
+        ch: &Channel,
+        tag: &str,
+        consumer: &mut lapin::Consumer,
+        mut unsettled: Vec<InHand>,
+    ) -> Result<(), BrokerError> {
+        let stopping = CancellationToken::new();
+        stopping.cancel();
+        while let Ok(Some(next)) = tokio::time::timeout(SHUTDOWN_LINGER, consumer.next()).await {
+            let delivery = next?;
+            let received = Instant::now();
+            let (settle, _) = self.process(ch.clone(), &delivery, &stopping).await?;
+            unsettled.push(InHand {
+                delivery,
+                settle,
+                received,
+            });
+        }
+        if !unsettled.is_empty() {
+            let cancel = ch.basic_cancel(tag.into(), BasicCancelOptions::default());
+            call("basic.cancel", cancel).await?;
+            for in_hand in &unsettled {
+                self.settle(in_hand).await?;
             }
         }
         let _ = call("channel.close", ch.close(200, "shutting down".into())).await;
         Ok(())
     }
 
-    /// Handles one delivery from receipt to ack/reject, inside its span.
-    async fn handle(
+    /// Decides one delivery inside its span (a panic becomes a requeue).
+    /// Returns the broker action and whether parked messages may now be
+    /// releasable.
+    async fn process(
         &self,
-        ch: &Channel,
-        tag: &str,
-        delivery: Delivery,
+        ch: Channel,
+        delivery: &Delivery,
         shutdown: &CancellationToken,
-    ) -> Result<(), BrokerError> {
-        let received = Instant::now();
+    ) -> Result<(Settle, bool), BrokerError> {
         let span = info_span!(
             "message",
             shard = self.shard,
@@ -179,134 +216,32 @@ impl ShardWorker {
             redelivered = delivery.redelivered,
         );
         async {
-            let decided = AssertUnwindSafe(self.decide(ch, &delivery, shutdown))
+            let decided = AssertUnwindSafe(self.decide(&ch, delivery, shutdown))
                 .catch_unwind()
                 .await;
             let decision = decided.unwrap_or_else(|_| {
                 error!("the handler panicked on this message; requeueing it");
                 Decision::Requeue("panic")
             });
-            let settle = match decision {
+            let message_id = delivery.properties.message_id().as_ref();
+            let message_id = message_id.map(|id| id.as_str());
+            Ok(match decision {
                 Decision::Abandon => return Err(BrokerError::ChannelLost),
-                Decision::Done(outcome) => self.record(outcome, &delivery),
-                Decision::Requeue(reason) => self.requeue(&delivery, reason),
-            };
-            if shutdown.is_cancelled() {
-                // Stop deliveries before this ack frees the prefetch slot.
-                let cancel = ch.basic_cancel(tag.into(), BasicCancelOptions::default());
-                call("basic.cancel", cancel).await?;
-            }
-            settle_delivery(&delivery, settle).await?;
-            let shard = self.shard.to_string();
-            metrics::histogram!(m::HANDLE_DURATION_SECONDS, "shard" => shard)
-                .record(received.elapsed().as_secs_f64());
-            Ok(())
+                Decision::Done(outcome) => (self.record(outcome, message_id), false),
+                Decision::Ack => (Settle::Ack, true),
+                Decision::Requeue(reason) => (self.requeue(delivery, reason), false),
+            })
         }
         .instrument(span)
         .await
     }
 
-    /// Decodes, then applies with held retries. Pure decisions, effects only in `store`.
-    async fn decide(
-        &self,
-        ch: &Channel,
-        delivery: &Delivery,
-        shutdown: &CancellationToken,
-    ) -> Decision {
-        let envelope = delivery::envelope(delivery);
-        let span = tracing::Span::current();
-        if let Some(id) = envelope.message_id {
-            span.record("message_id", id);
-        }
-        let event = match message::decode(&envelope, self.max_body_bytes) {
-            Ok(event) => event,
-            Err(rejection) => return Decision::Done(Outcome::DeadLettered(rejection)),
-        };
-        span.record("entity_id", event.entity_id.as_str());
-        if let Some(hook) = &self.hooks.before_apply {
-            hook(&event);
-        }
-        let mut backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(50))
-            .with_max_delay(Duration::from_secs(5))
-            .with_jitter()
-            .without_max_times()
-            .build();
-        let mut shutdown_at: Option<Instant> = None;
-        loop {
-            let error = match store::apply(&self.pool, &event, self.shard).await {
-                Ok(outcome) => {
-                    self.record_lag(&event);
-                    return Decision::Done(outcome);
-                }
-                Err(StoreError::Refused(e)) => {
-                    warn!(error = %e, "the database refused this message");
-                    return Decision::Requeue("refused");
-                }
-                Err(e) => e,
-            };
-            metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => error.reason())
-                .increment(1);
-            self.health.set_database(false);
-            if !ch.status().connected() {
-                return Decision::Abandon;
-            }
-            if shutdown.is_cancelled()
-                && shutdown_at.get_or_insert_with(Instant::now).elapsed() > SHUTDOWN_GRACE
-            {
-                warn!("giving up a held message at shutdown; it will be redelivered");
-                return Decision::Abandon;
-            }
-            let delay = backoff.next().unwrap_or(Duration::from_secs(5));
-            warn!(error = %error, retry_in = ?delay, "database unavailable; holding the message");
-            tokio::time::sleep(delay).await;
-        }
-    }
-
-    /// Counts, logs and reports an outcome; returns the broker action.
-    fn record(&self, outcome: Outcome, delivery: &Delivery) -> Settle {
-        if let Some(hook) = &self.hooks.on_outcome {
-            let message_id = delivery.properties.message_id().as_ref();
-            hook(&Observed {
-                shard: self.shard,
-                outcome,
-                message_id: message_id.map(|id| id.as_str()),
-            });
-        }
-        let shard = self.shard.to_string();
-        metrics::counter!(m::MESSAGES_TOTAL, "shard" => shard.clone(), "outcome" => outcome.label())
-            .increment(1);
-        match outcome {
-            Outcome::DeadLettered(rejection) => {
-                warn!(reason = rejection.reason(), detail = %rejection, "dead-lettering a message");
-                metrics::counter!(m::DEAD_LETTERS_TOTAL, "shard" => shard, "reason" => rejection.reason())
-                    .increment(1);
-            }
-            other => debug!(outcome = other.label(), "handled"),
-        }
-        outcome.settle()
-    }
-
-    /// A handler failure: requeue it, and if that return exhausts the queue's
-    /// delivery limit (the queue then dead-letters it), count it as such.
-    fn requeue(&self, delivery: &Delivery, reason: &'static str) -> Settle {
-        metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => reason)
-            .increment(1);
-        let returns = delivery::previous_deliveries(delivery) + 1;
-        if returns > u64::from(self.delivery_limit) {
-            self.record(Outcome::DeadLettered(Rejection::DeliveryLimit), delivery);
-        }
-        Settle::Requeue
-    }
-
-    fn record_lag(&self, event: &Event) {
-        let lag = event
-            .published_at
-            .and_then(|t| SystemTime::now().duration_since(t).ok());
-        if let Some(lag) = lag {
-            metrics::histogram!(m::END_TO_END_LAG_SECONDS, "shard" => self.shard.to_string())
-                .record(lag.as_secs_f64());
-        }
+    /// Sends the broker action and records the handling time.
+    async fn settle(&self, in_hand: &InHand) -> Result<(), BrokerError> {
+        settle_delivery(&in_hand.delivery, in_hand.settle).await?;
+        metrics::histogram!(m::HANDLE_DURATION_SECONDS, "shard" => self.shard.to_string())
+            .record(in_hand.received.elapsed().as_secs_f64());
+        Ok(())
     }
 }
 

@@ -1,0 +1,174 @@
+//! Per-entity order across hash-ring changes.
+//!
+//! The consistent-hash ring can change under us (a broker restart rebuilds it
+//! in another order; a new `SHARD_COUNT` appends buckets), so an entity can
+//! move to another shard while its older messages still wait on the old one.
+//! urutan keeps per-entity order anyway with *epochs*:
+//!
+//! - Whoever may have seen the ring change opens an epoch: it records epoch
+//!   `n` in PostgreSQL and puts a marker carrying `n` into every shard queue
+//!   (through the default exchange). The worker pool does it on every
+//!   (re)connect before consuming, the relay on every (re)connect before
+//!   publishing, so every message routed by a new ring sits behind the marker.
+//! - A shard worker that reaches marker `n` records that its shard *passed*
+//!   epoch `n`: everything queued on it before the marker is done.
+//! - A message carries the epoch its shard has passed when it arrives. If its
+//!   entity was last applied in that same epoch, it came from the same shard
+//!   (one ring per epoch) and is applied at once. Otherwise older messages of
+//!   the entity may still wait on another shard: the message is *parked* (in
+//!   the transaction that records its id, then acked) and the shard goes on
+//!   with other entities. Once every shard has passed the message's epoch,
+//!   the parked messages of the entity are applied in arrival order, before
+//!   any later message of it (later ones park behind them meanwhile).
+//!
+//! The decision runs inside PostgreSQL (`urutan_terapkan`, `urutan_lepas` in
+//! `migrations/`), under a per-entity advisory lock, so replicas and shards
+//! agree and a crash at any step leaves a consistent state: a marker seen
+//! twice or late only moves a shard's position forward, a parked message's
+//! id is already recorded, a release is one transaction.
+
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Connection};
+use sqlx::PgConnection;
+use tracing::info;
+
+use crate::broker::{BrokerError, Names, call};
+
+/// Header of an epoch marker; its value is the epoch number.
+pub const MARKER_HEADER: &str = "x-urutan-epoch";
+
+/// A parked message that became applicable and was applied.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Released {
+    pub message_id: String,
+    /// `applied` or `stale`.
+    pub hasil: String,
+    /// Seconds it waited.
+    pub tunggu: f64,
+    /// The first released message of its entity in this call (one handoff).
+    pub pertama: bool,
+}
+
+/// Why opening an epoch failed (retried by the caller).
+#[derive(Debug, thiserror::Error)]
+pub enum EpochError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("broker: {0}")]
+    Broker(#[from] BrokerError),
+    #[error("the marker for shard {0} was not confirmed")]
+    NotConfirmed(i32),
+}
+
+/// Makes sure shards `0..count` are registered as active. A new shard starts
+/// as having passed every epoch so far (its queue is new: nothing old in it).
+pub async fn register_shards(db: &mut PgConnection, count: u16) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO urutan_shard (shard, epoch)
+         SELECT s, coalesce((SELECT max(epoch) FROM urutan_epoch), 0)
+         FROM generate_series(0, $1 - 1) AS s
+         ON CONFLICT (shard) DO UPDATE SET aktif = true",
+    )
+    .bind(i32::from(count))
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Opens a new epoch: records it, then puts its marker into every active
+/// shard queue and waits for the broker's confirms. Returns the epoch.
+pub async fn open_epoch(
+    db: &mut PgConnection,
+    conn: &Connection,
+    names: &Names,
+    reason: &str,
+) -> Result<i64, EpochError> {
+    let epoch: i64 =
+        sqlx::query_scalar("INSERT INTO urutan_epoch (alasan) VALUES ($1) RETURNING epoch")
+            .bind(reason)
+            .fetch_one(&mut *db)
+            .await?;
+    let shards: Vec<i32> =
+        sqlx::query_scalar("SELECT shard FROM urutan_shard WHERE aktif ORDER BY shard")
+            .fetch_all(&mut *db)
+            .await?;
+    let ch = call("channel.open", conn.create_channel()).await?;
+    call(
+        "confirm.select",
+        ch.confirm_select(ConfirmSelectOptions::default()),
+    )
+    .await?;
+    let mut pending = Vec::with_capacity(shards.len());
+    for &shard in &shards {
+        let mut headers = FieldTable::default();
+        headers.insert(MARKER_HEADER.into(), AMQPValue::LongLongInt(epoch));
+        let props = BasicProperties::default()
+            .with_headers(headers)
+            .with_delivery_mode(2)
+            .with_message_id(format!("urutan-epoch-{epoch}").into());
+        let queue = names.shard_queue(u16::try_from(shard).unwrap_or(u16::MAX));
+        let options = BasicPublishOptions {
+            mandatory: true,
+            ..Default::default()
+        };
+        let publish = ch.basic_publish("".into(), queue.as_str().into(), options, b"", props);
+        pending.push((shard, call("basic.publish", publish).await?));
+    }
+    for (shard, confirm) in pending {
+        match call("publisher confirm", confirm).await? {
+            lapin::Confirmation::Ack(None) => {}
+            _ => return Err(EpochError::NotConfirmed(shard)),
+        }
+    }
+    let _ = ch.close(200, "epoch opened".into()).await;
+    info!(
+        epoch,
+        shards = shards.len(),
+        reason,
+        "opened an epoch (markers in every shard)"
+    );
+    metrics::counter!(crate::metrics::EPOCHS_TOTAL).increment(1);
+    Ok(epoch)
+}
+
+/// Records that `shard` reached the marker of `epoch` (idempotent; a late
+/// or repeated marker never moves the position back).
+pub async fn pass_marker(db: &sqlx::PgPool, shard: u16, epoch: i64) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO urutan_shard (shard, epoch) VALUES ($1, $2)
+         ON CONFLICT (shard) DO UPDATE SET epoch = greatest(urutan_shard.epoch, EXCLUDED.epoch)",
+    )
+    .bind(i32::from(shard))
+    .bind(epoch)
+    .execute(db)
+    .await?;
+    Ok(())
+}
+
+/// Applies the parked messages of `shard` that no longer need to wait (at
+/// most `entities` entities per call, one transaction).
+pub async fn release(
+    db: &sqlx::PgPool,
+    shard: u16,
+    entities: i32,
+) -> Result<Vec<Released>, sqlx::Error> {
+    sqlx::query_as("SELECT message_id, hasil, tunggu, pertama FROM urutan_lepas($1, $2)")
+        .bind(i32::from(shard))
+        .bind(entities)
+        .fetch_all(db)
+        .await
+}
+
+/// Messages parked by `shard`.
+pub async fn parked(db: &sqlx::PgPool, shard: u16) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM urutan_parkir WHERE shard = $1")
+        .bind(i32::from(shard))
+        .fetch_one(db)
+        .await
+}
+
+/// How often a worker with parked messages checks whether they can go.
+pub const RELEASE_EVERY: Duration = Duration::from_millis(200);

@@ -1,0 +1,216 @@
+//! The steps of handling one delivery: decide (marker, decode, apply with
+//! held retries), record the outcome, requeue a failing message, release
+//! parked messages.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use lapin::Channel;
+use lapin::message::Delivery;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::{Decision, Observed, SHUTDOWN_GRACE, ShardWorker};
+use crate::broker::delivery;
+use crate::handoff;
+use crate::message::{self, Event, Rejection};
+use crate::metrics as m;
+use crate::outcome::{Outcome, Settle};
+use crate::store::{self, Applied, StoreError};
+
+/// Entities released per release call (one transaction).
+const RELEASE_BATCH: i32 = 200;
+
+/// Why a held database step stopped without a result.
+enum Held {
+    /// The database refused this message's data.
+    Refused,
+    /// The channel died, or shutdown's grace ran out: the message comes back.
+    Abandon,
+}
+
+impl ShardWorker {
+    /// Marker or message; decodes, then applies with held retries.
+    pub(super) async fn decide(
+        &self,
+        ch: &Channel,
+        delivery: &Delivery,
+        shutdown: &CancellationToken,
+    ) -> Decision {
+        if let Some(epoch) = delivery::epoch_marker(delivery) {
+            let passed = self
+                .held(ch, shutdown, || async {
+                    Ok(handoff::pass_marker(&self.pool, self.shard, epoch).await?)
+                })
+                .await;
+            debug!(epoch, "passed an epoch marker");
+            return match passed {
+                Ok(()) => Decision::Ack,
+                Err(Held::Abandon) => Decision::Abandon,
+                Err(Held::Refused) => Decision::Requeue("refused"),
+            };
+        }
+        let envelope = delivery::envelope(delivery);
+        let span = tracing::Span::current();
+        if let Some(id) = envelope.message_id {
+            span.record("message_id", id);
+        }
+        let event = match message::decode(&envelope, self.max_body_bytes) {
+            Ok(event) => event,
+            Err(rejection) => return Decision::Done(Outcome::DeadLettered(rejection)),
+        };
+        span.record("entity_id", event.entity_id.as_str());
+        if let Some(hook) = &self.hooks.before_apply {
+            hook(&event);
+        }
+        let applied = self
+            .held(ch, shutdown, || {
+                store::apply(&self.pool, &event, self.shard)
+            })
+            .await;
+        match applied {
+            Ok(Applied::Done(outcome)) => {
+                self.record_lag(&event);
+                Decision::Done(outcome)
+            }
+            Ok(Applied::Parked) => {
+                metrics::counter!(m::PARKED_TOTAL, "shard" => self.shard.to_string()).increment(1);
+                debug!("parked until older messages of this entity are done");
+                Decision::Ack
+            }
+            Err(Held::Refused) => Decision::Requeue("refused"),
+            Err(Held::Abandon) => Decision::Abandon,
+        }
+    }
+
+    /// Runs a database step for the delivery in hand, holding it through
+    /// transient failures (capped, jittered backoff) so nothing behind it
+    /// overtakes it.
+    async fn held<T, F, Fut>(
+        &self,
+        ch: &Channel,
+        shutdown: &CancellationToken,
+        mut step: F,
+    ) -> Result<T, Held>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let mut backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(50))
+            .with_max_delay(Duration::from_secs(5))
+            .with_jitter()
+            .without_max_times()
+            .build();
+        let mut shutdown_at: Option<Instant> = None;
+        loop {
+            let error = match step().await {
+                Ok(value) => return Ok(value),
+                Err(StoreError::Refused(e)) => {
+                    warn!(error = %e, "the database refused this message");
+                    return Err(Held::Refused);
+                }
+                Err(e) => e,
+            };
+            metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => error.reason())
+                .increment(1);
+            self.health.set_database(false);
+            if !ch.status().connected() {
+                return Err(Held::Abandon);
+            }
+            if shutdown.is_cancelled()
+                && shutdown_at.get_or_insert_with(Instant::now).elapsed() > SHUTDOWN_GRACE
+            {
+                warn!("giving up a held message at shutdown; it will be redelivered");
+                return Err(Held::Abandon);
+            }
+            let delay = backoff.next().unwrap_or(Duration::from_secs(5));
+            warn!(error = %error, retry_in = ?delay, "database unavailable; holding the message");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Counts, logs and reports an outcome; returns the broker action.
+    pub(super) fn record(&self, outcome: Outcome, message_id: Option<&str>) -> Settle {
+        if let Some(hook) = &self.hooks.on_outcome {
+            hook(&Observed {
+                shard: self.shard,
+                outcome,
+                message_id,
+            });
+        }
+        let shard = self.shard.to_string();
+        metrics::counter!(m::MESSAGES_TOTAL, "shard" => shard.clone(), "outcome" => outcome.label())
+            .increment(1);
+        match outcome {
+            Outcome::DeadLettered(rejection) => {
+                warn!(reason = rejection.reason(), detail = %rejection, "dead-lettering a message");
+                metrics::counter!(m::DEAD_LETTERS_TOTAL, "shard" => shard, "reason" => rejection.reason())
+                    .increment(1);
+            }
+            other => debug!(outcome = other.label(), "handled"),
+        }
+        outcome.settle()
+    }
+
+    /// A handler failure: requeue it, and if that return exhausts the queue's
+    /// delivery limit (the queue then dead-letters it), count it as such.
+    pub(super) fn requeue(&self, delivery: &Delivery, reason: &'static str) -> Settle {
+        metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => reason)
+            .increment(1);
+        let returns = delivery::previous_deliveries(delivery) + 1;
+        if returns > u64::from(self.delivery_limit) {
+            let message_id = delivery.properties.message_id().as_ref();
+            let outcome = Outcome::DeadLettered(Rejection::DeliveryLimit);
+            self.record(outcome, message_id.map(|id| id.as_str()));
+        }
+        Settle::Requeue
+    }
+
+    /// Applies this shard's parked messages that may go now. Returns true
+    /// while some remain parked. A database failure only delays it.
+    pub(super) async fn release_parked(&self) -> bool {
+        let released = match handoff::release(&self.pool, self.shard, RELEASE_BATCH).await {
+            Ok(released) => released,
+            Err(e) => {
+                warn!(shard = self.shard, error = %e, "cannot release parked messages yet");
+                return true;
+            }
+        };
+        let handoffs = released.iter().filter(|r| r.pertama).count();
+        for r in &released {
+            let outcome = store::parse_result(&r.hasil);
+            if let Applied::Done(outcome) = outcome {
+                self.record(outcome, Some(&r.message_id));
+            }
+            metrics::histogram!(m::HANDOFF_DURATION_SECONDS).record(r.tunggu);
+        }
+        if !released.is_empty() {
+            metrics::counter!(m::HANDOFFS_TOTAL).increment(handoffs as u64);
+            info!(
+                shard = self.shard,
+                messages = released.len(),
+                entities = handoffs,
+                "released parked messages (handoff complete)"
+            );
+        }
+        match handoff::parked(&self.pool, self.shard).await {
+            Ok(left) => {
+                metrics::gauge!(m::PARKED_MESSAGES, "shard" => self.shard.to_string())
+                    .set(left as f64);
+                left > 0
+            }
+            Err(_) => true,
+        }
+    }
+
+    fn record_lag(&self, event: &Event) {
+        let lag = event
+            .published_at
+            .and_then(|t| SystemTime::now().duration_since(t).ok());
+        if let Some(lag) = lag {
+            metrics::histogram!(m::END_TO_END_LAG_SECONDS, "shard" => self.shard.to_string())
+                .record(lag.as_secs_f64());
+        }
+    }
+}
