@@ -6,5 +6,6 @@ mod common;
 mod pipeline;
 mod poison;
 mod recovery;
+mod relay;
 mod replicas;
 mod topology;

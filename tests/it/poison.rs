@@ -1,1 +1,281 @@
-//! (being written)
+//! Messages the handler cannot get through: a panic is retried in place
+//! until the queue's delivery limit dead-letters it, a transient database
+//! failure is held (never dead-lettered), and dedup retention removes only
+//! expired ids.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lapin::types::AMQPValue;
+use urutan::message::Event;
+use urutan::shard::Hooks;
+
+use crate::common::*;
+
+/// Hooks with only `before_apply` set (whatever other hooks exist).
+fn before_apply(f: impl Fn(&Event) + Send + Sync + 'static) -> Hooks {
+    let mut hooks = Hooks::default();
+    hooks.before_apply.replace(Arc::new(f));
+    hooks
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_message_is_requeued_until_the_delivery_limit_and_only_it_is_dead_lettered() {
+    let env = TestEnv::new("poison").await;
+    let limit = 2;
+    let poison_calls = Arc::new(AtomicUsize::new(0));
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let hooks = {
+        let (calls, seen) = (poison_calls.clone(), seen.clone());
+        before_apply(move |ev: &Event| {
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(ev.message_id.clone());
+            if ev.status == "racun" {
+                calls.fetch_add(1, Ordering::SeqCst);
+                // A panic that skips the panic hook: no backtrace per delivery.
+                std::panic::resume_unwind(Box::new("poison"));
+            }
+        })
+    };
+    let mut settings = env.settings(1);
+    settings.delivery_limit = limit;
+    let pool = RunningPool::start_with(settings, hooks).await;
+    pool.wait_ready().await;
+
+    let publisher = env.publisher().await;
+    publisher
+        .send_all(&[
+            Msg::event("A", 1),
+            Msg::event_with("X", 1, "poison-1", "racun"),
+            Msg::event("A", 2),
+            Msg::event("A", 3),
+            Msg::event("B", 1),
+        ])
+        .await;
+
+    let db = env.db().await;
+    wait_for("the good messages applied", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 4 }
+    })
+    .await;
+    let conn = env.broker().await;
+    let dead = drain_dlq_expecting(&conn, 1, Duration::from_secs(30)).await;
+    let ids: Vec<_> = dead
+        .iter()
+        .map(|d| {
+            d.delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|s| s.to_string())
+        })
+        .collect();
+    assert_eq!(ids, [Some("poison-1".to_owned())], "only the poison");
+    let reason = x_death_reason(&dead[0].delivery.properties);
+    assert_eq!(reason.as_deref(), Some("delivery_limit"));
+
+    let deliveries = poison_calls.load(Ordering::SeqCst);
+    eprintln!("the poison was delivered {deliveries} times with x-delivery-limit = {limit}");
+    // RabbitMQ 3.10 dead-letters when a return makes the delivery count
+    // exceed the limit: limit + 1 deliveries.
+    assert_eq!(deliveries, limit as usize + 1);
+    // Requeued at the front each time: nothing overtook it.
+    let order = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut expected = vec!["A-v1".to_owned()];
+    expected.extend(std::iter::repeat_n("poison-1".to_owned(), deliveries));
+    expected.extend(["A-v2", "A-v3", "B-v1"].map(String::from));
+    assert_eq!(order, expected);
+
+    let history = history(&db).await;
+    let a: Vec<_> = history.iter().filter(|h| h.0 == "A").cloned().collect();
+    assert_gapless_in_order(&a, 1, 3);
+    assert_eq!(count(&db, "SELECT count(*) FROM pesan_diproses").await, 4);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM pesanan WHERE id = 'X'").await,
+        0
+    );
+
+    let scrape = http_get(pool.http, "/metrics").await.1;
+    let counted = metric_sum(
+        &scrape,
+        "urutan_dead_letters_total",
+        &["reason=\"delivery_limit\""],
+    );
+    eprintln!("urutan_dead_letters_total{{reason=\"delivery_limit\"}} = {counted}");
+    assert!(
+        counted >= 1.0,
+        "the broker dead-lettered the poison but urutan_dead_letters_total{{reason=\"delivery_limit\"}} is {counted}"
+    );
+    pool.stop().await;
+}
+
+/// The `reason` of the first `x-death` entry of a dead-lettered message.
+fn x_death_reason(props: &lapin::BasicProperties) -> Option<String> {
+    let headers = props.headers().as_ref()?;
+    let AMQPValue::FieldArray(deaths) = headers.inner().get("x-death")? else {
+        return None;
+    };
+    let AMQPValue::FieldTable(first) = deaths.as_slice().first()? else {
+        return None;
+    };
+    match first.inner().get("reason")? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+        _ => None,
+    }
+}
+
+fn psql(database: &str, sql: &str) -> String {
+    sh(
+        "psql",
+        &[
+            "-q",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            database,
+            "-Atc",
+            sql,
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_message_keeps_order_while_the_database_refuses_briefly() {
+    let env = TestEnv::new("held").await;
+    let pool = RunningPool::start(env.settings(1)).await;
+    pool.wait_ready().await;
+    let publisher = env.publisher().await;
+    publisher.send(&Msg::event("H", 1)).await;
+    let db = env.db().await;
+    wait_for("H v1 applied", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 1 }
+    })
+    .await;
+    db.close().await;
+
+    // The database refuses the worker: no new connections to this database,
+    // and the existing ones are terminated.
+    let refuse = format!(
+        "ALTER DATABASE \"{0}\" ALLOW_CONNECTIONS false; \
+         SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{0}'",
+        env.database
+    );
+    psql("postgres", &refuse);
+    let allow = format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.database);
+    let reopen = Reopen(allow.clone());
+
+    publisher
+        .send_all(&[
+            Msg::event("H", 2),
+            Msg::event("H", 3),
+            Msg::event("I", 1),
+            Msg::event("H", 4),
+        ])
+        .await;
+    // Held, not dead-lettered, not lost: the pool reports the database down
+    // and retries while the messages wait in the queue.
+    let http = pool.http;
+    wait_for("held retries", Duration::from_secs(20), || async move {
+        let scrape = http_get(http, "/metrics").await.1;
+        http_get(http, "/readyz").await.0 == 503
+            && metric_sum(&scrape, "urutan_retries_total", &["shard=\"0\""]) >= 3.0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let conn = env.broker().await;
+    assert_eq!(
+        queue_len(&conn, "pesanan.shard-000").await,
+        3,
+        "one held (unacked), three waiting behind it"
+    );
+    assert_eq!(
+        http_get(pool.http, "/readyz").await.0,
+        503,
+        "still not ready"
+    );
+    psql("postgres", &allow);
+    drop(reopen);
+
+    let db = env.db().await;
+    wait_for("all applied", Duration::from_secs(60), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 5 }
+    })
+    .await;
+    let history = history(&db).await;
+    let order: Vec<_> = history.iter().map(|h| (h.0.as_str(), h.1)).collect();
+    assert_eq!(order, [("H", 1), ("H", 2), ("H", 3), ("I", 1), ("H", 4)]);
+    assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
+    pool.wait_ready().await;
+    pool.stop().await;
+}
+
+/// Lets connections in again if the test fails while they are refused
+/// (so the database can be dropped and nothing is left behind).
+struct Reopen(String);
+
+impl Drop for Reopen {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("psql")
+            .args([
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                &self.0,
+            ])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_purges_only_expired_ids() {
+    let env = TestEnv::new("retention").await;
+    let db = env.db().await;
+    let seed = "INSERT INTO pesan_diproses (message_id, diproses_pada)
+        SELECT 'old-' || g, now() - interval '40 days' - g * interval '1 second'
+          FROM generate_series(1, 12000) g
+        UNION ALL
+        SELECT 'edge-' || g, now() - interval '29 days 23 hours' FROM generate_series(1, 100) g
+        UNION ALL
+        SELECT 'new-' || g, now() - g * interval '1 minute' FROM generate_series(1, 500) g";
+    sqlx::query(seed).execute(&db).await.expect("seed");
+
+    let retention = Duration::from_secs(30 * 86_400);
+    let purged = tokio::time::timeout(
+        Duration::from_secs(60),
+        urutan::store::purge_expired(&db, retention),
+    )
+    .await
+    .expect("purge within 60 s")
+    .expect("purge");
+    assert_eq!(purged, 12_000);
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM pesan_diproses WHERE message_id LIKE 'old-%'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM pesan_diproses").await,
+        600,
+        "recent and not-yet-expired ids stay"
+    );
+    let again = urutan::store::purge_expired(&db, retention)
+        .await
+        .expect("second purge");
+    assert_eq!(again, 0);
+}

@@ -1,1 +1,229 @@
-//! (being written)
+//! Several replicas of the pool on one broker: single active consumer keeps
+//! one consumer per shard at work, and a standby takes over when it stops.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use urutan::message::Event;
+use urutan::shard::Hooks;
+
+use crate::common::*;
+
+/// Hooks with only `before_apply` set (whatever other hooks exist).
+fn before_apply(f: impl Fn(&Event) + Send + Sync + 'static) -> Hooks {
+    let mut hooks = Hooks::default();
+    hooks.before_apply.replace(Arc::new(f));
+    hooks
+}
+
+/// Per shard queue: (consumers, active consumers), from the broker.
+fn consumers(env: &TestEnv) -> BTreeMap<String, (usize, usize)> {
+    let out = sh(
+        "rabbitmqctl",
+        &[
+            "-q",
+            "list_consumers",
+            "-p",
+            &env.vhost,
+            "queue_name",
+            "active",
+            "--formatter",
+            "json",
+        ],
+    );
+    let rows: Vec<Value> = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let mut per_queue = BTreeMap::new();
+    for row in rows {
+        let queue = row["queue_name"].as_str().expect("queue_name").to_owned();
+        let entry = per_queue.entry(queue).or_insert((0, 0));
+        entry.0 += 1;
+        if row["active"] == true {
+            entry.1 += 1;
+        }
+    }
+    per_queue
+}
+
+fn every_shard(shards: u16, consumers: usize) -> BTreeMap<String, (usize, usize)> {
+    (0..shards)
+        .map(|i| (format!("pesanan.shard-{i:03}"), (consumers, 1)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_never_consume_one_shard_at_once() {
+    let env = TestEnv::new("replicas").await;
+    let shards = 4;
+    let (entities, versions) = (100usize, 10i64);
+    let total = entities as i64 * versions;
+    // The first replica stops itself (as SIGTERM would) mid-run, from inside
+    // its handler, once it has handled this many messages.
+    let stop_after = 300;
+
+    let first_seen = Arc::new(AtomicUsize::new(0));
+    let second_seen = Arc::new(AtomicUsize::new(0));
+    let second_when_first_stopped = Arc::new(AtomicUsize::new(usize::MAX));
+    let first_token: Arc<OnceLock<CancellationToken>> = Arc::new(OnceLock::new());
+
+    let first_hooks = {
+        let (seen, other, at_stop, token) = (
+            first_seen.clone(),
+            second_seen.clone(),
+            second_when_first_stopped.clone(),
+            first_token.clone(),
+        );
+        before_apply(move |_: &Event| {
+            if seen.fetch_add(1, Ordering::SeqCst) + 1 == stop_after {
+                at_stop.store(other.load(Ordering::SeqCst), Ordering::SeqCst);
+                if let Some(token) = token.get() {
+                    token.cancel();
+                }
+            }
+        })
+    };
+    let second_hooks = {
+        let seen = second_seen.clone();
+        before_apply(move |_: &Event| {
+            seen.fetch_add(1, Ordering::SeqCst);
+        })
+    };
+
+    let first = RunningPool::start_with(env.settings(shards), first_hooks).await;
+    first_token
+        .set(first.shutdown.clone())
+        .expect("token set once");
+    first.wait_ready().await;
+    let second = RunningPool::start_with(env.settings(shards), second_hooks).await;
+    second.wait_ready().await;
+
+    // Every shard: two consumers, one of them active (the first replica's,
+    // which registered first).
+    let expected = every_shard(shards, 2);
+    wait_for("2 consumers per shard", Duration::from_secs(15), || {
+        let ok = consumers(&env) == expected;
+        async move { ok }
+    })
+    .await;
+
+    let publisher = env.publisher().await;
+    let msgs: Vec<Msg> = (1..=versions)
+        .flat_map(|v| (0..entities).map(move |e| Msg::event(&format!("R-{e}"), v)))
+        .collect();
+    publisher.send_all(&msgs).await;
+
+    // The first replica stops itself after `stop_after` messages; wait for
+    // it to finish its in-flight messages and close.
+    tokio::time::timeout(Duration::from_secs(60), first.shutdown.cancelled())
+        .await
+        .expect("the first replica handled 300 messages within 60 s");
+    first.stop().await;
+    let first_total = first_seen.load(Ordering::SeqCst);
+    assert_eq!(
+        second_when_first_stopped.load(Ordering::SeqCst),
+        0,
+        "the standby handled messages while the first replica was active"
+    );
+
+    let db = env.db().await;
+    wait_for("every version applied", Duration::from_secs(90), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == total }
+    })
+    .await;
+    assert_eq!(
+        first_seen.load(Ordering::SeqCst),
+        first_total,
+        "the stopped replica handled nothing more"
+    );
+    let second_total = second_seen.load(Ordering::SeqCst);
+    eprintln!("handled: {first_total} by the first replica, {second_total} by the second");
+    assert!(second_total > 0, "the standby took over");
+    // Each message is handled once; a message in flight at the handover may
+    // be handled by both (then it is a duplicate for the second).
+    assert!(
+        first_total + second_total >= total as usize
+            && first_total + second_total <= total as usize + usize::from(shards),
+        "handled {first_total} + {second_total} for {total} messages"
+    );
+    assert_eq!(consumers(&env), every_shard(shards, 1), "one consumer left");
+
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM pesan_diproses").await,
+        total
+    );
+    let conn = env.broker().await;
+    assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
+    second.stop().await;
+}
+
+/// A rolling restart with a backlog: each replica is stopped gracefully (as
+/// by SIGTERM) while its consumer holds prefetched deliveries. "Finish and ack
+/// what is in flight" must not spend deliveries: on RabbitMQ 3.10 a channel
+/// closed with unacked deliveries adds to their `x-delivery-count`, so
+/// enough graceful restarts would dead-letter good messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_handovers_spend_no_delivery() {
+    let env = TestEnv::new("handover").await;
+    let n = 60;
+    let mut settings = env.settings(1);
+    settings.prefetch = 10;
+    settings.delivery_limit = 1;
+    // Declare, then queue the whole backlog before any replica consumes.
+    let conn = urutan::broker::connect(&env.amqp_url(), "t")
+        .await
+        .expect("connect");
+    let names = urutan::broker::Names::new("pesanan");
+    urutan::broker::topology::declare(&conn, &names, 1, 1, false)
+        .await
+        .expect("declare");
+    let msgs: Vec<Msg> = (1..=n).map(|v| Msg::event("G", v)).collect();
+    env.publisher().await.send_all(&msgs).await;
+
+    // Three replicas in turn, each stopping itself while handling its third message.
+    for _ in 0..3 {
+        let token: Arc<OnceLock<CancellationToken>> = Arc::new(OnceLock::new());
+        let handled = Arc::new(AtomicUsize::new(0));
+        let hooks = {
+            let (token, handled) = (token.clone(), handled.clone());
+            before_apply(move |_: &Event| {
+                if handled.fetch_add(1, Ordering::SeqCst) + 1 == 3
+                    && let Some(token) = token.get()
+                {
+                    token.cancel();
+                }
+            })
+        };
+        let pool = RunningPool::start_with(settings.clone(), hooks).await;
+        token.set(pool.shutdown.clone()).expect("token set once");
+        tokio::time::timeout(Duration::from_secs(30), pool.shutdown.cancelled())
+            .await
+            .expect("a replica handled 3 messages within 30 s");
+        pool.stop().await;
+    }
+
+    // The last replica runs until the entity reaches its last version.
+    let pool = RunningPool::start(settings).await;
+    let db = env.db().await;
+    wait_for("G at its last version", Duration::from_secs(60), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT coalesce(max(versi), 0) FROM pesanan").await == n }
+    })
+    .await;
+    let dead = drain_dlq(&conn).await;
+    let dead_ids: Vec<_> = dead
+        .iter()
+        .filter_map(|d| d.delivery.properties.message_id().as_ref())
+        .map(|id| id.to_string())
+        .collect();
+    assert!(
+        dead_ids.is_empty(),
+        "graceful restarts dead-lettered good messages: {dead_ids:?}"
+    );
+    assert_gapless_in_order(&history(&db).await, 1, n);
+    pool.stop().await;
+}

@@ -1,0 +1,963 @@
+//! The producer side: the transactional outbox, the relay (in-process and the
+//! `urutan relay` binary, with a crash between confirm and marking), two
+//! relays at once, a broker restart while relaying, the demo, and `verify`
+//! itself.
+//!
+//! `serial_*` tests restart the shared broker; deploy/local/test.sh runs them
+//! alone. They start it again from a `Drop` guard, also on panic.
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use urutan::config::Settings;
+use urutan::health::Health;
+use urutan::outbox::relay::{Relay, RelaySettings};
+use urutan::outbox::{NewEvent, enqueue};
+use urutan::outcome::Outcome;
+use urutan::shard::{Hooks, Observed};
+
+use crate::common::*;
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+/// Keeps this file's broker restart away from this file's other tests when
+/// they run in one process (`cargo test --test it relay`): every test holds
+/// it shared, the `serial_*` one exclusively. Taken before `TestEnv::new`
+/// (which needs the broker) and released after its drop.
+static BROKER_IN_USE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+async fn broker_shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    BROKER_IN_USE.read().await
+}
+
+async fn broker_exclusive() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    BROKER_IN_USE.write().await
+}
+
+/// An in-process relay (`Relay::run` spawned with its own token).
+struct RunningRelay {
+    health: Arc<Health>,
+    token: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl RunningRelay {
+    fn start(settings: Settings) -> Self {
+        Self::start_with(settings, RelaySettings::default())
+    }
+
+    fn start_with(settings: Settings, relay: RelaySettings) -> Self {
+        let health = Arc::new(Health::default());
+        let token = CancellationToken::new();
+        let task = tokio::spawn(
+            Relay {
+                settings,
+                relay,
+                after_publish: None,
+                health: health.clone(),
+            }
+            .run(token.clone()),
+        );
+        Self {
+            health,
+            token,
+            task: Some(task),
+        }
+    }
+
+    /// Holding the lock and connected to the broker (a standby is not ready).
+    fn is_active(&self) -> bool {
+        self.health.is_ready()
+    }
+
+    async fn wait_active(&self, limit: Duration) {
+        let health = self.health.clone();
+        wait_for("the relay to become active", limit, || {
+            let health = health.clone();
+            async move { health.is_ready() }
+        })
+        .await;
+    }
+
+    /// Cancels and waits (bounded) for `run` to return.
+    async fn stop(mut self) {
+        self.token.cancel();
+        let task = self.task.take().expect("relay task");
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("relay did not stop within 30 s")
+            .expect("relay task panicked");
+    }
+}
+
+impl Drop for RunningRelay {
+    fn drop(&mut self) {
+        self.token.cancel();
+    }
+}
+
+/// `entities` × `versions` events, randomly interleaved across entities but
+/// in version order per entity (as one sequential producer would write them).
+fn interleaved_plan(prefix: &str, entities: usize, versions: i64) -> Vec<(String, i64)> {
+    let mut next: Vec<(String, i64)> = (0..entities)
+        .map(|e| (format!("{prefix}-{e:03}"), 1))
+        .collect();
+    let mut plan = Vec::with_capacity(entities * versions as usize);
+    while !next.is_empty() {
+        let i = rand::random_range(0..next.len());
+        plan.push((next[i].0.clone(), next[i].1));
+        next[i].1 += 1;
+        if next[i].1 > versions {
+            next.swap_remove(i);
+        }
+    }
+    plan
+}
+
+fn status_of(versi: i64) -> String {
+    format!("status-{versi}")
+}
+
+/// Writes `events` through the outbox in ONE producer transaction and
+/// commits; returns the outbox ids.
+async fn enqueue_tx(db: &PgPool, events: &[(String, i64)]) -> Vec<i64> {
+    let mut tx = db.begin().await.expect("begin");
+    let mut ids = Vec::with_capacity(events.len());
+    for (entity, versi) in events {
+        let status = status_of(*versi);
+        let data = serde_json::json!({"kota": "jakarta", "versi": versi});
+        let id = enqueue(
+            &mut tx,
+            &NewEvent {
+                agregat_id: entity,
+                status: &status,
+                versi: *versi,
+                data: Some(&data),
+                routing_key: "pesanan.jakarta.diperbarui",
+            },
+        )
+        .await
+        .expect("enqueue");
+        ids.push(id);
+    }
+    tx.commit().await.expect("commit");
+    ids
+}
+
+/// Writes `plan` in order, 1..=`max_per_tx` events per transaction, pausing
+/// `pause` between transactions; bumps `progress` by the events committed.
+async fn produce(
+    db: &PgPool,
+    plan: &[(String, i64)],
+    max_per_tx: usize,
+    pause: Duration,
+    progress: &AtomicUsize,
+) -> Vec<i64> {
+    let mut ids = Vec::with_capacity(plan.len());
+    let mut rest = plan;
+    while !rest.is_empty() {
+        let n = rand::random_range(1..=max_per_tx).min(rest.len());
+        let (now, later) = rest.split_at(n);
+        ids.extend(enqueue_tx(db, now).await);
+        progress.fetch_add(n, Ordering::SeqCst);
+        rest = later;
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    ids
+}
+
+/// Writes rounds (round r = version r of every entity, entities shuffled,
+/// `per_tx` events per transaction) until `stop`, always finishing the round
+/// in progress. Returns the number of rounds (= versions per entity).
+async fn produce_rounds(
+    db: PgPool,
+    entities: usize,
+    per_tx: usize,
+    pause: Duration,
+    stop: CancellationToken,
+) -> i64 {
+    let mut round = 0;
+    while !stop.is_cancelled() {
+        round += 1;
+        let mut order: Vec<usize> = (0..entities).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rand::random_range(0..=i));
+        }
+        let events: Vec<(String, i64)> = order
+            .into_iter()
+            .map(|e| (format!("R-{e:03}"), round))
+            .collect();
+        for chunk in events.chunks(per_tx) {
+            enqueue_tx(&db, chunk).await;
+            tokio::time::sleep(pause).await;
+        }
+    }
+    round
+}
+
+async fn unsent(db: &PgPool) -> i64 {
+    count(db, "SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL").await
+}
+
+async fn applied(db: &PgPool) -> i64 {
+    count(db, "SELECT count(*) FROM pesanan_riwayat").await
+}
+
+/// Waits until `total` versions are applied and no outbox row is unsent.
+async fn wait_drained(db: &PgPool, total: i64, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let (applied, unsent) = (applied(db).await, unsent(db).await);
+        if applied == total && unsent == 0 {
+            return;
+        }
+        assert!(
+            applied <= total,
+            "{applied} versions applied, more than the {total} written"
+        );
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?}: {applied} of {total} versions applied, {unsent} outbox rows unsent"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The end state every outbox test wants: every outbox row sent and
+/// processed once, each applied version is the outbox row that carried it,
+/// nothing dead-lettered, and `verify` passes.
+async fn assert_outbox_fully_applied(env: &TestEnv, db: &PgPool, total: i64) {
+    assert_eq!(count(db, "SELECT count(*) FROM outbox").await, total);
+    assert_eq!(unsent(db).await, 0, "every outbox row has dikirim_pada");
+    assert_eq!(
+        count(
+            db,
+            "SELECT count(*) FROM outbox o JOIN pesan_diproses d ON d.message_id = o.id::text"
+        )
+        .await,
+        total,
+        "every outbox id was processed"
+    );
+    assert_eq!(
+        count(db, "SELECT count(*) FROM pesan_diproses").await,
+        total,
+        "no message id other than the outbox ids was processed"
+    );
+    // message_id = outbox.id and x-pesanan-id = agregat_id (contract §4): the
+    // history row of each version names the outbox row that carried it.
+    assert_eq!(
+        count(
+            db,
+            "SELECT count(*) FROM pesanan_riwayat r JOIN outbox o
+               ON r.message_id = o.id::text AND r.pesanan_id = o.agregat_id
+              AND r.versi = (o.payload->>'versi')::bigint
+              AND r.status = o.payload->>'status'"
+        )
+        .await,
+        total,
+        "each applied version came from its own outbox row"
+    );
+    assert_eq!(
+        count(
+            db,
+            "SELECT count(*) FROM pesanan
+             WHERE status = 'status-' || versi AND (data->>'versi')::bigint = versi"
+        )
+        .await,
+        count(db, "SELECT count(*) FROM pesanan").await,
+        "stored state (status and data) is the newest version's"
+    );
+    let conn = env.broker().await;
+    let dead = drain_dlq(&conn).await;
+    assert!(dead.is_empty(), "{} message(s) dead-lettered", dead.len());
+    let _ = conn.close(200, "".into()).await;
+    let report = urutan::verify::verify(db, None).await.expect("verify");
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.sent_outbox_rows, total);
+    assert_eq!(report.unsent_outbox_rows, 0);
+}
+
+/// Outcomes seen by the pool's hook.
+#[derive(Default)]
+struct Seen {
+    applied: AtomicU64,
+    stale: AtomicU64,
+    dead: AtomicU64,
+    duplicate_ids: Mutex<Vec<String>>,
+}
+
+impl Seen {
+    fn hooks(self: &Arc<Self>) -> Hooks {
+        let seen = self.clone();
+        Hooks {
+            on_outcome: Some(Arc::new(move |o: &Observed<'_>| match o.outcome {
+                Outcome::Applied => {
+                    seen.applied.fetch_add(1, Ordering::SeqCst);
+                }
+                Outcome::Stale => {
+                    seen.stale.fetch_add(1, Ordering::SeqCst);
+                }
+                Outcome::Duplicate => seen
+                    .duplicate_ids
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(o.message_id.unwrap_or("").to_owned()),
+                Outcome::DeadLettered(_) => {
+                    seen.dead.fetch_add(1, Ordering::SeqCst);
+                }
+            })),
+            ..Hooks::default()
+        }
+    }
+
+    fn duplicates(&self) -> Vec<String> {
+        self.duplicate_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Runs a command line off the async runtime (rabbitmqctl takes seconds).
+async fn sh_blocking(program: &'static str, args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        sh(program, &args)
+    })
+    .await
+    .expect("command task panicked")
+}
+
+/// Starts the broker application again when dropped (also on panic).
+struct BrokerGuard;
+
+impl Drop for BrokerGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "start_app"])
+            .output();
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "--timeout", "120", "await_startup"])
+            .output();
+    }
+}
+
+/// Drops a database when dropped (the demo's `<db>_demo`), also on panic.
+struct DropDatabase(String);
+
+impl Drop for DropDatabase {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                &format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.0),
+            ])
+            .output();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_rows_reach_the_worker_and_are_applied() {
+    let _shared = broker_shared().await;
+    let env = TestEnv::new("outbox").await;
+    let pool = RunningPool::start(env.settings(4)).await;
+    pool.wait_ready().await;
+    let relay = RunningRelay::start(env.settings(4));
+    let db = env.db().await;
+    let (entities, versions) = (100, 5);
+    let total = entities as i64 * versions;
+    let plan = interleaved_plan("O", entities, versions);
+    let (first, second) = plan.split_at(plan.len() / 2);
+    let progress = AtomicUsize::new(0);
+    produce(&db, first, 6, Duration::ZERO, &progress).await;
+
+    // A producer transaction that is rolled back: its event never existed.
+    let rolled_back_id = {
+        let mut tx = db.begin().await.expect("begin");
+        let id = enqueue(
+            &mut tx,
+            &NewEvent {
+                agregat_id: "ROLLED-BACK",
+                status: "dibuat",
+                versi: 1,
+                data: None,
+                routing_key: "pesanan.jakarta.dibuat",
+            },
+        )
+        .await
+        .expect("enqueue");
+        tx.rollback().await.expect("rollback");
+        id
+    };
+    // Ids after the rolled-back one (a hole in the sequence) still flow.
+    produce(&db, second, 6, Duration::ZERO, &progress).await;
+
+    wait_drained(&db, total, Duration::from_secs(90)).await;
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    assert_outbox_fully_applied(&env, &db, total).await;
+    assert_eq!(
+        count(
+            &db,
+            "SELECT (SELECT count(*) FROM pesanan WHERE id = 'ROLLED-BACK')
+                  + (SELECT count(*) FROM pesanan_riwayat WHERE pesanan_id = 'ROLLED-BACK')
+                  + (SELECT count(*) FROM outbox WHERE agregat_id = 'ROLLED-BACK')"
+        )
+        .await,
+        0,
+        "the rolled-back event left no trace"
+    );
+    let processed: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pesan_diproses WHERE message_id = $1)")
+            .bind(rolled_back_id.to_string())
+            .fetch_one(&db)
+            .await
+            .expect("query");
+    assert!(!processed, "the rolled-back outbox id was never published");
+    // The recorder is global to the test process: other tests only add to it.
+    let scrape = http_get(pool.http, "/metrics").await.1;
+    assert!(
+        metric_sum(&scrape, "urutan_outbox_published_total", &[]) >= total as f64,
+        "the relay counts what it published"
+    );
+    relay.stop().await;
+    pool.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_killed_between_publish_and_marking_causes_only_a_duplicate() {
+    const BATCH: usize = 100;
+    let _shared = broker_shared().await;
+    let env = TestEnv::new("relaycrash").await;
+    let seen = Arc::new(Seen::default());
+    let pool = RunningPool::start_with(env.settings(4), seen.hooks()).await;
+    pool.wait_ready().await; // the topology exists before anything is published
+    let db = env.db().await;
+    let (entities, versions) = (100, 5);
+    let total = entities as i64 * versions;
+    let plan = interleaved_plan("C", entities, versions);
+    let ids = produce(&db, &plan, 5, Duration::ZERO, &AtomicUsize::new(0)).await;
+    let first_batch: BTreeSet<String> = ids[..BATCH].iter().map(i64::to_string).collect();
+
+    // The binary publishes its first batch, gets every confirm, and aborts
+    // before marking the rows sent.
+    let crashed = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
+        .arg("relay")
+        .envs(env.process_env(4))
+        .env("URUTAN_FAULT_ABORT_AFTER_PUBLISH", "1")
+        .env("RELAY_BATCH", BATCH.to_string())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), crashed)
+        .await
+        .expect("the faulty relay did not abort within 60 s")
+        .expect("run urutan relay");
+    assert_eq!(
+        out.status.signal(),
+        Some(6),
+        "urutan relay should die of SIGABRT after its first batch, got {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(unsent(&db).await, total, "nothing was marked sent");
+
+    // The broker had confirmed the whole first batch: the pool applies it.
+    wait_for(
+        "the first batch applied",
+        Duration::from_secs(60),
+        || async { count(&db, "SELECT count(*) FROM pesan_diproses").await >= BATCH as i64 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let processed: BTreeSet<String> =
+        sqlx::query_scalar::<_, String>("SELECT message_id FROM pesan_diproses")
+            .fetch_all(&db)
+            .await
+            .expect("processed ids")
+            .into_iter()
+            .collect();
+    assert_eq!(
+        processed, first_batch,
+        "exactly the first batch was published"
+    );
+    assert!(seen.duplicates().is_empty());
+
+    // A healthy relay takes over (the dead one's lock went with its session).
+    let relay = RunningRelay::start(env.settings(4));
+    wait_drained(&db, total, Duration::from_secs(90)).await;
+    wait_for(
+        "the republished first batch seen as duplicates",
+        Duration::from_secs(30),
+        || async { seen.duplicates().len() >= BATCH },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let duplicates = seen.duplicates();
+    let unique: BTreeSet<String> = duplicates.iter().cloned().collect();
+    assert_eq!(
+        duplicates.len(),
+        unique.len(),
+        "each republished row is a duplicate once"
+    );
+    assert_eq!(
+        unique, first_batch,
+        "the duplicates are exactly the first batch"
+    );
+    assert_eq!(seen.applied.load(Ordering::SeqCst), total as u64);
+    assert_eq!(seen.stale.load(Ordering::SeqCst), 0, "nothing went stale");
+    assert_eq!(seen.dead.load(Ordering::SeqCst), 0, "nothing dead-lettered");
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    assert_outbox_fully_applied(&env, &db, total).await;
+    relay.stop().await;
+    pool.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_at_once_keep_per_aggregate_order() {
+    let _shared = broker_shared().await;
+    let env = TestEnv::new("tworelays").await;
+    let seen = Arc::new(Seen::default());
+    let pool = RunningPool::start_with(env.settings(4), seen.hooks()).await;
+    pool.wait_ready().await;
+    let db = env.db().await;
+    let (entities, versions) = (50, 20);
+    let total = entities as i64 * versions;
+
+    let relays = [
+        RunningRelay::start(env.settings(4)),
+        RunningRelay::start(env.settings(4)),
+    ];
+    wait_for("one relay active", Duration::from_secs(30), || async {
+        relays.iter().any(RunningRelay::is_active)
+    })
+    .await;
+    // Never two active relays: sample both throughout.
+    let both_active = Arc::new(AtomicU64::new(0));
+    let watch_stop = CancellationToken::new();
+    let watcher = {
+        let healths = [relays[0].health.clone(), relays[1].health.clone()];
+        let (both_active, stop) = (both_active.clone(), watch_stop.clone());
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                if healths.iter().all(|h| h.is_ready()) {
+                    both_active.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+
+    let progress = Arc::new(AtomicUsize::new(0));
+    let producer = {
+        let (db, progress) = (db.clone(), progress.clone());
+        tokio::spawn(async move {
+            let plan = interleaved_plan("T", entities, versions);
+            produce(&db, &plan, 4, Duration::from_millis(10), &progress).await
+        })
+    };
+    let half = total as usize / 2;
+    wait_for(
+        "half of the events written",
+        Duration::from_secs(60),
+        || async { progress.load(Ordering::SeqCst) >= half },
+    )
+    .await;
+    let [a, b] = relays;
+    assert!(
+        a.is_active() != b.is_active(),
+        "exactly one relay is active"
+    );
+    let (active, standby) = if a.is_active() { (a, b) } else { (b, a) };
+    let sent_before = count(
+        &db,
+        "SELECT count(*) FROM outbox WHERE dikirim_pada IS NOT NULL",
+    )
+    .await;
+    assert!(sent_before > 0, "the active relay was relaying");
+    active.stop().await;
+    standby.wait_active(Duration::from_secs(15)).await;
+    let written_at_handover = progress.load(Ordering::SeqCst);
+    assert!(
+        written_at_handover < total as usize,
+        "the handover happened while the producer was still writing"
+    );
+
+    tokio::time::timeout(Duration::from_secs(120), producer)
+        .await
+        .expect("producer did not finish within 120 s")
+        .expect("producer panicked");
+    wait_drained(&db, total, Duration::from_secs(90)).await;
+    watch_stop.cancel();
+    watcher.await.expect("watcher");
+    assert_eq!(
+        both_active.load(Ordering::SeqCst),
+        0,
+        "two relays were active at the same moment"
+    );
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    assert_eq!(
+        seen.stale.load(Ordering::SeqCst),
+        0,
+        "no version was skipped as stale"
+    );
+    assert_outbox_fully_applied(&env, &db, total).await;
+    standby.stop().await;
+    pool.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serial_broker_restart_during_relaying_loses_nothing() {
+    let _exclusive = broker_exclusive().await;
+    let env = TestEnv::new("relayrestart").await;
+    // One shard: a restart reshuffles the hash ring between several shards.
+    let seen = Arc::new(Seen::default());
+    let pool = RunningPool::start_with(env.settings(1), seen.hooks()).await;
+    pool.wait_ready().await;
+    let relay = RunningRelay::start(env.settings(1));
+    relay.wait_active(Duration::from_secs(30)).await;
+    let db = env.db().await;
+    let entities = 40;
+
+    let stop_producing = CancellationToken::new();
+    let producer = tokio::spawn(produce_rounds(
+        db.clone(),
+        entities,
+        3,
+        Duration::from_millis(10),
+        stop_producing.clone(),
+    ));
+    wait_for("relaying under way", Duration::from_secs(60), || async {
+        applied(&db).await >= 300
+    })
+    .await;
+
+    // Declared after `env`, so dropped (broker started) before `env` deletes its vhost.
+    let _broker = BrokerGuard;
+    let restart = Instant::now();
+    sh_blocking("rabbitmqctl", &["-q", "stop_app"]).await;
+    let health = relay.health.clone();
+    wait_for(
+        "the relay not ready with the broker stopped",
+        Duration::from_secs(20),
+        || {
+            let health = health.clone();
+            async move { !health.is_ready() }
+        },
+    )
+    .await;
+    let unsent_during_outage = unsent(&db).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        unsent(&db).await > unsent_during_outage,
+        "the producer kept writing while the broker was down"
+    );
+    sh_blocking("rabbitmqctl", &["-q", "start_app"]).await;
+    sh_blocking("rabbitmqctl", &["-q", "--timeout", "120", "await_startup"]).await;
+    relay.wait_active(Duration::from_secs(60)).await;
+    let back_after = restart.elapsed();
+    let applied_after_restart = applied(&db).await;
+    wait_for(
+        "relaying again after the restart",
+        Duration::from_secs(60),
+        || async { applied(&db).await >= applied_after_restart + 200 },
+    )
+    .await;
+    stop_producing.cancel();
+    let rounds = tokio::time::timeout(Duration::from_secs(60), producer)
+        .await
+        .expect("producer did not stop within 60 s")
+        .expect("producer panicked");
+
+    let total = entities as i64 * rounds;
+    wait_drained(&db, total, Duration::from_secs(120)).await;
+    assert_gapless_in_order(&history(&db).await, entities, rounds);
+    assert_eq!(
+        seen.stale.load(Ordering::SeqCst),
+        0,
+        "no version was skipped as stale"
+    );
+    assert_outbox_fully_applied(&env, &db, total).await;
+    relay.stop().await;
+    pool.stop().await;
+    eprintln!(
+        "broker restart while relaying: {total} events over {rounds} rounds, relay active again \
+         {back_after:?} after stop_app, {} duplicate(s)",
+        seen.duplicates().len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_runs_end_to_end_and_verifies() {
+    let _shared = broker_shared().await;
+    let env = TestEnv::new("demo").await;
+    let demo_db = format!("{}_demo", env.database);
+    let _demo_db = DropDatabase(demo_db.clone());
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
+        .args([
+            "demo",
+            "--orders",
+            "150",
+            "--duplicates",
+            "20",
+            "--stale",
+            "20",
+            "--poison",
+            "4",
+            "--timeout",
+            "120s",
+        ])
+        .envs(env.process_env(4))
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .expect("urutan demo did not finish within 180 s")
+        .expect("run urutan demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "urutan demo failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    for expected in [
+        "verification PASSED",
+        "== urutan demo report ==",
+        "per shard:",
+        "dead-lettered (4)",
+        "injected: 20 duplicates, ",
+        " 4 poison",
+        "dead-letter queue holds 4 message(s)",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "no `{expected}` in the demo's output:\n{stdout}"
+        );
+    }
+    // The demo worked in its own database, and every order got there.
+    let demo = urutan::store::connect(&env.database_url().with(|u| u.set_path(&demo_db)), 1)
+        .await
+        .expect("connect the demo database");
+    assert_eq!(count(&demo, "SELECT count(*) FROM pesanan").await, 150);
+    assert_eq!(
+        count(
+            &demo,
+            "SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL"
+        )
+        .await,
+        0
+    );
+    demo.close().await;
+    assert_eq!(
+        count(&env.db().await, "SELECT count(*) FROM pesanan").await,
+        0,
+        "the demo left the given database alone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_reports_violations() {
+    let _shared = broker_shared().await;
+    let env = TestEnv::new("verify").await;
+    let db = env.db().await;
+    let clean = urutan::verify::verify(&db, None).await.expect("verify");
+    assert!(clean.passed(), "an empty database passes:\n{clean}");
+
+    // A version applied twice needs the unique constraint out of the way.
+    sqlx::query("ALTER TABLE pesanan_riwayat DROP CONSTRAINT pesanan_riwayat_pesanan_id_versi_key")
+        .execute(&db)
+        .await
+        .expect("drop constraint");
+    let mut sql = String::new();
+    let mut outbox = |id: i64, entity: &str, versi: i64, sent: bool| {
+        sql.push_str(&format!(
+            "INSERT INTO outbox (id, agregat_tipe, agregat_id, routing_key, payload, dikirim_pada)
+             VALUES ({id}, 'pesanan', '{entity}', 'pesanan.x',
+                     '{{\"id\":\"{entity}\",\"status\":\"s\",\"versi\":{versi}}}', {});\n",
+            if sent { "now()" } else { "NULL" }
+        ));
+    };
+    // N: a sent row never processed. P: published up to v2, stored and
+    // applied only v1. G: all good (and an unsent v2 that counts for nothing).
+    outbox(1, "N", 1, true);
+    outbox(2, "P", 1, true);
+    outbox(3, "P", 2, true);
+    outbox(4, "G", 1, true);
+    outbox(5, "G", 2, false);
+    sql.push_str(
+        "INSERT INTO pesan_diproses (message_id) VALUES ('2'), ('3'), ('4');
+         INSERT INTO pesanan_riwayat (pesanan_id, versi, status, message_id, shard) VALUES
+             ('H', 1, 's', 'h1', 0), ('H', 3, 's', 'h3', 0), ('H', 2, 's', 'h2', 0),
+             ('N', 1, 's', '1', 0),
+             ('P', 1, 's', '2', 0),
+             ('X', 1, 'a', 'x1', 0), ('X', 2, 'b', 'x2', 0),
+             ('G', 1, 's', '4', 0),
+             ('D', 1, 's', 'd1', 0), ('D', 1, 's', 'd1b', 0);
+         INSERT INTO pesanan (id, status, versi) VALUES
+             ('H', 's', 2), ('N', 's', 1), ('P', 's', 1), ('X', 'b', 1), ('G', 's', 1), ('D', 's', 1);",
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(&db)
+        .await
+        .expect("insert the broken state");
+
+    let report = urutan::verify::verify(&db, Some(0)).await.expect("verify");
+    assert!(!report.passed(), "violations must fail:\n{report}");
+    let violations = |fragment: &str| -> i64 {
+        let matching: Vec<_> = report
+            .checks
+            .iter()
+            .filter(|c| c.name.contains(fragment))
+            .collect();
+        assert_eq!(matching.len(), 1, "one check named like `{fragment}`");
+        matching[0].violations
+    };
+    // P is stored at v1 but was published up to v2.
+    assert_eq!(violations("highest version published"), 1, "{report}");
+    // H applied 2 after 3; D applied 1 after 1.
+    assert_eq!(violations("strictly increases"), 2, "{report}");
+    assert_eq!(violations("applied twice"), 1, "{report}");
+    // X is stored at v1 although v2 was applied last.
+    assert_eq!(violations("last applied version"), 1, "{report}");
+    // Outbox row 1 (N) was sent but never processed.
+    assert_eq!(violations("sent outbox row was processed"), 1, "{report}");
+    // P's v2 was published and never applied.
+    assert_eq!(violations("was skipped"), 1, "{report}");
+    assert_eq!(report.checks.len(), 6, "every check was run");
+    assert_eq!(
+        (
+            report.entities,
+            report.history_rows,
+            report.sent_outbox_rows,
+            report.unsent_outbox_rows
+        ),
+        (6, 10, 4, 1)
+    );
+    let text = report.to_string();
+    assert!(text.contains("verification FAILED"), "{text}");
+    for offender in [
+        "H: versi 2 applied after 3",
+        "outbox 1 (N)",
+        "P: versi 2 never applied",
+    ] {
+        assert!(text.contains(offender), "no `{offender}` in:\n{text}");
+    }
+}
+
+/// `--stale N` should inject N stale events. src/demo.rs `inject` draws one
+/// random sample of max(duplicates, stale) sent rows and keeps only those
+/// with versi >= 2 for the stale copies, so it usually injects fewer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_injects_as_many_stale_events_as_asked() {
+    let _shared = broker_shared().await;
+    let env = TestEnv::new("demostale").await;
+    let demo_db = format!("{}_demo", env.database);
+    let _demo_db = DropDatabase(demo_db);
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
+        .args([
+            "demo",
+            "--orders",
+            "30",
+            "--duplicates",
+            "0",
+            "--stale",
+            "20",
+            "--poison",
+            "0",
+            "--timeout",
+            "60s",
+        ])
+        .envs(env.process_env(2))
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("urutan demo did not finish within 120 s")
+        .expect("run urutan demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "urutan demo failed:\n{stdout}");
+    assert!(
+        stdout.contains("injected: 0 duplicates, 20 stale, 0 poison"),
+        "asked for 20 stale events:\n{stdout}"
+    );
+    assert!(stdout.contains("stale 20 "), "20 stale outcomes:\n{stdout}");
+}
+
+/// Contract §7: `/readyz` (the relay's health) is 200 only while the broker is
+/// reachable. An idle relay never touches its channel (src/outbox/relay.rs
+/// `session`: the idle loop only SELECTs and waits for NOTIFY), so it keeps
+/// reporting ready on a dead connection until the next row must be sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_relay_notices_a_lost_broker_connection() {
+    let _shared = broker_shared().await;
+    let env = TestEnv::new("relayidle").await;
+    let pool = RunningPool::start(env.settings(1)).await;
+    pool.wait_ready().await;
+    let relay = RunningRelay::start(env.settings(1));
+    relay.wait_active(Duration::from_secs(30)).await;
+    // Only this test's vhost: other tests' connections are left alone.
+    sh_blocking(
+        "rabbitmqctl",
+        &[
+            "-q",
+            "close_all_connections",
+            "--vhost",
+            &env.vhost,
+            "relay test",
+        ],
+    )
+    .await;
+    let health = relay.health.clone();
+    wait_for(
+        "the idle relay to report the lost broker connection",
+        Duration::from_secs(10),
+        || {
+            let health = health.clone();
+            async move { !health.is_ready() }
+        },
+    )
+    .await;
+    relay.wait_active(Duration::from_secs(30)).await;
+    let db = env.db().await;
+    enqueue_tx(&db, &[("IDLE-1".to_owned(), 1)]).await;
+    pool.wait_ready().await;
+    wait_drained(&db, 1, Duration::from_secs(30)).await;
+    relay.stop().await;
+    pool.stop().await;
+}
