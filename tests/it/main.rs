@@ -3,6 +3,7 @@
 //! (a broker restart, a database stop) and run alone (see deploy/local/test.sh).
 
 mod common;
+mod handoff;
 mod pipeline;
 mod poison;
 mod recovery;

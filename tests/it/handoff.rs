@@ -1,0 +1,298 @@
+//! Per-entity order across hash-ring changes: the apply / park / release
+//! rules on the real database (deterministic: shard positions are moved by
+//! hand), then the real thing: a broker restart with a backlog on 12 shards.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use urutan::handoff;
+use urutan::message::Event;
+use urutan::outcome::Outcome;
+use urutan::store::{self, Applied};
+
+use crate::common::*;
+
+fn event(entity: &str, versi: i64) -> Event {
+    Event {
+        message_id: format!("{entity}-v{versi}"),
+        entity_id: entity.to_owned(),
+        status: format!("s{versi}"),
+        versi,
+        data: None,
+        published_at: None,
+    }
+}
+
+async fn apply(db: &PgPool, entity: &str, versi: i64, shard: u16) -> Applied {
+    store::apply(db, &event(entity, versi), shard)
+        .await
+        .expect("apply")
+}
+
+async fn versions(db: &PgPool, entity: &str) -> Vec<i64> {
+    sqlx::query_scalar("SELECT versi FROM pesanan_riwayat WHERE pesanan_id = $1 ORDER BY seq")
+        .bind(entity)
+        .fetch_all(db)
+        .await
+        .expect("history")
+}
+
+const APPLIED: Applied = Applied::Done(Outcome::Applied);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_entity_waits_for_its_old_shard_and_keeps_order() {
+    let env = TestEnv::new("handoff_rules").await;
+    let db = env.db().await;
+    let mut conn = db.acquire().await.expect("conn");
+    handoff::register_shards(&mut conn, 2)
+        .await
+        .expect("register");
+    drop(conn);
+
+    // Epoch 0: K lives on shard 0.
+    assert_eq!(apply(&db, "K", 1, 0).await, APPLIED);
+    // The ring changes (epoch 1). Shard 1 passes the marker first; shard 0
+    // still has K's v2 and v3 queued before its marker.
+    handoff::pass_marker(&db, 1, 1).await.expect("marker");
+    assert_eq!(
+        apply(&db, "K", 4, 1).await,
+        Applied::Parked,
+        "K moved: wait"
+    );
+    assert_eq!(apply(&db, "K", 5, 1).await, Applied::Parked, "behind v4");
+    assert_eq!(
+        apply(&db, "N", 1, 1).await,
+        Applied::Parked,
+        "never seen: wait for all"
+    );
+    // Not releasable yet: shard 0 has not passed epoch 1.
+    assert!(
+        handoff::release(&db, 1, 100)
+            .await
+            .expect("release")
+            .is_empty()
+    );
+    // The old shard drains: older messages go first, despite parked newer ones.
+    assert_eq!(apply(&db, "K", 2, 0).await, APPLIED);
+    assert_eq!(apply(&db, "K", 3, 0).await, APPLIED);
+    // A redelivery of a parked message is a duplicate.
+    assert_eq!(
+        apply(&db, "K", 4, 1).await,
+        Applied::Done(Outcome::Duplicate)
+    );
+    // An entity last applied in shard 1's epoch goes straight through.
+    handoff::pass_marker(&db, 0, 1).await.expect("marker");
+    handoff::pass_marker(&db, 0, 0)
+        .await
+        .expect("a late marker never moves back");
+    let released = handoff::release(&db, 1, 100).await.expect("release");
+    let ids: Vec<_> = released.iter().map(|r| r.message_id.as_str()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(released.iter().all(|r| r.hasil == "applied"));
+    assert_eq!(
+        released.iter().filter(|r| r.pertama).count(),
+        2,
+        "two entities handed off"
+    );
+    assert_eq!(versions(&db, "K").await, vec![1, 2, 3, 4, 5]);
+    assert_eq!(versions(&db, "N").await, vec![1]);
+    assert_eq!(handoff::parked(&db, 1).await.expect("parked"), 0);
+    // Now in epoch 1 on shard 1: no more waiting.
+    assert_eq!(apply(&db, "K", 6, 1).await, APPLIED);
+    assert_eq!(apply(&db, "N", 2, 1).await, APPLIED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_message_arriving_after_parked_newer_ones_is_released_first() {
+    let env = TestEnv::new("handoff_epochorder").await;
+    let db = env.db().await;
+    let mut conn = db.acquire().await.expect("conn");
+    handoff::register_shards(&mut conn, 3)
+        .await
+        .expect("register");
+    drop(conn);
+    assert_eq!(apply(&db, "K", 1, 0).await, APPLIED);
+    // Epoch 1 moves K to shard 1; epoch 2 moves it to shard 2. Shard 2 is
+    // fastest, shard 1 next; shard 0 lags behind both markers.
+    handoff::pass_marker(&db, 2, 2).await.expect("marker");
+    assert_eq!(apply(&db, "K", 4, 2).await, Applied::Parked);
+    handoff::pass_marker(&db, 1, 1).await.expect("marker");
+    assert_eq!(
+        apply(&db, "K", 3, 1).await,
+        Applied::Parked,
+        "older than v4: parked apart"
+    );
+    assert_eq!(
+        apply(&db, "K", 2, 0).await,
+        APPLIED,
+        "oldest: straight through"
+    );
+    handoff::pass_marker(&db, 0, 2).await.expect("marker");
+    handoff::pass_marker(&db, 1, 2).await.expect("marker");
+    let released = handoff::release(&db, 2, 100).await.expect("release");
+    assert_eq!(released.len(), 2);
+    assert_eq!(
+        versions(&db, "K").await,
+        vec![1, 2, 3, 4],
+        "epoch order, not park order"
+    );
+}
+
+/// Enqueues `versions` versions for each of `entities` orders through the
+/// outbox, round by round (v1 of all, then v2 ...), in small transactions,
+/// pausing between rounds, until done or `stop`.
+async fn produce(
+    db: PgPool,
+    entities: usize,
+    versions: i64,
+    pause: Duration,
+    stop: Arc<AtomicBool>,
+) -> i64 {
+    let mut written = 0;
+    for versi in 1..=versions {
+        for chunk in (0..entities).collect::<Vec<_>>().chunks(20) {
+            if stop.load(Ordering::Relaxed) {
+                return written;
+            }
+            let mut tx = db.begin().await.expect("begin");
+            for e in chunk {
+                let id = format!("P-{e:04}");
+                urutan::outbox::enqueue(
+                    &mut tx,
+                    &urutan::outbox::NewEvent {
+                        agregat_id: &id,
+                        status: "s",
+                        versi,
+                        data: None,
+                        routing_key: "pesanan.uji",
+                    },
+                )
+                .await
+                .expect("enqueue");
+                written += 1;
+            }
+            tx.commit().await.expect("commit");
+        }
+        tokio::time::sleep(pause).await;
+    }
+    written
+}
+
+/// Every entity's history is 1..n in apply order (n may differ per entity).
+fn assert_every_entity_gapless(history: &[(String, i64, i32)]) -> usize {
+    let mut last: HashMap<&str, i64> = HashMap::new();
+    for (entity, versi, _) in history {
+        let prev = last.entry(entity).or_insert(0);
+        assert_eq!(
+            *versi,
+            *prev + 1,
+            "entity {entity}: {versi} applied after {prev}"
+        );
+        *prev = *versi;
+    }
+    last.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serial_broker_restart_with_a_backlog_keeps_per_entity_order_on_12_shards() {
+    let env = TestEnv::new("handoff_restart").await;
+    let _broker = BrokerStarter;
+    let mut settings = env.settings(12);
+    settings.database_pool_size = Some(6);
+    let db = env.db().await;
+
+    // Topology, shard registry; then the relay publishes a continuous stream.
+    let pool = RunningPool::start(settings.clone()).await;
+    pool.wait_ready().await;
+    let relay_stop = CancellationToken::new();
+    let relay = tokio::spawn(
+        urutan::outbox::relay::Relay {
+            settings: settings.clone(),
+            relay: Default::default(),
+            after_publish: None,
+            health: Default::default(),
+        }
+        .run(relay_stop.clone()),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    // About 16 s of rounds: before, during and after the restart.
+    let producer = tokio::spawn(produce(
+        db.clone(),
+        300,
+        16,
+        Duration::from_secs(1),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Build a backlog: no consumers, the relay keeps publishing.
+    pool.stop().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    sh("rabbitmqctl", &["-q", "stop_app"]);
+    sh("rabbitmqctl", &["-q", "start_app"]);
+    sh("rabbitmqctl", &["-q", "await_startup"]);
+    // The ring is rebuilt in another order; the relay reconnects (opening an
+    // epoch) and goes on publishing into the new ring over the backlog.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let pool = RunningPool::start(settings.clone()).await;
+    let written = tokio::time::timeout(Duration::from_secs(120), producer)
+        .await
+        .expect("producer finished")
+        .expect("producer");
+    wait_for("every outbox row applied", Duration::from_secs(180), || {
+        let db = db.clone();
+        async move {
+            let (unsent, pending): (i64, i64) = sqlx::query_as(
+                "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL),
+                        (SELECT count(*) FROM outbox o WHERE NOT EXISTS
+                            (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
+                        + (SELECT count(*) FROM urutan_parkir)",
+            )
+            .fetch_one(&db)
+            .await
+            .expect("progress");
+            unsent == 0 && pending == 0
+        }
+    })
+    .await;
+    relay_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(30), relay).await;
+    pool.stop().await;
+
+    let history = history(&db).await;
+    assert_eq!(
+        history.len() as i64,
+        written,
+        "every version applied exactly once"
+    );
+    assert_eq!(assert_every_entity_gapless(&history), 300);
+    let moved: i64 = count(
+        &db,
+        "SELECT count(*) FROM (SELECT pesanan_id FROM pesanan_riwayat
+                               GROUP BY pesanan_id HAVING count(DISTINCT shard) > 1) m",
+    )
+    .await;
+    assert!(
+        moved > 0,
+        "the restart moved no entity: the test proved nothing"
+    );
+    let report = urutan::verify::verify(&db, None).await.expect("verify");
+    assert!(report.passed(), "{report}");
+    let conn = env.broker().await;
+    assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
+    eprintln!("{written} versions, {moved} of 300 entities changed shard, all in order");
+}
+
+/// Starts the broker app again if a test stopped it and then failed.
+struct BrokerStarter;
+
+impl Drop for BrokerStarter {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .args(["-q", "start_app"])
+            .output();
+    }
+}
