@@ -38,6 +38,18 @@ pub struct Settings {
           value_parser = clap::value_parser!(u16).range(1..))]
     pub prefetch: u16,
 
+    /// Ordered batch mode (PREFETCH > 1): most deliveries applied in one
+    /// transaction (default: PREFETCH).
+    #[arg(long, env = "BATCH_MAX",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub batch_max: Option<u16>,
+
+    /// Ordered batch mode: how long to wait for more deliveries after the
+    /// first one of a batch, in milliseconds.
+    #[arg(long, env = "BATCH_LINGER_MS", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub batch_linger_ms: u64,
+
     /// Deliveries of one message before the queue dead-letters it (`x-delivery-limit`).
     #[arg(long, env = "DELIVERY_LIMIT", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -90,6 +102,12 @@ impl Settings {
         Wrapper::try_parse_from(["urutan"])
             .map(|w| w.settings)
             .unwrap_or_else(|e| panic!("default settings are invalid: {e}"))
+    }
+
+    /// Deliveries applied per transaction: 1 in strict mode (PREFETCH=1),
+    /// else BATCH_MAX (default PREFETCH), never more than PREFETCH.
+    pub fn batch_size(&self) -> u16 {
+        self.batch_max.unwrap_or(self.prefetch).min(self.prefetch)
     }
 
     /// Connections the database pool may open.
@@ -220,6 +238,11 @@ mod tests {
         assert_eq!(s.log_format, LogFormat::Text);
         assert_eq!(s.topology_prefix, "pesanan");
         assert_eq!(s.max_body_bytes, 1_048_576);
+        assert_eq!(s.batch_size(), 1, "strict mode by default");
+        let s = parse(&["--prefetch", "64"]).expect("batch");
+        assert_eq!(s.batch_size(), 64, "BATCH_MAX defaults to PREFETCH");
+        let s = parse(&["--prefetch", "64", "--batch-max", "500"]).expect("batch");
+        assert_eq!(s.batch_size(), 64, "a batch never exceeds PREFETCH");
     }
 
     #[test]

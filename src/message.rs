@@ -42,7 +42,7 @@ pub struct Event {
     pub versi: i64,
     /// The optional `data` member, kept as raw JSON text (`None` when absent or null).
     pub data: Option<Box<RawValue>>,
-    /// When the producer published it, if it said.
+    /// When the producer published it, if it said (and the time is representable).
     pub published_at: Option<SystemTime>,
 }
 
@@ -79,6 +79,8 @@ pub enum Rejection {
     TooDeep,
     #[error("the queue's delivery limit was reached (the handler kept failing)")]
     DeliveryLimit,
+    #[error("the database refuses this message's data (a data or integrity error)")]
+    DatabaseRefused,
 }
 
 impl Rejection {
@@ -100,6 +102,7 @@ impl Rejection {
             Self::NulCharacter => "nul_character",
             Self::TooDeep => "too_deep",
             Self::DeliveryLimit => "delivery_limit",
+            Self::DatabaseRefused => "database_refused",
         }
     }
 }
@@ -170,9 +173,11 @@ pub fn decode(env: &Envelope<'_>, max_body_bytes: usize) -> Result<Event, Reject
         status,
         versi,
         data,
+        // A producer's timestamp can be any u64; one the clock type cannot
+        // hold (from 2^63 s on Linux) is dropped, not added with a panic.
         published_at: env
             .timestamp
-            .map(|secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs)),
+            .and_then(|secs| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))),
     })
 }
 
@@ -446,6 +451,7 @@ mod tests {
             Rejection::NulCharacter,
             Rejection::TooDeep,
             Rejection::DeliveryLimit,
+            Rejection::DatabaseRefused,
         ];
         let labels: HashSet<_> = all.iter().map(|r| r.reason()).collect();
         assert_eq!(labels.len(), all.len());

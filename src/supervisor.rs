@@ -192,6 +192,8 @@ async fn run_workers(
             shard,
             queue: names.shard_queue(shard),
             prefetch: settings.prefetch,
+            batch_size: settings.batch_size(),
+            batch_linger: Duration::from_millis(settings.batch_linger_ms),
             delivery_limit: settings.delivery_limit,
             max_body_bytes: settings.max_body_bytes as usize,
             pool: pool.clone(),

@@ -15,8 +15,11 @@
 //!   message whose entity is being handed over is parked, and the worker
 //!   releases its parked messages as soon as they may go.
 
+mod batch;
 mod hooks;
 mod steps;
+
+use steps::Held;
 
 pub use hooks::{EventHook, Hooks, Observed, OutcomeHook};
 
@@ -39,7 +42,6 @@ use crate::broker::{BrokerError, call};
 use crate::handoff;
 use crate::health::Health;
 
-use crate::metrics as m;
 use crate::outcome::{Outcome, Settle};
 
 /// How long a held message may keep retrying after shutdown was requested.
@@ -55,6 +57,10 @@ pub struct ShardWorker {
     pub shard: u16,
     pub queue: String,
     pub prefetch: u16,
+    /// Deliveries per transaction (1: strict mode).
+    pub batch_size: u16,
+    /// How long a batch waits for more deliveries after its first.
+    pub batch_linger: Duration,
     pub delivery_limit: u32,
     pub max_body_bytes: usize,
     pub pool: PgPool,
@@ -148,17 +154,31 @@ impl ShardWorker {
                 Some(None) => return Err(BrokerError::ConsumerCancelled),
             };
             let received = Instant::now();
-            let (settle, may_release) = self.process(ch.clone(), &delivery, shutdown).await?;
-            parked |= may_release;
-            let in_hand = InHand {
-                delivery,
-                settle,
-                received,
-            };
-            if shutdown.is_cancelled() {
-                return self.finish(&ch, &tag, &mut consumer, vec![in_hand]).await;
+            let mut deliveries = vec![delivery];
+            if self.batch_size > 1 {
+                self.fill(&mut consumer, &mut deliveries).await?;
             }
-            self.settle(&in_hand).await?;
+            let (settles, may_release) = if deliveries.len() == 1 {
+                let (settle, may_release) =
+                    self.process(ch.clone(), &deliveries[0], shutdown).await?;
+                (vec![settle], may_release)
+            } else {
+                self.process_batch(&ch, &deliveries, shutdown).await?
+            };
+            parked |= may_release;
+            let in_hand: Vec<InHand> = deliveries
+                .into_iter()
+                .zip(settles)
+                .map(|(delivery, settle)| InHand {
+                    delivery,
+                    settle,
+                    received,
+                })
+                .collect();
+            if shutdown.is_cancelled() {
+                return self.finish(&ch, &tag, &mut consumer, in_hand).await;
+            }
+            batch::settle_all(&in_hand, self.shard).await?;
         }
     }
 
@@ -191,9 +211,7 @@ impl ShardWorker {
         if !unsettled.is_empty() {
             let cancel = ch.basic_cancel(tag.into(), BasicCancelOptions::default());
             call("basic.cancel", cancel).await?;
-            for in_hand in &unsettled {
-                self.settle(in_hand).await?;
-            }
+            batch::settle_all(&unsettled, self.shard).await?;
         }
         let _ = call("channel.close", ch.close(200, "shutting down".into())).await;
         Ok(())
@@ -235,21 +253,18 @@ impl ShardWorker {
         .instrument(span)
         .await
     }
-
-    /// Sends the broker action and records the handling time.
-    async fn settle(&self, in_hand: &InHand) -> Result<(), BrokerError> {
-        settle_delivery(&in_hand.delivery, in_hand.settle).await?;
-        metrics::histogram!(m::HANDLE_DURATION_SECONDS, "shard" => self.shard.to_string())
-            .record(in_hand.received.elapsed().as_secs_f64());
-        Ok(())
-    }
 }
 
-/// The one function that turns a [`Settle`] into a broker call.
-async fn settle_delivery(delivery: &Delivery, settle: Settle) -> Result<(), BrokerError> {
+/// The one function that turns a [`Settle`] into a broker call
+/// (`multiple`: the ack also covers every earlier unsettled delivery).
+async fn settle_delivery(
+    delivery: &Delivery,
+    settle: Settle,
+    multiple: bool,
+) -> Result<(), BrokerError> {
     let acker = &delivery.acker;
     let done = match settle {
-        Settle::Ack => call("basic.ack", acker.ack(BasicAckOptions::default())).await?,
+        Settle::Ack => call("basic.ack", acker.ack(BasicAckOptions { multiple })).await?,
         Settle::DeadLetter => {
             let reject = acker.reject(BasicRejectOptions { requeue: false });
             call("basic.reject", reject).await?

@@ -22,7 +22,7 @@ use crate::store::{self, Applied, StoreError};
 const RELEASE_BATCH: i32 = 200;
 
 /// Why a held database step stopped without a result.
-enum Held {
+pub(super) enum Held {
     /// The database refused this message's data.
     Refused,
     /// The channel died, or shutdown's grace ran out: the message comes back.
@@ -86,7 +86,7 @@ impl ShardWorker {
     /// Runs a database step for the delivery in hand, holding it through
     /// transient failures (capped, jittered backoff) so nothing behind it
     /// overtakes it.
-    async fn held<T, F, Fut>(
+    pub(super) async fn held<T, F, Fut>(
         &self,
         ch: &Channel,
         shutdown: &CancellationToken,
@@ -204,7 +204,7 @@ impl ShardWorker {
         }
     }
 
-    fn record_lag(&self, event: &Event) {
+    pub(super) fn record_lag(&self, event: &Event) {
         let lag = event
             .published_at
             .and_then(|t| SystemTime::now().duration_since(t).ok());

@@ -45,3 +45,77 @@ pub fn parse_result(result: &str) -> Applied {
         other => unreachable!("urutan_terapkan returned {other:?}"),
     }
 }
+
+/// One item of an ordered batch.
+#[derive(Debug, Clone, Copy)]
+pub enum BatchItem<'a> {
+    /// An epoch marker: the shard passed this epoch.
+    Marker(i64),
+    /// A valid event to apply.
+    Event(&'a Event),
+}
+
+/// What the batch transaction did with one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchResult {
+    Marker,
+    Event(Applied),
+}
+
+/// Applies `items` (one shard's deliveries, in arrival order) in ONE
+/// transaction with exactly the outcomes they would have one by one.
+pub async fn apply_batch(
+    pool: &PgPool,
+    items: &[BatchItem<'_>],
+    shard: u16,
+) -> Result<Vec<BatchResult>, StoreError> {
+    let n = items.len();
+    let (mut message_ids, mut ids, mut statuses) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut versis, mut datas, mut markers) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for item in items {
+        match item {
+            BatchItem::Marker(epoch) => {
+                message_ids.push(None);
+                ids.push(None);
+                statuses.push(None);
+                versis.push(None);
+                datas.push(None);
+                markers.push(Some(*epoch));
+            }
+            BatchItem::Event(e) => {
+                message_ids.push(Some(e.message_id.as_str()));
+                ids.push(Some(e.entity_id.as_str()));
+                statuses.push(Some(e.status.as_str()));
+                versis.push(Some(e.versi));
+                datas.push(e.data.as_deref().map(|raw| raw.get()));
+                markers.push(None);
+            }
+        }
+    }
+    let results: Vec<String> =
+        sqlx::query_scalar("SELECT urutan_terapkan_batch($1, $2, $3, $4, $5, $6, $7)")
+            .bind(&message_ids)
+            .bind(&ids)
+            .bind(&statuses)
+            .bind(&versis)
+            .bind(&datas)
+            .bind(&markers)
+            .bind(i32::from(shard))
+            .fetch_one(pool)
+            .await?;
+    Ok(results
+        .iter()
+        .map(|r| match r.as_str() {
+            "marker" => BatchResult::Marker,
+            other => BatchResult::Event(parse_result(other)),
+        })
+        .collect())
+}

@@ -12,7 +12,7 @@ use tracing::info;
 
 use crate::config::SecretUrl;
 
-pub use apply::{Applied, apply, parse_result};
+pub use apply::{Applied, BatchItem, BatchResult, apply, apply_batch, parse_result};
 pub use retention::{purge_expired, run_retention};
 
 /// The embedded migrations of `migrations/`.

@@ -199,9 +199,21 @@ fn assert_every_entity_gapless(history: &[(String, i64, i32)]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serial_broker_restart_with_a_backlog_keeps_per_entity_order_on_12_shards() {
-    let env = TestEnv::new("handoff_restart").await;
+    broker_restart_with_a_backlog(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serial_broker_restart_with_a_backlog_keeps_order_in_batch_mode() {
+    broker_restart_with_a_backlog(32).await;
+}
+
+/// 300 orders, 16 versions each, published by the relay through a broker
+/// restart while the pool is down (a backlog on the old ring), then drained.
+async fn broker_restart_with_a_backlog(prefetch: u16) {
+    let env = TestEnv::new(&format!("handoff_restart_p{prefetch}")).await;
     let _broker = BrokerStarter;
     let mut settings = env.settings(12);
+    settings.prefetch = prefetch;
     settings.database_pool_size = Some(6);
     let db = env.db().await;
 

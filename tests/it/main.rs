@@ -2,6 +2,7 @@
 //! its own vhost and database. Tests named `serial_*` disturb shared services
 //! (a broker restart, a database stop) and run alone (see deploy/local/test.sh).
 
+mod batch;
 mod common;
 mod handoff;
 mod pipeline;

@@ -1,0 +1,207 @@
+//! Ordered batch mode (PREFETCH > 1): the deliveries already buffered, in
+//! arrival order, up to BATCH_MAX, applied in ONE transaction with exactly
+//! the outcomes they would have one by one, then acked with one
+//! `multiple = true` ack.
+//!
+//! Failures never cost an innocent message:
+//! - a contract violation is dead-lettered alone; the rest goes on in order;
+//! - a transient database error holds the whole batch and retries it, in order;
+//! - a handler that fails on one message (a panic) is retried in place up to
+//!   the delivery limit, then only that message is dead-lettered
+//!   (`basic.reject` without requeue, reason `delivery_limit`): requeueing it
+//!   would put it behind the rest of the batch and break order;
+//! - if the database refuses the batch because of one message's data, the
+//!   batch is applied one message per transaction and only the refused one is
+//!   dead-lettered (reason `database_refused`).
+
+use std::panic::AssertUnwindSafe;
+
+use futures::StreamExt;
+use lapin::message::Delivery;
+use lapin::{Channel, Consumer};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info_span, warn};
+
+use super::{Held, InHand, ShardWorker};
+use crate::broker::{BrokerError, delivery};
+use crate::message::{self, Event, Rejection};
+use crate::metrics as m;
+use crate::outcome::{Outcome, Settle};
+use crate::store::{self, Applied, BatchItem, BatchResult};
+
+/// One delivery of a batch after the pure steps.
+enum Prepared {
+    Marker(i64),
+    Event(Event),
+    Dead(Rejection),
+}
+
+impl ShardWorker {
+    /// Adds to `batch` the deliveries that arrive within BATCH_LINGER_MS of
+    /// the first one, up to the batch size.
+    pub(super) async fn fill(
+        &self,
+        consumer: &mut Consumer,
+        batch: &mut Vec<Delivery>,
+    ) -> Result<(), BrokerError> {
+        let deadline = tokio::time::Instant::now() + self.batch_linger;
+        while batch.len() < usize::from(self.batch_size) {
+            match tokio::time::timeout_at(deadline, consumer.next()).await {
+                Ok(Some(next)) => batch.push(next?),
+                Ok(None) => return Err(BrokerError::ConsumerCancelled),
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a batch; returns each delivery's broker action and whether
+    /// parked messages may now be releasable.
+    pub(super) async fn process_batch(
+        &self,
+        ch: &Channel,
+        deliveries: &[Delivery],
+        shutdown: &CancellationToken,
+    ) -> Result<(Vec<Settle>, bool), BrokerError> {
+        let span = info_span!("batch", shard = self.shard, size = deliveries.len());
+        let _enter = span.enter();
+        let prepared: Vec<Prepared> = deliveries.iter().map(|d| self.prepare(d)).collect();
+        let items: Vec<BatchItem<'_>> = prepared
+            .iter()
+            .filter_map(|p| match p {
+                Prepared::Marker(epoch) => Some(BatchItem::Marker(*epoch)),
+                Prepared::Event(event) => Some(BatchItem::Event(event)),
+                Prepared::Dead(_) => None,
+            })
+            .collect();
+        let results = match self
+            .held(ch, shutdown, || {
+                store::apply_batch(&self.pool, &items, self.shard)
+            })
+            .await
+        {
+            Ok(results) => results,
+            Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
+            Err(Held::Refused) => self.one_by_one(ch, &items, shutdown).await?,
+        };
+        let mut results = results.into_iter();
+        let mut may_release = false;
+        let mut settles = Vec::with_capacity(deliveries.len());
+        for (delivery, prepared) in deliveries.iter().zip(&prepared) {
+            let message_id = delivery.properties.message_id().as_ref();
+            let message_id = message_id.map(|id| id.as_str());
+            let outcome = match prepared {
+                Prepared::Dead(rejection) => Outcome::DeadLettered(*rejection),
+                Prepared::Marker(_) | Prepared::Event(_) => match results.next() {
+                    Some(BatchResult::Event(Applied::Done(outcome))) => outcome,
+                    Some(BatchResult::Event(Applied::Parked)) => {
+                        metrics::counter!(m::PARKED_TOTAL, "shard" => self.shard.to_string())
+                            .increment(1);
+                        may_release = true;
+                        settles.push(Settle::Ack);
+                        continue;
+                    }
+                    // A passed marker (the function answers every item).
+                    Some(BatchResult::Marker) | None => {
+                        may_release = true;
+                        settles.push(Settle::Ack);
+                        continue;
+                    }
+                },
+            };
+            if let Prepared::Event(event) = prepared {
+                self.record_lag(event);
+            }
+            settles.push(self.record(outcome, message_id));
+        }
+        Ok((settles, may_release))
+    }
+
+    /// The pure part of one delivery: marker, contract check, fault hook.
+    fn prepare(&self, delivery: &Delivery) -> Prepared {
+        if let Some(epoch) = delivery::epoch_marker(delivery) {
+            return Prepared::Marker(epoch);
+        }
+        let envelope = delivery::envelope(delivery);
+        let event = match message::decode(&envelope, self.max_body_bytes) {
+            Ok(event) => event,
+            Err(rejection) => {
+                let id = envelope.message_id.unwrap_or("");
+                warn!(
+                    message_id = id,
+                    reason = rejection.reason(),
+                    "contract violation in a batch"
+                );
+                return Prepared::Dead(rejection);
+            }
+        };
+        let Some(hook) = &self.hooks.before_apply else {
+            return Prepared::Event(event);
+        };
+        let attempts = u64::from(self.delivery_limit) + 1;
+        let left = attempts
+            .saturating_sub(delivery::previous_deliveries(delivery))
+            .max(1);
+        for attempt in 1..=left {
+            let run = std::panic::catch_unwind(AssertUnwindSafe(|| hook(&event)));
+            if run.is_ok() {
+                return Prepared::Event(event);
+            }
+            error!(message_id = %event.message_id, attempt, "the handler panicked on this message");
+            metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => "panic")
+                .increment(1);
+        }
+        Prepared::Dead(Rejection::DeliveryLimit)
+    }
+
+    /// After the database refused the batch: each item in its own
+    /// transaction, in order; a refused message is dead-lettered alone.
+    async fn one_by_one(
+        &self,
+        ch: &Channel,
+        items: &[BatchItem<'_>],
+        shutdown: &CancellationToken,
+    ) -> Result<Vec<BatchResult>, BrokerError> {
+        warn!("the database refused a batch; applying it one message at a time");
+        let mut results = Vec::with_capacity(items.len());
+        for item in items {
+            let single = std::slice::from_ref(item);
+            let applied = self
+                .held(ch, shutdown, || {
+                    store::apply_batch(&self.pool, single, self.shard)
+                })
+                .await;
+            match applied {
+                Ok(mut one) => results.push(one.pop().unwrap_or(BatchResult::Marker)),
+                Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
+                Err(Held::Refused) => {
+                    let outcome = Outcome::DeadLettered(Rejection::DatabaseRefused);
+                    results.push(BatchResult::Event(Applied::Done(outcome)));
+                }
+            }
+        }
+        Ok(results)
+    }
+}
+
+/// Settles processed deliveries: rejects one by one first, then one
+/// `multiple = true` ack up to the last acked delivery (a multiple ack must
+/// never cover a delivery that is still to be rejected).
+pub(super) async fn settle_all(in_hand: &[InHand], shard: u16) -> Result<(), BrokerError> {
+    let mut last_ack = None;
+    for held in in_hand {
+        match held.settle {
+            Settle::Ack => last_ack = Some(&held.delivery),
+            other => super::settle_delivery(&held.delivery, other, false).await?,
+        }
+    }
+    if let Some(delivery) = last_ack {
+        super::settle_delivery(delivery, Settle::Ack, in_hand.len() > 1).await?;
+    }
+    let shard = shard.to_string();
+    for held in in_hand {
+        metrics::histogram!(m::HANDLE_DURATION_SECONDS, "shard" => shard.clone())
+            .record(held.received.elapsed().as_secs_f64());
+    }
+    Ok(())
+}

@@ -1,0 +1,261 @@
+//! Ordered batch mode (PREFETCH > 1): the same outcomes as one by one.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use sqlx::PgPool;
+use urutan::message::Event;
+use urutan::outcome::Outcome;
+use urutan::shard::{Hooks, Observed};
+use urutan::store::{self, Applied, BatchItem, BatchResult};
+
+use crate::common::*;
+
+/// A stream with several versions per entity, out-of-order and repeated
+/// versions, and duplicate message ids.
+fn stream(seed: u64, entities: usize, len: usize) -> Vec<Msg> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    let mut next = move |n: u64| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    let mut out: Vec<Msg> = Vec::with_capacity(len);
+    for i in 0..len {
+        if i > 0 && next(10) == 0 {
+            let dup = out[next(i as u64) as usize].clone();
+            out.push(dup); // same message id again
+            continue;
+        }
+        let entity = format!("E-{}", next(entities as u64));
+        let versi = 1 + next(8) as i64;
+        out.push(Msg::event_with(
+            &entity,
+            versi,
+            &format!("m-{i}"),
+            &format!("s{versi}"),
+        ));
+    }
+    out
+}
+
+type Counts = Arc<Mutex<BTreeMap<&'static str, usize>>>;
+
+fn counting_hooks() -> (Hooks, Counts) {
+    let counts: Counts = Arc::default();
+    let seen = counts.clone();
+    let hooks = Hooks {
+        on_outcome: Some(Arc::new(move |o: &Observed<'_>| {
+            *seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(o.outcome.label())
+                .or_default() += 1;
+        })),
+        ..Hooks::default()
+    };
+    (hooks, counts)
+}
+
+/// Per entity: the stored state and the history in apply order.
+async fn state(
+    db: &PgPool,
+) -> (
+    Vec<(String, String, i64)>,
+    Vec<(String, i64, String, String)>,
+) {
+    let rows = sqlx::query_as("SELECT id, status, versi FROM pesanan ORDER BY id")
+        .fetch_all(db)
+        .await
+        .expect("pesanan");
+    let history = sqlx::query_as(
+        "SELECT pesanan_id, versi, status, message_id FROM pesanan_riwayat ORDER BY pesanan_id, seq",
+    )
+    .fetch_all(db)
+    .await
+    .expect("history");
+    (rows, history)
+}
+
+async fn run_stream(
+    shards: u16,
+    prefetch: u16,
+    msgs: &[Msg],
+) -> (
+    BTreeMap<&'static str, usize>,
+    impl Sized + std::fmt::Debug + PartialEq,
+) {
+    let env = TestEnv::new(&format!("diff_p{prefetch}")).await;
+    let mut settings = env.settings(shards);
+    settings.prefetch = prefetch;
+    let (hooks, counts) = counting_hooks();
+    // Queue everything first, so batches really form.
+    let conn = urutan::broker::connect(&settings.amqp_url, "t")
+        .await
+        .expect("connect");
+    urutan::broker::topology::declare(
+        &conn,
+        &urutan::broker::Names::new("pesanan"),
+        shards,
+        5,
+        false,
+    )
+    .await
+    .expect("declare");
+    env.publisher().await.send_all(msgs).await;
+    let pool = RunningPool::start_with(settings, hooks).await;
+    let total = msgs.len();
+    let seen = counts.clone();
+    wait_for("every delivery settled", Duration::from_secs(120), || {
+        let seen = seen.clone();
+        async move { seen.lock().map(|c| c.values().sum::<usize>()).unwrap_or(0) >= total }
+    })
+    .await;
+    pool.stop().await;
+    let db = env.db().await;
+    let state = state(&db).await;
+    let counts = counts.lock().map(|c| c.clone()).unwrap_or_default();
+    (counts, state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_mode_gives_the_same_outcomes_state_and_history_as_strict_mode() {
+    let msgs = stream(7, 40, 1500);
+    let (strict_counts, strict_state) = run_stream(4, 1, &msgs).await;
+    let (batch_counts, batch_state) = run_stream(4, 64, &msgs).await;
+    assert_eq!(strict_counts, batch_counts, "outcome counts");
+    assert!(strict_counts.get("duplicate").copied().unwrap_or(0) > 0);
+    assert!(strict_counts.get("stale").copied().unwrap_or(0) > 0);
+    assert_eq!(strict_state, batch_state, "pesanan and pesanan_riwayat");
+}
+
+fn event(m: &Msg) -> Event {
+    let body: serde_json::Value = serde_json::from_slice(&m.body).expect("json");
+    Event {
+        message_id: m.message_id.clone().expect("id"),
+        entity_id: body["id"].as_str().expect("id").to_owned(),
+        status: body["status"].as_str().expect("status").to_owned(),
+        versi: body["versi"].as_i64().expect("versi"),
+        data: None,
+        published_at: None,
+    }
+}
+
+async fn reset(db: &PgPool) {
+    sqlx::query("TRUNCATE pesanan, pesan_diproses, pesanan_riwayat, urutan_parkir")
+        .execute(db)
+        .await
+        .expect("truncate");
+}
+
+#[test]
+fn any_chunking_of_a_stream_matches_one_by_one() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let env = rt.block_on(TestEnv::new("batchprop"));
+    let db = rt.block_on(env.db());
+    let config = ProptestConfig {
+        cases: 24,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(seed in any::<u64>(), len in 1usize..120, chunk in 1usize..40)| {
+        let msgs = stream(seed, 6, len);
+        let events: Vec<Event> = msgs.iter().map(event).collect();
+        let (one, one_state, batched, batched_state) = rt.block_on(async {
+            reset(&db).await;
+            let mut one = Vec::new();
+            for e in &events {
+                one.push(store::apply(&db, e, 0).await.expect("apply"));
+            }
+            let one_state = state(&db).await;
+            reset(&db).await;
+            let mut batched = Vec::new();
+            for part in events.chunks(chunk) {
+                let items: Vec<BatchItem<'_>> = part.iter().map(BatchItem::Event).collect();
+                for r in store::apply_batch(&db, &items, 0).await.expect("batch") {
+                    batched.push(match r {
+                        BatchResult::Event(applied) => applied,
+                        BatchResult::Marker => Applied::Parked,
+                    });
+                }
+            }
+            (one, one_state, batched, state(&db).await)
+        });
+        prop_assert_eq!(one, batched);
+        prop_assert_eq!(one_state, batched_state);
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_batch_a_violation_and_a_poison_are_dead_lettered_alone() {
+    let env = TestEnv::new("batchbad").await;
+    let mut settings = env.settings(1);
+    settings.prefetch = 32;
+    settings.delivery_limit = 2;
+    let poison_calls = Arc::new(AtomicUsize::new(0));
+    let calls = poison_calls.clone();
+    let (mut hooks, counts) = counting_hooks();
+    hooks.before_apply = Some(Arc::new(move |e: &Event| {
+        if e.status == "racun" {
+            calls.fetch_add(1, Ordering::Relaxed);
+            std::panic::resume_unwind(Box::new("poison"));
+        }
+    }));
+    let conn = urutan::broker::connect(&settings.amqp_url, "t")
+        .await
+        .expect("connect");
+    urutan::broker::topology::declare(&conn, &urutan::broker::Names::new("pesanan"), 1, 2, false)
+        .await
+        .expect("declare");
+    let mut msgs = Vec::new();
+    for v in 1..=20 {
+        msgs.push(Msg::event("A", v));
+        if v == 5 {
+            let mut bad = Msg::event_with("A", 99, "bad", "x");
+            bad.header = None;
+            msgs.push(bad);
+        }
+        if v == 12 {
+            msgs.push(Msg::event_with("A", 100, "poison", "racun"));
+        }
+    }
+    env.publisher().await.send_all(&msgs).await;
+    let pool = RunningPool::start_with(settings, hooks).await;
+    let db = env.db().await;
+    wait_for("A at v20", Duration::from_secs(60), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 20 }
+    })
+    .await;
+    let dead = drain_dlq_expecting(&conn, 2, Duration::from_secs(30)).await;
+    let mut ids: Vec<_> = dead
+        .iter()
+        .filter_map(|d| {
+            d.delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .map(|i| i.to_string())
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["bad", "poison"], "only the two culprits");
+    assert_gapless_in_order(&history(&db).await, 1, 20);
+    assert_eq!(
+        poison_calls.load(Ordering::Relaxed),
+        3,
+        "delivery limit 2: 3 attempts"
+    );
+    let c = counts.lock().map(|c| c.clone()).unwrap_or_default();
+    assert_eq!(c.get("dead_lettered"), Some(&2));
+    assert_eq!(c.get("applied"), Some(&20));
+    pool.stop().await;
+    let _ = Outcome::Applied;
+}
