@@ -134,6 +134,42 @@ pub async fn open_epoch(
     Ok(epoch)
 }
 
+/// The advisory lock that relay batches hold shared and a ring change holds
+/// exclusively.
+fn publish_lock(names: &Names) -> String {
+    format!("urutan-publish:{}", names.entry_exchange())
+}
+
+/// Waits for the relay's batch in flight to finish and keeps new batches
+/// from starting, until [`resume_publishing`] (or this session ends).
+pub async fn pause_publishing(db: &mut PgConnection, names: &Names) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_lock(hashtext($1))")
+        .bind(publish_lock(names))
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Lets relay batches run again, by ending the session that paused them
+/// (the lock dies with it, even if this future is dropped half-way: pause
+/// on a connection of its own, never on a pooled one).
+pub async fn resume_publishing(db: PgConnection) {
+    use sqlx::Connection;
+    if let Err(e) = db.close().await {
+        tracing::warn!(error = %e, "closing the pausing session failed; it ends with the socket");
+    }
+}
+
+/// Called by a relay batch inside its transaction: waits while a ring change
+/// is in progress (the lock is shared between batches, released at commit).
+pub async fn hold_publishing(tx: &mut PgConnection, names: &Names) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_advisory_xact_lock_shared(hashtext($1))")
+        .bind(publish_lock(names))
+        .execute(tx)
+        .await?;
+    Ok(())
+}
+
 /// Records that `shard` reached the marker of `epoch` (idempotent; a late
 /// or repeated marker never moves the position back).
 pub async fn pass_marker(db: &sqlx::PgPool, shard: u16, epoch: i64) -> Result<(), sqlx::Error> {

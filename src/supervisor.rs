@@ -126,28 +126,8 @@ async fn consume_until_shutdown(
     let names = Names::new(&settings.topology_prefix);
     let mut connected_before = false;
     loop {
-        let connected = retry_until_ready("broker", shutdown, || async {
-            let conn = broker::connect(&settings.amqp_url, "urutan run").await?;
-            let plan = topology::declare(
-                &conn,
-                &names,
-                settings.shard_count,
-                settings.delivery_limit,
-                settings.allow_shrink,
-            )
-            .await;
-            let plan = match plan {
-                Ok(plan) => plan,
-                Err(TopologyError::Broker(e)) => return Err(EpochError::Broker(e)),
-                // Not fixed by retrying: stop with the clear message.
-                Err(fatal) => return Ok(Err(fatal)),
-            };
-            // The ring may have changed while we were away: put a marker
-            // into every shard before consuming (see `handoff`).
-            let mut db = pool.acquire().await?;
-            handoff::register_shards(&mut db, plan.consumed).await?;
-            handoff::open_epoch(&mut db, &conn, &names, "worker pool connected").await?;
-            Ok(Ok((conn, plan)))
+        let connected = retry_until_ready("broker", shutdown, || {
+            connect_and_mark(settings, &names, pool)
         })
         .await;
         let Some(connected) = connected else {
@@ -172,6 +152,44 @@ async fn consume_until_shutdown(
         }
         warn!("lost the broker connection; reconnecting");
     }
+}
+
+/// Connects, declares (or extends) the topology and opens an epoch. Relay
+/// publishing is paused meanwhile, so when the ring changes (new shards
+/// bound) every message routed by the old ring is queued before the marker
+/// and every message routed by the new one after it (see `handoff`).
+/// `Ok(Err(_))`: a topology problem no retry fixes.
+async fn connect_and_mark(
+    settings: &Settings,
+    names: &Names,
+    pool: &PgPool,
+) -> Result<Result<(lapin::Connection, ShardPlan), TopologyError>, EpochError> {
+    let conn = broker::connect(&settings.amqp_url, "urutan run").await?;
+    // A session of its own: if this is cancelled half-way, dropping it ends
+    // the session and with it the pause.
+    let mut db = pool.acquire().await?.detach();
+    handoff::pause_publishing(&mut db, names).await?;
+    let marked = async {
+        let plan = topology::declare(
+            &conn,
+            names,
+            settings.shard_count,
+            settings.delivery_limit,
+            settings.allow_shrink,
+        )
+        .await;
+        let plan = match plan {
+            Ok(plan) => plan,
+            Err(TopologyError::Broker(e)) => return Err(EpochError::Broker(e)),
+            Err(fatal) => return Ok(Err(fatal)),
+        };
+        handoff::register_shards(&mut db, plan.consumed).await?;
+        handoff::open_epoch(&mut db, &conn, names, "worker pool connected").await?;
+        Ok(Ok(plan))
+    }
+    .await;
+    handoff::resume_publishing(db).await;
+    Ok(marked?.map(|plan| (conn, plan)))
 }
 
 /// Runs the workers of one connection until they all end (shutdown or loss).

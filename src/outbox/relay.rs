@@ -192,6 +192,7 @@ impl Relay {
         names: &Names,
     ) -> Result<Option<usize>, RelayError> {
         let mut tx = db.begin().await?;
+        handoff::hold_publishing(&mut tx, names).await?;
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, agregat_id, routing_key, payload::text AS payload, dibuat_pada
              FROM outbox WHERE dikirim_pada IS NULL
