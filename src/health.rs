@@ -46,6 +46,11 @@ impl Health {
             .for_each(|c| *c = false);
     }
 
+    /// A retired shard is no longer owned: it stops counting for readiness.
+    pub fn retire(&self, shard: u16) {
+        self.set_consumer(shard, true);
+    }
+
     pub fn set_consumer(&self, shard: u16, registered: bool) {
         let mut consumers = self.consumers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = consumers.get_mut(usize::from(shard)) {

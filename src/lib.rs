@@ -27,6 +27,7 @@ pub mod message;
 pub mod metrics;
 pub mod outbox;
 pub mod outcome;
+pub mod retire;
 pub mod shard;
 pub mod store;
 pub mod supervisor;

@@ -133,7 +133,7 @@ async fn consume_until_shutdown(
         let Some(connected) = connected else {
             return Ok(());
         };
-        let (conn, plan) = connected?;
+        let (conn, plan, epoch) = connected?;
         let conn = Arc::new(conn);
         if connected_before {
             metrics::counter!(m::BROKER_RECONNECTS_TOTAL).increment(1);
@@ -143,7 +143,25 @@ async fn consume_until_shutdown(
         info!(broker = %settings.amqp_url, shards = plan.consumed, bound = plan.bound,
               prefetch = settings.prefetch, "consuming");
         health.broker_up(plan.consumed);
+        let retiring = shutdown.child_token();
+        if plan.consumed > plan.bound {
+            info!(
+                from = plan.bound,
+                to = plan.consumed,
+                "shrinking: draining the removed shards"
+            );
+            tokio::spawn(crate::retire::retire_shards(
+                pool.clone(),
+                conn.clone(),
+                names.clone(),
+                (plan.bound, plan.consumed),
+                epoch,
+                health.clone(),
+                retiring.clone(),
+            ));
+        }
         run_workers(settings, hooks, pool, health, &names, &conn, plan, shutdown).await;
+        retiring.cancel();
         health.broker_down();
         if shutdown.is_cancelled() {
             let _ = broker::call("connection.close", conn.close(200, "shutdown".into())).await;
@@ -163,7 +181,7 @@ async fn connect_and_mark(
     settings: &Settings,
     names: &Names,
     pool: &PgPool,
-) -> Result<Result<(lapin::Connection, ShardPlan), TopologyError>, EpochError> {
+) -> Result<Result<(lapin::Connection, ShardPlan, i64), TopologyError>, EpochError> {
     let conn = broker::connect(&settings.amqp_url, "urutan run").await?;
     // A session of its own: if this is cancelled half-way, dropping it ends
     // the session and with it the pause.
@@ -184,12 +202,12 @@ async fn connect_and_mark(
             Err(fatal) => return Ok(Err(fatal)),
         };
         handoff::register_shards(&mut db, plan.consumed).await?;
-        handoff::open_epoch(&mut db, &conn, names, "worker pool connected").await?;
-        Ok(Ok(plan))
+        let epoch = handoff::open_epoch(&mut db, &conn, names, "worker pool connected").await?;
+        Ok(Ok((plan, epoch)))
     }
     .await;
     handoff::resume_publishing(db).await;
-    Ok(marked?.map(|plan| (conn, plan)))
+    Ok(marked?.map(|(plan, epoch)| (conn, plan, epoch)))
 }
 
 /// Runs the workers of one connection until they all end (shutdown or loss).

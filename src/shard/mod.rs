@@ -97,6 +97,11 @@ impl ShardWorker {
             let result = self.consume(&conn, &shutdown).await;
             self.health.set_consumer(self.shard, false);
             let Err(e) = result else { return };
+            if crate::retire::is_retired(&self.pool, self.shard).await {
+                debug!(shard = self.shard, "shard retired; its worker stops");
+                self.health.retire(self.shard);
+                return;
+            }
             if !conn.status().connected() {
                 debug!(shard = self.shard, error = %e, "connection lost");
                 return;

@@ -389,3 +389,102 @@ async fn growing_4_to_6_to_9_shards_under_load_keeps_per_entity_order() {
     assert!(report.passed(), "{report}");
     eprintln!("{written} versions; {on_new_shards} of 200 entities moved to new shards; in order");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones() {
+    let env = TestEnv::new("handoff_shrink").await;
+    let db = env.db().await;
+    let settings = |shards: u16| {
+        let mut s = env.settings(shards);
+        s.database_pool_size = Some(4);
+        s.allow_shrink = true;
+        s
+    };
+    let pool = RunningPool::start(settings(9)).await;
+    pool.wait_ready().await;
+    let relay_stop = CancellationToken::new();
+    let relay = tokio::spawn(
+        urutan::outbox::relay::Relay {
+            settings: settings(9),
+            relay: Default::default(),
+            after_publish: None,
+            health: Default::default(),
+        }
+        .run(relay_stop.clone()),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = tokio::spawn(produce(
+        db.clone(),
+        200,
+        12,
+        Duration::from_millis(600),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pool.stop().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await; // a backlog on all 9
+    let pool = RunningPool::start(settings(5)).await;
+    let written = tokio::time::timeout(Duration::from_secs(120), producer)
+        .await
+        .expect("producer finished")
+        .expect("producer");
+    wait_for(
+        "every row applied and shards 5-8 retired",
+        Duration::from_secs(120),
+        || {
+            let db = db.clone();
+            async move {
+                count(
+                    &db,
+                    "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
+                      + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
+                            (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
+                      + (SELECT count(*) FROM urutan_parkir)
+                      + (SELECT count(*) FROM urutan_shard WHERE aktif AND shard >= 5)",
+                )
+                .await
+                    == 0
+            }
+        },
+    )
+    .await;
+    // The removed queues are gone (nothing can be left in them) and /readyz
+    // does not wait for them.
+    let conn = env.broker().await;
+    for shard in 5..9 {
+        let ch = conn.create_channel().await.expect("channel");
+        let probe = ch
+            .queue_declare(
+                format!("pesanan.shard-{shard:03}").as_str().into(),
+                lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await;
+        assert!(probe.is_err(), "shard {shard} was not deleted");
+    }
+    pool.wait_ready().await;
+    relay_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(30), relay).await;
+    pool.stop().await;
+    let history = history(&db).await;
+    assert_eq!(
+        history.len() as i64,
+        written,
+        "every version applied exactly once"
+    );
+    assert_eq!(assert_every_entity_gapless(&history), 200);
+    let moved_off = count(
+        &db,
+        "SELECT count(*) FROM (SELECT pesanan_id FROM pesanan_riwayat GROUP BY pesanan_id
+                               HAVING max(shard) >= 5 AND min(shard) < 5) m",
+    )
+    .await;
+    assert!(moved_off > 0, "no entity moved off a removed shard");
+    let report = urutan::verify::verify(&db, None).await.expect("verify");
+    assert!(report.passed(), "{report}");
+    assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
+    eprintln!("{written} versions; {moved_off} of 200 entities moved off removed shards; in order");
+}
