@@ -8,7 +8,6 @@ use std::time::Duration;
 use proptest::prelude::*;
 use sqlx::PgPool;
 use urutan::message::Event;
-use urutan::outcome::Outcome;
 use urutan::shard::{Hooks, Observed};
 use urutan::store::{self, Applied, BatchItem, BatchResult};
 
@@ -62,12 +61,7 @@ fn counting_hooks() -> (Hooks, Counts) {
 }
 
 /// Per entity: the stored state and the history in apply order.
-async fn state(
-    db: &PgPool,
-) -> (
-    Vec<(String, String, i64)>,
-    Vec<(String, i64, String, String)>,
-) {
+async fn state(db: &PgPool) -> State {
     let rows = sqlx::query_as("SELECT id, status, versi FROM pesanan ORDER BY id")
         .fetch_all(db)
         .await
@@ -81,14 +75,17 @@ async fn state(
     (rows, history)
 }
 
+/// Stored state and history, per entity.
+type State = (
+    Vec<(String, String, i64)>,
+    Vec<(String, i64, String, String)>,
+);
+
 async fn run_stream(
     shards: u16,
     prefetch: u16,
     msgs: &[Msg],
-) -> (
-    BTreeMap<&'static str, usize>,
-    impl Sized + std::fmt::Debug + PartialEq,
-) {
+) -> (BTreeMap<&'static str, usize>, State) {
     let env = TestEnv::new(&format!("diff_p{prefetch}")).await;
     let mut settings = env.settings(shards);
     settings.prefetch = prefetch;
@@ -257,5 +254,4 @@ async fn in_a_batch_a_violation_and_a_poison_are_dead_lettered_alone() {
     assert_eq!(c.get("dead_lettered"), Some(&2));
     assert_eq!(c.get("applied"), Some(&20));
     pool.stop().await;
-    let _ = Outcome::Applied;
 }

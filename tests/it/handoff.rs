@@ -182,6 +182,72 @@ async fn produce(
     written
 }
 
+/// Runs a relay in the background until the returned token is cancelled.
+fn start_relay(
+    settings: urutan::config::Settings,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let stop = CancellationToken::new();
+    let relay = urutan::outbox::relay::Relay {
+        settings,
+        relay: Default::default(),
+        after_publish: None,
+        health: Default::default(),
+    };
+    (stop.clone(), tokio::spawn(relay.run(stop)))
+}
+
+/// Waits until every outbox row is sent and processed and nothing is
+/// parked (and, with `retired`, no shard above 4 is still active).
+async fn wait_until_all_applied(db: &PgPool, limit: Duration, retired: bool) {
+    let sql = if retired {
+        "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
+              + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
+                    (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
+              + (SELECT count(*) FROM urutan_parkir)
+              + (SELECT count(*) FROM urutan_shard WHERE aktif AND shard >= 5)"
+    } else {
+        "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
+              + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
+                    (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
+              + (SELECT count(*) FROM urutan_parkir)"
+    };
+    wait_for("every outbox row applied", limit, || {
+        let db = db.clone();
+        async move { count(&db, sql).await == 0 }
+    })
+    .await;
+}
+
+/// Lets the producer finish, waits until everything is applied, stops the
+/// relay and the pool, then checks the promises: every version exactly once,
+/// gapless and in order per entity, `verify` clean. Returns the versions written.
+async fn drain_and_check(
+    db: &PgPool,
+    producer: tokio::task::JoinHandle<i64>,
+    (relay_stop, relay): (CancellationToken, tokio::task::JoinHandle<()>),
+    pool: RunningPool,
+    entities: usize,
+) -> i64 {
+    let written = tokio::time::timeout(Duration::from_secs(120), producer)
+        .await
+        .expect("producer finished")
+        .expect("producer");
+    wait_until_all_applied(db, Duration::from_secs(180), false).await;
+    relay_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(30), relay).await;
+    pool.stop().await;
+    let history = history(db).await;
+    assert_eq!(
+        history.len() as i64,
+        written,
+        "every version applied exactly once"
+    );
+    assert_eq!(assert_every_entity_gapless(&history), entities);
+    let report = urutan::verify::verify(db, None).await.expect("verify");
+    assert!(report.passed(), "{report}");
+    written
+}
+
 /// Every entity's history is 1..n in apply order (n may differ per entity).
 fn assert_every_entity_gapless(history: &[(String, i64, i32)]) -> usize {
     let mut last: HashMap<&str, i64> = HashMap::new();
@@ -220,16 +286,7 @@ async fn broker_restart_with_a_backlog(prefetch: u16) {
     // Topology, shard registry; then the relay publishes a continuous stream.
     let pool = RunningPool::start(settings.clone()).await;
     pool.wait_ready().await;
-    let relay_stop = CancellationToken::new();
-    let relay = tokio::spawn(
-        urutan::outbox::relay::Relay {
-            settings: settings.clone(),
-            relay: Default::default(),
-            after_publish: None,
-            health: Default::default(),
-        }
-        .run(relay_stop.clone()),
-    );
+    let (relay_stop, relay) = start_relay(settings.clone());
     let stop = Arc::new(AtomicBool::new(false));
     // About 16 s of rounds: before, during and after the restart.
     let producer = tokio::spawn(produce(
@@ -250,37 +307,7 @@ async fn broker_restart_with_a_backlog(prefetch: u16) {
     // epoch) and goes on publishing into the new ring over the backlog.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let pool = RunningPool::start(settings.clone()).await;
-    let written = tokio::time::timeout(Duration::from_secs(120), producer)
-        .await
-        .expect("producer finished")
-        .expect("producer");
-    wait_for("every outbox row applied", Duration::from_secs(180), || {
-        let db = db.clone();
-        async move {
-            let (unsent, pending): (i64, i64) = sqlx::query_as(
-                "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL),
-                        (SELECT count(*) FROM outbox o WHERE NOT EXISTS
-                            (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
-                        + (SELECT count(*) FROM urutan_parkir)",
-            )
-            .fetch_one(&db)
-            .await
-            .expect("progress");
-            unsent == 0 && pending == 0
-        }
-    })
-    .await;
-    relay_stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(30), relay).await;
-    pool.stop().await;
-
-    let history = history(&db).await;
-    assert_eq!(
-        history.len() as i64,
-        written,
-        "every version applied exactly once"
-    );
-    assert_eq!(assert_every_entity_gapless(&history), 300);
+    let written = drain_and_check(&db, producer, (relay_stop, relay), pool, 300).await;
     let moved: i64 = count(
         &db,
         "SELECT count(*) FROM (SELECT pesanan_id FROM pesanan_riwayat
@@ -291,8 +318,6 @@ async fn broker_restart_with_a_backlog(prefetch: u16) {
         moved > 0,
         "the restart moved no entity: the test proved nothing"
     );
-    let report = urutan::verify::verify(&db, None).await.expect("verify");
-    assert!(report.passed(), "{report}");
     let conn = env.broker().await;
     assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
     eprintln!("{written} versions, {moved} of 300 entities changed shard, all in order");
@@ -320,16 +345,7 @@ async fn growing_4_to_6_to_9_shards_under_load_keeps_per_entity_order() {
     };
     let pool = RunningPool::start(settings(4)).await;
     pool.wait_ready().await;
-    let relay_stop = CancellationToken::new();
-    let relay = tokio::spawn(
-        urutan::outbox::relay::Relay {
-            settings: settings(4),
-            relay: Default::default(),
-            after_publish: None,
-            health: Default::default(),
-        }
-        .run(relay_stop.clone()),
-    );
+    let (relay_stop, relay) = start_relay(settings(4));
     let stop = Arc::new(AtomicBool::new(false));
     let producer = tokio::spawn(produce(
         db.clone(),
@@ -347,35 +363,7 @@ async fn growing_4_to_6_to_9_shards_under_load_keeps_per_entity_order() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         pool = RunningPool::start(settings(shards)).await;
     }
-    let written = tokio::time::timeout(Duration::from_secs(120), producer)
-        .await
-        .expect("producer finished")
-        .expect("producer");
-    wait_for("every outbox row applied", Duration::from_secs(120), || {
-        let db = db.clone();
-        async move {
-            count(
-                &db,
-                "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
-                      + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
-                            (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
-                      + (SELECT count(*) FROM urutan_parkir)",
-            )
-            .await
-                == 0
-        }
-    })
-    .await;
-    relay_stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(30), relay).await;
-    pool.stop().await;
-    let history = history(&db).await;
-    assert_eq!(
-        history.len() as i64,
-        written,
-        "every version applied exactly once"
-    );
-    assert_eq!(assert_every_entity_gapless(&history), 200);
+    let written = drain_and_check(&db, producer, (relay_stop, relay), pool, 200).await;
     let on_new_shards = count(
         &db,
         "SELECT count(DISTINCT pesanan_id) FROM pesanan_riwayat WHERE shard >= 4",
@@ -385,8 +373,6 @@ async fn growing_4_to_6_to_9_shards_under_load_keeps_per_entity_order() {
         on_new_shards > 0,
         "no entity moved to a new shard: the test proved nothing"
     );
-    let report = urutan::verify::verify(&db, None).await.expect("verify");
-    assert!(report.passed(), "{report}");
     eprintln!("{written} versions; {on_new_shards} of 200 entities moved to new shards; in order");
 }
 
@@ -402,16 +388,7 @@ async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones(
     };
     let pool = RunningPool::start(settings(9)).await;
     pool.wait_ready().await;
-    let relay_stop = CancellationToken::new();
-    let relay = tokio::spawn(
-        urutan::outbox::relay::Relay {
-            settings: settings(9),
-            relay: Default::default(),
-            after_publish: None,
-            health: Default::default(),
-        }
-        .run(relay_stop.clone()),
-    );
+    let (relay_stop, relay) = start_relay(settings(9));
     let stop = Arc::new(AtomicBool::new(false));
     let producer = tokio::spawn(produce(
         db.clone(),
@@ -424,30 +401,7 @@ async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones(
     pool.stop().await;
     tokio::time::sleep(Duration::from_millis(1500)).await; // a backlog on all 9
     let pool = RunningPool::start(settings(5)).await;
-    let written = tokio::time::timeout(Duration::from_secs(120), producer)
-        .await
-        .expect("producer finished")
-        .expect("producer");
-    wait_for(
-        "every row applied and shards 5-8 retired",
-        Duration::from_secs(120),
-        || {
-            let db = db.clone();
-            async move {
-                count(
-                    &db,
-                    "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
-                      + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
-                            (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
-                      + (SELECT count(*) FROM urutan_parkir)
-                      + (SELECT count(*) FROM urutan_shard WHERE aktif AND shard >= 5)",
-                )
-                .await
-                    == 0
-            }
-        },
-    )
-    .await;
+    wait_until_all_applied(&db, Duration::from_secs(120), true).await;
     // The removed queues are gone (nothing can be left in them) and /readyz
     // does not wait for them.
     let conn = env.broker().await;
@@ -466,16 +420,7 @@ async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones(
         assert!(probe.is_err(), "shard {shard} was not deleted");
     }
     pool.wait_ready().await;
-    relay_stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(30), relay).await;
-    pool.stop().await;
-    let history = history(&db).await;
-    assert_eq!(
-        history.len() as i64,
-        written,
-        "every version applied exactly once"
-    );
-    assert_eq!(assert_every_entity_gapless(&history), 200);
+    let written = drain_and_check(&db, producer, (relay_stop, relay), pool, 200).await;
     let moved_off = count(
         &db,
         "SELECT count(*) FROM (SELECT pesanan_id FROM pesanan_riwayat GROUP BY pesanan_id
@@ -483,8 +428,6 @@ async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones(
     )
     .await;
     assert!(moved_off > 0, "no entity moved off a removed shard");
-    let report = urutan::verify::verify(&db, None).await.expect("verify");
-    assert!(report.passed(), "{report}");
     assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
     eprintln!("{written} versions; {moved_off} of 200 entities moved off removed shards; in order");
 }
