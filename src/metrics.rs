@@ -18,6 +18,9 @@ pub const PARKED_MESSAGES: &str = "urutan_parked_messages";
 pub const PARKED_TOTAL: &str = "urutan_parked_total";
 pub const HANDOFF_DURATION_SECONDS: &str = "urutan_handoff_duration_seconds";
 pub const EPOCHS_TOTAL: &str = "urutan_epochs_total";
+pub const SHARDS: &str = "urutan_shards";
+pub const RESHARDING: &str = "urutan_resharding";
+pub const RESHARDING_DURATION_SECONDS: &str = "urutan_resharding_duration_seconds";
 pub const OUTBOX_PUBLISH_DURATION_SECONDS: &str = "urutan_outbox_publish_duration_seconds";
 
 /// Handling time of one message: sub-millisecond to tens of seconds (a held retry).
@@ -56,6 +59,12 @@ pub fn install() -> PrometheusHandle {
                 .and_then(|b| {
                     b.set_buckets_for_metric(
                         Matcher::Full(HANDOFF_DURATION_SECONDS.into()),
+                        LAG_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(RESHARDING_DURATION_SECONDS.into()),
                         LAG_BUCKETS,
                     )
                 })

@@ -22,6 +22,7 @@ use tracing::{info, warn};
 
 use crate::broker::{Names, call};
 use crate::health::Health;
+use crate::metrics as m;
 
 /// Retires shards `from..to` (top first) once each has passed `epoch`.
 pub async fn retire_shards(
@@ -33,7 +34,9 @@ pub async fn retire_shards(
     health: Arc<Health>,
     stop: CancellationToken,
 ) {
+    let started = std::time::Instant::now();
     for shard in (from..to).rev() {
+        metrics::gauge!(m::RESHARDING).set(f64::from(shard + 1 - from));
         loop {
             match retire_when_drained(&pool, &conn, &names, shard, epoch).await {
                 Ok(true) => {
@@ -53,6 +56,13 @@ pub async fn retire_shards(
             }
         }
     }
+    metrics::gauge!(m::RESHARDING).set(0.0);
+    metrics::histogram!(m::RESHARDING_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
+    info!(
+        shards = from,
+        seconds = started.elapsed().as_secs_f64(),
+        "shrink complete"
+    );
 }
 
 /// One attempt: true once the shard is retired.

@@ -143,6 +143,7 @@ async fn consume_until_shutdown(
         info!(broker = %settings.amqp_url, shards = plan.consumed, bound = plan.bound,
               prefetch = settings.prefetch, "consuming");
         health.broker_up(plan.consumed);
+        metrics::gauge!(m::SHARDS).set(f64::from(plan.bound));
         let retiring = shutdown.child_token();
         if plan.consumed > plan.bound {
             info!(

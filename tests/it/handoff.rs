@@ -431,3 +431,59 @@ async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones(
     assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
     eprintln!("{written} versions; {moved_off} of 200 entities moved off removed shards; in order");
 }
+
+/// A `urutan run` process, killed with SIGKILL when dropped.
+struct Process(std::process::Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_in_the_middle_of_a_handoff_loses_no_order() {
+    let env = TestEnv::new("handoff_kill").await;
+    let db = env.db().await;
+    let settings = |shards: u16| {
+        let mut s = env.settings(shards);
+        s.database_pool_size = Some(4);
+        s
+    };
+    let pool = RunningPool::start(settings(4)).await;
+    pool.wait_ready().await;
+    let (relay_stop, relay) = start_relay(settings(4));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = tokio::spawn(produce(
+        db.clone(),
+        200,
+        14,
+        Duration::from_millis(700),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pool.stop().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Two replicas grow the ring to 6: a process (first, so it is the active
+    // consumer) and an in-process standby.
+    let process = Process(
+        std::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
+            .arg("run")
+            .envs(env.process_env(6))
+            .env("RUST_LOG", "warn")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn urutan run"),
+    );
+    wait_for("a handoff in progress", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM urutan_parkir").await > 0 }
+    })
+    .await;
+    let standby = RunningPool::start(settings(6)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(process); // SIGKILL mid-handoff: unacked deliveries come back to the standby
+    let written = drain_and_check(&db, producer, (relay_stop, relay), standby, 200).await;
+    eprintln!("{written} versions in order across a SIGKILL during a handoff");
+}
