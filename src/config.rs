@@ -168,6 +168,21 @@ impl FromStr for SecretUrl {
             // Cannot fail: the URL has a host, so it can carry a password.
             let _ = url.set_password(Some("***"));
         }
+        // sqlx also takes the password as a query parameter.
+        if url.query_pairs().any(|(k, _)| k == "password") {
+            let pairs: Vec<(String, String)> = url
+                .query_pairs()
+                .map(|(k, v)| {
+                    let v = if k == "password" {
+                        "***".into()
+                    } else {
+                        v.into_owned()
+                    };
+                    (k.into_owned(), v)
+                })
+                .collect();
+            url.query_pairs_mut().clear().extend_pairs(pairs);
+        }
         Ok(Self {
             raw: s.to_owned(),
             redacted: url.to_string(),
@@ -275,6 +290,17 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("user:***@broker"), "{shown}");
+        let q = parse(&[
+            "--database-url",
+            "postgres://db/u?sslmode=require&password=qpw-9",
+        ])
+        .expect("valid");
+        let shown_q = format!("{q:?}");
+        assert!(
+            !shown_q.contains("qpw-9") && shown_q.contains("password=***"),
+            "{shown_q}"
+        );
+        assert!(shown_q.contains("sslmode=require"), "{shown_q}");
         assert_eq!(s.amqp_url.expose(), "amqp://user:hunter2@broker:5672/%2f");
     }
 }

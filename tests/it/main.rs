@@ -10,4 +10,5 @@ mod poison;
 mod recovery;
 mod relay;
 mod replicas;
+mod secrets;
 mod topology;

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Least-privilege RabbitMQ users for urutan (see README.md next to this file).
+#
+#   VHOST=/ PREFIX=pesanan \
+#   TOPOLOGY_USER=urutan-topology TOPOLOGY_PASSWORD='...' \
+#   WORKER_USER=urutan-worker     WORKER_PASSWORD='...' \
+#   RELAY_USER=urutan-relay       RELAY_PASSWORD='...' \
+#   ./least-privilege.sh
+#
+# Creates (or updates) up to three users in VHOST (created if missing):
+#   topology  configure/write/read on the topology's own objects only;
+#             runs `urutan topology`
+#   worker    configure nothing, write only `amq.default` (epoch markers
+#             into shard queues), read only the shard queues; runs `urutan run`
+#   relay     configure nothing, write only the entry exchange and
+#             `amq.default`, read nothing; runs `urutan relay` (optional: set
+#             RELAY_PASSWORD to create it)
+#
+# Passwords come from the environment and reach rabbitmqctl on stdin, never
+# on a command line (the process list). Re-running it is safe: existing users
+# get the given password and the permissions below, nothing else changes.
+# Needs rabbitmqctl with access to the node (run it where RabbitMQ runs, or
+# set RABBITMQCTL="rabbitmqctl -n rabbit@host"). RabbitMQ 3.10+.
+
+set -euo pipefail
+
+VHOST="${VHOST:-/}"
+PREFIX="${PREFIX:-pesanan}"
+TOPOLOGY_USER="${TOPOLOGY_USER:-urutan-topology}"
+WORKER_USER="${WORKER_USER:-urutan-worker}"
+RELAY_USER="${RELAY_USER:-urutan-relay}"
+RABBITMQCTL="${RABBITMQCTL:-rabbitmqctl}"
+
+die() {
+    echo "least-privilege.sh: $*" >&2
+    exit 2
+}
+
+# The same rule as urutan's TOPOLOGY_PREFIX; '.' is the only regex
+# metacharacter it allows, so escaping dots quotes it.
+case "$PREFIX" in
+    '' | *[!A-Za-z0-9._-]*) die "PREFIX must be 1-200 characters of [A-Za-z0-9._-]" ;;
+esac
+[ "${#PREFIX}" -le 200 ] || die "PREFIX must be at most 200 characters"
+[ -n "${TOPOLOGY_PASSWORD:-}" ] || die "set TOPOLOGY_PASSWORD"
+[ -n "${WORKER_PASSWORD:-}" ] || die "set WORKER_PASSWORD"
+
+P="${PREFIX//./\\.}"
+
+# RabbitMQ permissions are regular expressions matched against object names
+# (`^$` matches nothing). What `urutan topology` touches, each part verified
+# against RabbitMQ 3.10 (taking any one away makes it fail with 403):
+#   configure  declare: the entry, hash and dead-letter exchanges, the DLQ
+#              and the shard queues;
+#   write      be the destination of a binding (hash exchange, DLQ, shard
+#              queues) and the x-dead-letter-exchange a queue names (DLX);
+#              the entry exchange is only ever a source: not needed;
+#   read       be the source of a binding (entry, hash, dead-letter
+#              exchanges) and own a queue that names a dead-letter exchange
+#              (shard queues); the DLQ names none: not needed.
+TOPOLOGY_CONFIGURE="^${P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{3})?\$"
+TOPOLOGY_WRITE="^${P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{3})\$"
+TOPOLOGY_READ="^${P}(-hash|\\.dlx|\\.shard-\\d{3})?\$"
+SHARD_QUEUES="^${P}\\.shard-\\d{3}\$"
+DEFAULT_EXCHANGE='^amq\.default$'
+NOTHING='^$'
+
+ctl() {
+    # shellcheck disable=SC2086 # RABBITMQCTL may carry options
+    $RABBITMQCTL "$@"
+}
+
+ensure_vhost() {
+    if ! ctl -s list_vhosts name | grep -Fxq -- "$VHOST"; then
+        ctl -q add_vhost "$VHOST"
+        echo "created vhost $VHOST"
+    fi
+}
+
+# ensure_user NAME PASSWORD: creates the user, or sets its password.
+ensure_user() {
+    local name="$1" password="$2"
+    if ctl -s list_users | cut -f1 | grep -Fxq -- "$name"; then
+        printf '%s' "$password" | ctl -q change_password "$name" >/dev/null
+        echo "updated the password of $name"
+    else
+        printf '%s' "$password" | ctl -q add_user "$name" >/dev/null
+        echo "created user $name"
+    fi
+}
+
+# grant NAME CONFIGURE WRITE READ
+grant() {
+    ctl -q set_permissions -p "$VHOST" "$1" "$2" "$3" "$4"
+    printf 'granted %-20s configure %-36s write %-28s read %s\n' "$1" "'$2'" "'$3'" "'$4'"
+}
+
+ensure_vhost
+
+ensure_user "$TOPOLOGY_USER" "$TOPOLOGY_PASSWORD"
+grant "$TOPOLOGY_USER" "$TOPOLOGY_CONFIGURE" "$TOPOLOGY_WRITE" "$TOPOLOGY_READ"
+
+ensure_user "$WORKER_USER" "$WORKER_PASSWORD"
+# write amq.default: epoch markers go straight into shard queues through the
+# default exchange; read: consume the shard queues. Acks and rejects need no
+# permission, and the broker dead-letters on its own.
+grant "$WORKER_USER" "$NOTHING" "$DEFAULT_EXCHANGE" "$SHARD_QUEUES"
+
+if [ -n "${RELAY_PASSWORD:-}" ]; then
+    ensure_user "$RELAY_USER" "$RELAY_PASSWORD"
+    # write: publish outbox rows to the entry exchange, and epoch markers
+    # into shard queues through the default exchange.
+    grant "$RELAY_USER" "$NOTHING" "^(${P}|amq\\.default)\$" "$NOTHING"
+fi
+
+echo
+ctl -q list_permissions -p "$VHOST"
