@@ -81,6 +81,12 @@ pub struct Settings {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub database_pool_size: Option<u32>,
 
+    /// `declare`: the pool declares (and extends) the topology itself;
+    /// `check`: it only checks it passively, for a least-privilege user
+    /// (declare it with `urutan topology`).
+    #[arg(long, env = "TOPOLOGY_MODE", default_value = "declare")]
+    pub topology_mode: TopologyMode,
+
     /// Accept a `SHARD_COUNT` smaller than the number of shard queues on the
     /// broker: the extra shards are unbound (they get no new messages) and
     /// still consumed until they are empty. Per-entity order across this
@@ -115,6 +121,13 @@ impl Settings {
         self.database_pool_size
             .unwrap_or(u32::from(self.shard_count) + 2)
     }
+}
+
+/// Whether `urutan run` declares the topology or only checks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TopologyMode {
+    Declare,
+    Check,
 }
 
 /// Output format of the logs.

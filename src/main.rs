@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
-use urutan::broker::{self, Names, topology};
+use urutan::broker::{self, Names};
 use urutan::config::Settings;
 use urutan::demo::DemoOptions;
 use urutan::outbox::relay::{Relay, RelaySettings};
@@ -89,22 +89,25 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             info!(database = %settings.database_url, "migrations applied");
         }
         Command::Topology => {
+            // Declares the topology and, since bindings may change the ring,
+            // opens an epoch with relay publishing paused (see `handoff`).
+            let pool = store::prepare(&settings.database_url, 2)
+                .await
+                .with_context(|| format!("cannot open {}", settings.database_url))?;
             let conn = broker::connect(&settings.amqp_url, "urutan topology")
                 .await
                 .with_context(|| format!("cannot connect to {}", settings.amqp_url))?;
             let names = Names::new(&settings.topology_prefix);
-            let plan = topology::declare(
-                &conn,
-                &names,
-                settings.shard_count,
-                settings.delivery_limit,
-                settings.allow_shrink,
-            )
-            .await?;
+            let mut declare = settings.clone();
+            declare.topology_mode = urutan::config::TopologyMode::Declare;
+            let (plan, epoch) =
+                urutan::supervisor::prepare_topology(&declare, &names, &pool, &conn).await??;
             let _ = conn.close(200, "done".into()).await;
+            pool.close().await;
             info!(
                 shards = plan.consumed,
                 bound = plan.bound,
+                epoch,
                 "topology declared"
             );
         }

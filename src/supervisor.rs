@@ -15,7 +15,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::broker::{self, Names, ShardPlan, TopologyError, topology};
-use crate::config::Settings;
+use crate::config::{Settings, TopologyMode};
 use crate::handoff::{self, EpochError};
 use crate::health::{self, Health};
 use crate::metrics as m;
@@ -173,42 +173,61 @@ async fn consume_until_shutdown(
     }
 }
 
-/// Connects, declares (or extends) the topology and opens an epoch. Relay
-/// publishing is paused meanwhile, so when the ring changes (new shards
-/// bound) every message routed by the old ring is queued before the marker
-/// and every message routed by the new one after it (see `handoff`).
-/// `Ok(Err(_))`: a topology problem no retry fixes.
+/// Connects, then [`prepare_topology`]. `Ok(Err(_))`: a topology problem no
+/// retry fixes.
 async fn connect_and_mark(
     settings: &Settings,
     names: &Names,
     pool: &PgPool,
 ) -> Result<Result<(lapin::Connection, ShardPlan, i64), TopologyError>, EpochError> {
     let conn = broker::connect(&settings.amqp_url, "urutan run").await?;
+    let prepared = prepare_topology(settings, names, pool, &conn).await?;
+    Ok(prepared.map(|(plan, epoch)| (conn, plan, epoch)))
+}
+
+/// Declares (or, in check mode, checks) the topology and opens an epoch,
+/// with relay publishing paused meanwhile, so that when the ring changes
+/// (shards bound or unbound) every message routed by the old ring is queued
+/// before the marker and every message routed by the new one after it (see
+/// `handoff`). Returns the shard plan and the epoch opened.
+pub async fn prepare_topology(
+    settings: &Settings,
+    names: &Names,
+    pool: &PgPool,
+    conn: &lapin::Connection,
+) -> Result<Result<(ShardPlan, i64), TopologyError>, EpochError> {
     // A session of its own: if this is cancelled half-way, dropping it ends
     // the session and with it the pause.
     let mut db = pool.acquire().await?.detach();
     handoff::pause_publishing(&mut db, names).await?;
     let marked = async {
-        let plan = topology::declare(
-            &conn,
-            names,
-            settings.shard_count,
-            settings.delivery_limit,
-            settings.allow_shrink,
-        )
-        .await;
+        let plan = match settings.topology_mode {
+            TopologyMode::Declare => {
+                topology::declare(
+                    conn,
+                    names,
+                    settings.shard_count,
+                    settings.delivery_limit,
+                    settings.allow_shrink,
+                )
+                .await
+            }
+            TopologyMode::Check => {
+                topology::check(conn, names, settings.shard_count, settings.allow_shrink).await
+            }
+        };
         let plan = match plan {
             Ok(plan) => plan,
             Err(TopologyError::Broker(e)) => return Err(EpochError::Broker(e)),
             Err(fatal) => return Ok(Err(fatal)),
         };
         handoff::register_shards(&mut db, plan.consumed).await?;
-        let epoch = handoff::open_epoch(&mut db, &conn, names, "worker pool connected").await?;
+        let epoch = handoff::open_epoch(&mut db, conn, names, "topology prepared").await?;
         Ok(Ok((plan, epoch)))
     }
     .await;
     handoff::resume_publishing(db).await;
-    Ok(marked?.map(|(plan, epoch)| (conn, plan, epoch)))
+    marked
 }
 
 /// Runs the workers of one connection until they all end (shutdown or loss).

@@ -77,6 +77,12 @@ pub enum TopologyError {
          with the settings it was declared with (e.g. the same DELIVERY_LIMIT)"
     )]
     Mismatch { object: String, detail: String },
+    #[error(
+        "`{object}` does not exist on the broker: declare the topology first with \
+         `urutan topology` (same SHARD_COUNT and TOPOLOGY_PREFIX), as a user allowed to \
+         configure it"
+    )]
+    Missing { object: String },
     #[error(transparent)]
     Broker(#[from] BrokerError),
 }
@@ -213,6 +219,75 @@ pub async fn declare(
     Ok(ShardPlan {
         bound: shard_count,
         consumed,
+    })
+}
+
+/// Checks, with passive declares only (no configure permission needed),
+/// that the topology for `shard_count` shards exists, for a worker running
+/// with a least-privilege user (`TOPOLOGY_MODE=check`). Passive declares
+/// cannot see arguments; `urutan topology` is what declares them.
+pub async fn check(
+    conn: &Connection,
+    names: &Names,
+    shard_count: u16,
+    allow_shrink: bool,
+) -> Result<ShardPlan, TopologyError> {
+    let existing = count_existing_shards(conn, names).await?;
+    if existing < shard_count {
+        return Err(TopologyError::Missing {
+            object: names.shard_queue(existing),
+        });
+    }
+    if existing > shard_count && !allow_shrink {
+        return Err(TopologyError::Shrink {
+            existing,
+            wanted: shard_count,
+        });
+    }
+    let passive_exchange = ExchangeDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    for exchange in [
+        names.entry_exchange(),
+        names.hash_exchange(),
+        names.dead_letter_exchange(),
+    ] {
+        // A missing object closes the channel: one channel per probe.
+        let ch = call("channel.open", conn.create_channel()).await?;
+        let probe = ch.exchange_declare(
+            exchange.as_str().into(),
+            ExchangeKind::Direct,
+            passive_exchange,
+            FieldTable::default(),
+        );
+        match call("exchange.declare", probe).await {
+            Ok(()) => {}
+            Err(BrokerError::Amqp(e)) if is_not_found(&e) => {
+                return Err(TopologyError::Missing { object: exchange });
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let _ = ch.close(200, "checked".into()).await;
+    }
+    let ch = call("channel.open", conn.create_channel()).await?;
+    let passive_queue = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let dlq = names.dead_letter_queue();
+    let probe = ch.queue_declare(dlq.as_str().into(), passive_queue, FieldTable::default());
+    match call("queue.declare", probe).await {
+        Ok(_) => {}
+        Err(BrokerError::Amqp(e)) if is_not_found(&e) => {
+            return Err(TopologyError::Missing { object: dlq });
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let _ = ch.close(200, "checked".into()).await;
+    Ok(ShardPlan {
+        bound: shard_count,
+        consumed: existing,
     })
 }
 

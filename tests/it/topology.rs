@@ -503,3 +503,83 @@ async fn serial_missing_plugin_is_reported_in_one_clear_line() {
     assert_eq!(plan.bound, 2);
     assert_eq!(ring(&env), [shard(0), shard(1)]);
 }
+
+/// A RabbitMQ user of the test vhost with the worker's least privileges.
+struct WorkerUser(String);
+
+impl Drop for WorkerUser {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .args(["-q", "delete_user", &self.0])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_worker_checks_the_topology_passively() {
+    use std::io::Write;
+    let env = TestEnv::new("leastpriv").await;
+    let user = WorkerUser(format!("worker-{}", env.name));
+    let mut add = std::process::Command::new("rabbitmqctl")
+        .args(["-q", "add_user", &user.0])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("rabbitmqctl");
+    add.stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"w0rker-pw\n")
+        .expect("password");
+    assert!(add.wait().expect("add_user").success());
+    sh(
+        "rabbitmqctl",
+        &[
+            "-q",
+            "set_permissions",
+            "-p",
+            &env.vhost,
+            &user.0,
+            "^$",
+            r"^amq\.default$",
+            r"^pesanan\.shard-\d{3}$",
+        ],
+    );
+    let mut settings = env.settings(3);
+    settings.topology_mode = urutan::config::TopologyMode::Check;
+    settings.amqp_url = format!("amqp://{}:w0rker-pw@127.0.0.1:5672/{}", user.0, env.vhost)
+        .parse()
+        .expect("url");
+
+    // Nothing declared yet: a clear, fatal error naming what is missing.
+    let pool = RunningPool::start(settings.clone()).await;
+    let result = tokio::time::timeout(Duration::from_secs(30), pool.task)
+        .await
+        .expect("stopped")
+        .expect("task");
+    let err = result.expect_err("missing topology").to_string();
+    assert!(
+        err.contains("pesanan.shard-000") && err.contains("urutan topology"),
+        "{err}"
+    );
+
+    // Declared by a stronger user, the least-privilege worker runs.
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
+        .arg("topology")
+        .envs(env.process_env(3))
+        .output()
+        .expect("urutan topology");
+    assert!(status.status.success(), "{status:?}");
+    let pool = RunningPool::start(settings).await;
+    pool.wait_ready().await;
+    env.publisher()
+        .await
+        .send_all(&[Msg::event("L", 1), Msg::event("L", 2)])
+        .await;
+    let db = env.db().await;
+    wait_for("applied", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 2 }
+    })
+    .await;
+    pool.stop().await;
+}
