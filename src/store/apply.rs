@@ -62,6 +62,13 @@ pub enum BatchResult {
     Event(Applied),
 }
 
+/// Most bytes of parameters per batch statement. A larger statement does
+/// not fit the socket's initial send buffer, is written in two pieces, and
+/// sqlx 0.9.0 leaves Nagle's algorithm on, so the second piece waits for the
+/// server's delayed ACK (about 40 ms). Larger batches are sent as several
+/// statements in one transaction.
+const STATEMENT_BYTES: usize = 8 * 1024;
+
 /// Applies `items` (one shard's deliveries, in arrival order) in ONE
 /// transaction with exactly the outcomes they would have one by one.
 pub async fn apply_batch(
@@ -69,6 +76,56 @@ pub async fn apply_batch(
     items: &[BatchItem<'_>],
     shard: u16,
 ) -> Result<Vec<BatchResult>, StoreError> {
+    let chunks = chunk_by_size(items, STATEMENT_BYTES);
+    if chunks.len() == 1 {
+        return apply_chunk(pool, items, shard).await;
+    }
+    let mut tx = pool.begin().await?;
+    let mut results = Vec::with_capacity(items.len());
+    for chunk in chunks {
+        results.extend(apply_chunk(&mut *tx, chunk, shard).await?);
+    }
+    tx.commit().await?;
+    Ok(results)
+}
+
+/// Consecutive runs of `items` whose parameters stay under `limit` bytes
+/// (a single larger item gets a run of its own).
+fn chunk_by_size<'i, 'e>(items: &'i [BatchItem<'e>], limit: usize) -> Vec<&'i [BatchItem<'e>]> {
+    let size = |item: &BatchItem<'_>| match item {
+        BatchItem::Marker(_) => 32,
+        BatchItem::Event(e) => {
+            64 + e.message_id.len()
+                + e.entity_id.len()
+                + e.status.len()
+                + e.data.as_deref().map_or(0, |d| d.get().len())
+        }
+    };
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let n = size(item);
+        if i > start && bytes + n > limit {
+            chunks.push(&items[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += n;
+    }
+    if start < items.len() || items.is_empty() {
+        chunks.push(&items[start..]);
+    }
+    chunks
+}
+
+/// One `urutan_terapkan_batch` statement.
+async fn apply_chunk<'c, E>(
+    executor: E,
+    items: &[BatchItem<'_>],
+    shard: u16,
+) -> Result<Vec<BatchResult>, StoreError>
+where
+    E: sqlx::PgExecutor<'c>,
+{
     let n = items.len();
     let (mut message_ids, mut ids, mut statuses) = (
         Vec::with_capacity(n),
@@ -109,7 +166,7 @@ pub async fn apply_batch(
             .bind(&datas)
             .bind(&markers)
             .bind(i32::from(shard))
-            .fetch_one(pool)
+            .fetch_one(executor)
             .await?;
     Ok(results
         .iter()
@@ -118,4 +175,26 @@ pub async fn apply_batch(
             other => BatchResult::Event(parse_result(other)),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_cut_by_size_in_order() {
+        let markers: Vec<BatchItem<'_>> = (0..10).map(BatchItem::Marker).collect();
+        let chunks = chunk_by_size(&markers, 100);
+        assert_eq!(
+            chunks.iter().map(|c| c.len()).collect::<Vec<_>>(),
+            [3, 3, 3, 1]
+        );
+        assert_eq!(chunk_by_size(&markers, 10_000).len(), 1);
+        assert_eq!(
+            chunk_by_size(&markers, 1).len(),
+            10,
+            "an oversized item alone"
+        );
+        assert_eq!(chunk_by_size(&[], 100).len(), 1);
+    }
 }
