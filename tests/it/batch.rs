@@ -255,3 +255,38 @@ async fn in_a_batch_a_violation_and_a_poison_are_dead_lettered_alone() {
     assert_eq!(c.get("applied"), Some(&20));
     pool.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_split_into_several_statements_matches_one_by_one() {
+    let env = TestEnv::new("batchsplit").await;
+    let db = env.db().await;
+    let filler = "x".repeat(600);
+    let events: Vec<Event> = stream(11, 8, 150)
+        .iter()
+        .map(|m| {
+            let mut e = event(m);
+            let data = serde_json::json!({ "isi": filler });
+            e.data = Some(serde_json::value::to_raw_value(&data).expect("raw"));
+            e
+        })
+        .collect();
+    let mut one = Vec::new();
+    for e in &events {
+        one.push(store::apply(&db, e, 0).await.expect("apply"));
+    }
+    let one_state = state(&db).await;
+    reset(&db).await;
+    // ~100 KB of parameters: sent as many statements in one transaction.
+    let items: Vec<BatchItem<'_>> = events.iter().map(BatchItem::Event).collect();
+    let batched: Vec<Applied> = store::apply_batch(&db, &items, 0)
+        .await
+        .expect("batch")
+        .into_iter()
+        .map(|r| match r {
+            BatchResult::Event(applied) => applied,
+            BatchResult::Marker => Applied::Parked,
+        })
+        .collect();
+    assert_eq!(one, batched);
+    assert_eq!(one_state, state(&db).await);
+}
