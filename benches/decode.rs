@@ -1,0 +1,142 @@
+//! Criterion micro-benchmarks of the in-process hot path of one delivery:
+//! lifting the envelope out of a lapin delivery, then decoding and
+//! validating it against the contract (`urutan::message::decode`).
+//!
+//! `cargo bench --bench decode` measures. Under `cargo test --all-targets`
+//! (which passes libtest flags such as `--skip` that criterion's parser
+//! refuses) each benchmarked function runs once as a smoke test instead.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput};
+use lapin::BasicProperties;
+use lapin::message::Delivery;
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use urutan::broker::delivery::{ENTITY_HEADER, envelope};
+use urutan::message::{EntityHeader, Envelope, decode};
+
+/// The worker's default body limit (`MAX_BODY_BYTES`).
+const LIMIT: usize = 1024 * 1024;
+const ENTITY: &str = "P-0004217";
+const MESSAGE_ID: &str = "pesanan-P-0004217-v3";
+
+/// A typical event: ~300 bytes with a small `data` object.
+fn typical_body() -> Vec<u8> {
+    let body = serde_json::json!({
+        "id": ENTITY,
+        "status": "dibayar",
+        "versi": 3,
+        "data": {
+            "pelanggan": "C-0088812",
+            "kota": "jakarta",
+            "mata_uang": "IDR",
+            "total": 187_500,
+            "items": [
+                {"sku": "SKU-10021", "qty": 2, "harga": 62_500},
+                {"sku": "SKU-20417", "qty": 1, "harga": 62_500}
+            ],
+            "catatan": "kirim sebelum jam 17.00"
+        }
+    });
+    body.to_string().into_bytes()
+}
+
+/// An event whose `data` is a 64 KiB array of line items.
+fn large_body() -> Vec<u8> {
+    let mut items = Vec::new();
+    let mut size = 0;
+    let mut i = 0u32;
+    while size < 64 * 1024 {
+        let item = serde_json::json!({"sku": format!("SKU-{i:05}"), "qty": i % 7 + 1,
+                                      "harga": 1_000 + i, "nama": "barang contoh"});
+        size += item.to_string().len() + 1;
+        items.push(item);
+        i += 1;
+    }
+    let body = serde_json::json!({"id": ENTITY, "status": "dikirim", "versi": 9,
+                                  "data": {"items": items}});
+    body.to_string().into_bytes()
+}
+
+fn envelope_of(body: &[u8]) -> Envelope<'_> {
+    Envelope {
+        message_id: Some(MESSAGE_ID),
+        entity_header: EntityHeader::Text(ENTITY.as_bytes()),
+        delivery_mode: Some(2),
+        timestamp: Some(1_780_000_000),
+        body,
+    }
+}
+
+/// A delivery as the broker would hand it to a shard worker.
+fn mock_delivery(body: Vec<u8>) -> Delivery {
+    let mut delivery = Delivery::mock(
+        42,
+        "pesanan-hash".into(),
+        "pesanan.jakarta.dibayar".into(),
+        false,
+        body,
+    );
+    let mut headers = FieldTable::default();
+    headers.insert(
+        ENTITY_HEADER.into(),
+        AMQPValue::LongString(LongString::from(ENTITY.as_bytes())),
+    );
+    headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(0));
+    delivery.properties = BasicProperties::default()
+        .with_message_id(MESSAGE_ID.into())
+        .with_delivery_mode(2)
+        .with_timestamp(1_780_000_000)
+        .with_content_type("application/json".into())
+        .with_headers(headers);
+    delivery
+}
+
+fn benches(c: &mut Criterion) {
+    let typical = typical_body();
+    let large = large_body();
+
+    let mut group = c.benchmark_group("message::decode");
+    for (name, body) in [("typical", &typical), ("data_64KiB", &large)] {
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(format!("{name}_{}B", body.len()), |b| {
+            let env = envelope_of(body);
+            b.iter(|| decode(black_box(&env), LIMIT).expect("valid"));
+        });
+    }
+    group.finish();
+
+    let delivery = mock_delivery(typical.clone());
+    c.bench_function("delivery::envelope/mock", |b| {
+        b.iter(|| envelope(black_box(&delivery)));
+    });
+    c.bench_function("delivery::envelope+decode/typical", |b| {
+        b.iter(|| decode(&envelope(black_box(&delivery)), LIMIT).expect("valid"));
+    });
+}
+
+/// Every benchmarked call once, checked: what `cargo test` runs.
+fn smoke() {
+    let typical = typical_body();
+    let large = large_body();
+    assert!((250..=400).contains(&typical.len()), "{}", typical.len());
+    assert!(large.len() >= 64 * 1024);
+    for body in [&typical, &large] {
+        let event = decode(&envelope_of(body), LIMIT).expect("valid");
+        assert_eq!(event.entity_id, ENTITY);
+    }
+    let delivery = mock_delivery(typical);
+    let event = decode(&envelope(&delivery), LIMIT).expect("valid");
+    assert_eq!(event.message_id, MESSAGE_ID);
+    println!("decode bench: smoke run ok (measure with `cargo bench --bench decode`)");
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--bench") {
+        let mut c = Criterion::default().configure_from_args();
+        benches(&mut c);
+        c.final_summary();
+    } else {
+        smoke();
+    }
+}

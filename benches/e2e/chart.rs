@@ -1,0 +1,395 @@
+//! PNG charts with plotters' bitmap backend; the font (DejaVu Sans) is read
+//! at run time, so no system font library is needed.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use anyhow::{Context, anyhow};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::report::{DbKind, Key, Report};
+use crate::runs::BacklogRun;
+
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+fn register_font() -> anyhow::Result<()> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let bytes = std::fs::read(FONT).map_err(|e| format!("{FONT}: {e}"))?;
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
+            .map_err(|_| format!("{FONT} is not a usable font"))
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// Picks one quantile out of a latency row.
+type Quantile = fn(&crate::runs::LatencyRow) -> f64;
+
+/// One line of a chart: label, colour, points (x index or value, y).
+struct Line {
+    label: String,
+    color: RGBColor,
+    points: Vec<(f64, f64)>,
+}
+
+fn err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow!("{e}")
+}
+
+/// Labels only 1, 2 and 5 × 10^k on a log axis (the others stay gridlines).
+fn log_label(y: &f64) -> String {
+    if *y <= 0.0 {
+        return String::new();
+    }
+    let mantissa = y / 10f64.powf(y.log10().floor());
+    if [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .any(|m| (mantissa - m).abs() < 0.02)
+    {
+        if *y >= 1.0 {
+            format!("{y:.0}")
+        } else {
+            format!("{y:.1}")
+        }
+    } else {
+        String::new()
+    }
+}
+
+/// A panel with a log y axis; x is either categorical (`ticks` given:
+/// x = index) or numeric.
+fn panel(
+    area: &Area<'_>,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    ticks: Option<&[String]>,
+    lines: &[Line],
+    legend_at: SeriesLabelPosition,
+) -> anyhow::Result<()> {
+    let ys: Vec<f64> = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .filter(|y| *y > 0.0)
+        .collect();
+    let xs: Vec<f64> = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0))
+        .collect();
+    let (ymin, ymax) = match (
+        ys.iter().copied().reduce(f64::min),
+        ys.iter().copied().reduce(f64::max),
+    ) {
+        (Some(lo), Some(hi)) => (lo / 1.6, hi * 1.6),
+        _ => (1.0, 10.0),
+    };
+    let (xmin, xmax) = match ticks {
+        Some(t) => (-0.3, t.len() as f64 - 0.7),
+        None => {
+            let hi = xs.iter().copied().reduce(f64::max).unwrap_or(1.0);
+            (0.0, hi * 1.08)
+        }
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 17))
+        .margin(12)
+        .x_label_area_size(42)
+        .y_label_area_size(62)
+        .build_cartesian_2d(xmin..xmax, (ymin..ymax).log_scale())
+        .map_err(err)?;
+    let tick_label = |x: &f64| -> String {
+        match ticks {
+            Some(t) => {
+                let i = x.round();
+                if (x - i).abs() < 0.01 && i >= 0.0 {
+                    t.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            }
+            None => format!("{x:.0}"),
+        }
+    };
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&tick_label)
+        .y_label_formatter(&log_label)
+        .label_style(("sans-serif", 13));
+    if let Some(t) = ticks {
+        mesh.x_labels(t.len() * 4 + 1);
+    }
+    mesh.draw().map_err(err)?;
+    for line in lines.iter().filter(|l| !l.points.is_empty()) {
+        let color = line.color;
+        chart
+            .draw_series(LineSeries::new(line.points.clone(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(line.label.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(
+                line.points
+                    .iter()
+                    .map(|p| Circle::new(*p, 4, color.filled())),
+            )
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(legend_at)
+        .label_font(("sans-serif", 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+const WORKER: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
+const BROKER: RGBColor = RGBColor(0xd6, 0x27, 0x28);
+const DB: RGBColor = RGBColor(0x2c, 0xa0, 0x2c);
+const DB_BATCH: RGBColor = RGBColor(0x94, 0x67, 0xbd);
+const ORANGE: RGBColor = RGBColor(0xff, 0x7f, 0x0e);
+const GREY: RGBColor = RGBColor(0x7f, 0x7f, 0x7f);
+
+/// Throughput vs shards, throughput vs prefetch, latency vs load.
+pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
+    register_font()?;
+    let p = &report.plan;
+    let root = BitMapBackend::new(path, (1650, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let m = &report.machine;
+    let title = format!(
+        "urutan e2e ({} mode, {} msgs/drain, medians of {}) — {} cores, RabbitMQ {}, PostgreSQL {}, commit {}",
+        p.mode, p.messages, p.rounds, m.nproc, m.rabbitmq, m.postgresql, m.git_commit
+    );
+    let (head, body) = root.split_vertically(36);
+    head.draw(&Text::new(title, (12, 10), ("sans-serif", 16)))
+        .map_err(err)?;
+    let panels = body.split_evenly((1, 3));
+
+    let shard_ticks: Vec<String> = p.shard_counts.iter().map(u16::to_string).collect();
+    let by_shards = |f: &dyn Fn(u16) -> Key| -> Vec<(f64, f64)> {
+        p.shard_counts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &s)| Some((i as f64, report.rate(f(s))?)))
+            .collect()
+    };
+    panel(
+        &panels[0],
+        "Throughput vs shards (PREFETCH=1)",
+        "shards",
+        "msg/s",
+        Some(&shard_ticks),
+        &[
+            Line {
+                label: "worker".into(),
+                color: WORKER,
+                points: by_shards(&|s| Key::Worker {
+                    shards: s,
+                    prefetch: 1,
+                }),
+            },
+            Line {
+                label: "broker only (ack-only)".into(),
+                color: BROKER,
+                points: by_shards(&|s| Key::BrokerOnly {
+                    shards: s,
+                    prefetch: 1,
+                }),
+            },
+            Line {
+                label: "database only, 1 msg/tx".into(),
+                color: DB,
+                points: by_shards(&|s| Key::DbOnly {
+                    tasks: s,
+                    batch: 1,
+                    mode: DbKind::PerMessage,
+                }),
+            },
+        ],
+        SeriesLabelPosition::LowerRight,
+    )?;
+
+    let mut prefetches = vec![1u16];
+    prefetches.extend(&p.prefetches);
+    let pf_ticks: Vec<String> = prefetches.iter().map(u16::to_string).collect();
+    let by_pf = |f: &dyn Fn(u16) -> Option<f64>| -> Vec<(f64, f64)> {
+        prefetches
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &pf)| Some((i as f64, f(pf)?)))
+            .collect()
+    };
+    panel(
+        &panels[1],
+        "Throughput vs PREFETCH (4 shards; batch = PREFETCH)",
+        "PREFETCH",
+        "msg/s",
+        Some(&pf_ticks),
+        &[
+            Line {
+                label: "worker".into(),
+                color: WORKER,
+                points: by_pf(&|pf| {
+                    report.rate(Key::Worker {
+                        shards: 4,
+                        prefetch: pf,
+                    })
+                }),
+            },
+            Line {
+                label: "broker only (multiple-ack)".into(),
+                color: BROKER,
+                points: by_pf(&|pf| {
+                    report.rate(Key::BrokerOnly {
+                        shards: 4,
+                        prefetch: pf,
+                    })
+                }),
+            },
+            Line {
+                label: "database only, PREFETCH msgs/tx".into(),
+                color: DB,
+                points: by_pf(&|pf| report.db_ceiling(4, pf)),
+            },
+            Line {
+                label: "worker, DB via Unix socket".into(),
+                color: ORANGE,
+                points: by_pf(&|pf| {
+                    report.rate(Key::WorkerUnix {
+                        shards: 4,
+                        prefetch: pf,
+                    })
+                }),
+            },
+            Line {
+                label: "database only, via Unix socket".into(),
+                color: DB_BATCH,
+                points: by_pf(&|pf| {
+                    let batch = usize::from(pf);
+                    report.rate(Key::DbOnlyUnix { tasks: 4, batch })
+                }),
+            },
+        ],
+        SeriesLabelPosition::LowerRight,
+    )?;
+
+    let colors = [WORKER, BROKER, DB, DB_BATCH, ORANGE, GREY];
+    let mut lines = Vec::new();
+    for set in &report.latency {
+        let quantiles: [(&str, Quantile); 3] = [
+            ("p50", |l| l.p50_ms),
+            ("p99", |l| l.p99_ms),
+            ("p99.9", |l| l.p999_ms),
+        ];
+        for (name, f) in quantiles {
+            lines.push(Line {
+                label: format!("PREFETCH={} {name}", set.prefetch),
+                color: colors[lines.len() % colors.len()],
+                points: set.rows.iter().map(|l| (l.load * 100.0, f(l))).collect(),
+            });
+        }
+    }
+    panel(
+        &panels[2],
+        &format!("Latency vs load ({} shards)", p.latency_shards),
+        "offered load, % of the configuration's max",
+        "publish → apply, ms",
+        None,
+        &lines,
+        SeriesLabelPosition::UpperLeft,
+    )?;
+    root.present()
+        .map_err(err)
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
+/// RSS and progress over time of the long backlog drain.
+pub fn draw_backlog(run: &BacklogRun, path: &Path) -> anyhow::Result<()> {
+    register_font()?;
+    let root = BitMapBackend::new(path, (1200, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let panels = root.split_evenly((1, 2));
+    let t_max = run.samples.last().map_or(1.0, |s| s.t_s).max(1.0);
+    let rss_max = run.samples.iter().map(|s| s.hwm_mib).fold(1.0, f64::max) * 1.2;
+    let mut chart = ChartBuilder::on(&panels[0])
+        .caption(
+            format!(
+                "Worker RSS, {} msgs, {} shards, PREFETCH={}",
+                run.messages, run.shards, run.prefetch
+            ),
+            ("sans-serif", 17),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..t_max, 0.0..rss_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since start")
+        .y_desc("MiB")
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(LineSeries::new(
+            run.samples.iter().map(|s| (s.t_s, s.rss_mib)),
+            WORKER.stroke_width(2),
+        ))
+        .map_err(err)?
+        .label("VmRSS")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], WORKER.stroke_width(2)));
+    chart
+        .draw_series(LineSeries::new(
+            run.samples.iter().map(|s| (s.t_s, s.hwm_mib)),
+            BROKER.stroke_width(1),
+        ))
+        .map_err(err)?
+        .label("VmHWM")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BROKER.stroke_width(1)));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font(("sans-serif", 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    let mut progress = ChartBuilder::on(&panels[1])
+        .caption("Messages applied", ("sans-serif", 17))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..t_max, 0.0..(run.messages as f64 * 1.05))
+        .map_err(err)?;
+    progress
+        .configure_mesh()
+        .x_desc("seconds since start")
+        .y_desc("applied")
+        .label_style(("sans-serif", 13))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()
+        .map_err(err)?;
+    progress
+        .draw_series(LineSeries::new(
+            run.samples.iter().map(|s| (s.t_s, s.applied as f64)),
+            DB.stroke_width(2),
+        ))
+        .map_err(err)?;
+    root.present()
+        .map_err(err)
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}

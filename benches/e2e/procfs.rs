@@ -1,0 +1,296 @@
+//! The worker as a measured process: start `urutan run` with a scenario's
+//! settings, read its CPU time and memory from `/proc`, stop it with SIGTERM
+//! (bounded), and describe the machine.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use tokio::process::{Child, Command};
+
+use crate::env::{BenchEnv, OWNER_VAR, admin, track_process, untrack_process};
+
+/// One reading of a process's counters.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcSample {
+    /// utime + stime of all its threads, in clock ticks.
+    pub cpu_ticks: u64,
+    pub rss_kib: u64,
+    /// Peak resident set size so far (`VmHWM`).
+    pub hwm_kib: u64,
+}
+
+/// Reads `/proc/<pid>/stat` and `/proc/<pid>/status`; `None` once it is gone.
+pub fn sample(pid: u32) -> Option<ProcSample> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces), from field 3 on.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |key: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    Some(ProcSample {
+        cpu_ticks: utime + stime,
+        rss_kib: kib("VmRSS:"),
+        hwm_kib: kib("VmHWM:"),
+    })
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`, 100 on Linux).
+pub fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Whole-machine CPU counters from `/proc/stat`: (busy, total) jiffies.
+pub fn host_cpu() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
+/// Share of the machine's CPU that was busy between two `host_cpu` readings.
+pub fn busy_share(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<f64> {
+    let ((b0, t0), (b1, t1)) = (a?, b?);
+    (t1 > t0).then(|| (b1 - b0) as f64 / (t1 - t0) as f64)
+}
+
+/// A running `urutan run` process (killed if dropped while running).
+pub struct Worker {
+    child: Child,
+    pub pid: u32,
+    pub http: SocketAddr,
+    pub log: PathBuf,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+impl Worker {
+    /// Starts `bin run` on `env` with `SHARD_COUNT`/`PREFETCH`, logging (at
+    /// warn) to `log`.
+    pub fn start(
+        bin: &Path,
+        env: &BenchEnv,
+        shards: u16,
+        prefetch: u16,
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
+        let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        if let Some(dir) = log.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let out = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
+        let child = Command::new(bin)
+            .arg("run")
+            .env("AMQP_URL", env.amqp_url().expose())
+            .env("DATABASE_URL", env.database_url().expose())
+            .env("SHARD_COUNT", shards.to_string())
+            .env("PREFETCH", prefetch.to_string())
+            .env("METRICS_ADDR", http.to_string())
+            .env("RUST_LOG", "warn")
+            .env("LOG_FORMAT", "text")
+            .env(OWNER_VAR, std::process::id().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out.try_clone()?))
+            .stderr(Stdio::from(out))
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        let pid = child.id().context("the worker exited at once")?;
+        track_process(pid);
+        Ok(Self {
+            child,
+            pid,
+            http,
+            log,
+        })
+    }
+
+    /// Fails if the process has exited (with the tail of its log).
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "the worker exited early ({status}); log tail:\n{}",
+                tail(&self.log)
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits (at most `limit`) until `/readyz` answers 200.
+    pub async fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let start = std::time::Instant::now();
+        loop {
+            self.check_alive()?;
+            if http_status(self.http, "/readyz").await == Some(200) {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                bail!(
+                    "worker not ready after {limit:?}; log tail:\n{}",
+                    tail(&self.log)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGTERM, then wait up to 30 s for a clean exit (SIGKILL after that).
+    pub async fn stop(mut self) -> anyhow::Result<ExitStatus> {
+        if let Some(status) = self.child.try_wait()? {
+            return Ok(status);
+        }
+        admin("kill", &["-TERM", &self.pid.to_string()]).await?;
+        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(status) => Ok(status?),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                bail!("the worker did not stop within 30 s of SIGTERM (killed)")
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // `kill_on_drop` ends a still-running child right after this.
+        untrack_process(self.pid);
+    }
+}
+
+/// The last lines of a log file, for error messages.
+pub fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// A minimal HTTP/1.0 GET returning the status code (bounded to 2 s).
+pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let req = format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
+        stream.write_all(req.as_bytes()).await.ok()?;
+        let mut buf = Vec::new();
+        stream.read_to_end(&mut buf).await.ok()?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        text.split_whitespace().nth(1)?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_secs(2), attempt)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// What the numbers were measured on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Machine {
+    pub nproc: usize,
+    pub cpu_model: String,
+    pub memory_gib: f64,
+    pub kernel: String,
+    pub rabbitmq: String,
+    pub postgresql: String,
+    pub rustc: String,
+    pub git_commit: String,
+    /// Files changed in the work tree against the commit (e.g. work in progress).
+    pub git_dirty_files: usize,
+    pub started_at: String,
+}
+
+fn first_line(program: &str, args: &[&str]) -> String {
+    std::process::Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub fn describe_machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_owned())
+        .unwrap_or_else(|| "unknown".into());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kib: f64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let dirty = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+        .unwrap_or(0);
+    Machine {
+        nproc: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model,
+        memory_gib: mem_kib / 1024.0 / 1024.0,
+        kernel: first_line("uname", &["-r"]),
+        rabbitmq: first_line("rabbitmqctl", &["-q", "version"]),
+        postgresql: first_line(
+            "psql",
+            &[
+                "-Atq",
+                "-h",
+                "127.0.0.1",
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                "SHOW server_version",
+            ],
+        ),
+        rustc: first_line("rustc", &["-V"]),
+        git_commit: first_line(
+            "git",
+            &[
+                "-C",
+                env!("CARGO_MANIFEST_DIR"),
+                "rev-parse",
+                "--short=12",
+                "HEAD",
+            ],
+        ),
+        git_dirty_files: dirty,
+        started_at: first_line("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+    }
+}

@@ -1,0 +1,414 @@
+//! The real worker pool (`urutan run`, release build) under load: drain a
+//! pre-published backlog (throughput, CPU, RSS), open-loop fixed-rate load
+//! (latency), and the long backlog drain with RSS sampled every second.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use urutan::broker::{Names, topology};
+
+use crate::ceilings::{drain_limit, prepare_backlog};
+use crate::env::BenchEnv;
+use crate::load::{self, Cursor, Workload};
+use crate::procfs::{self, ProcSample, Worker, busy_share, clock_ticks, host_cpu};
+
+/// One drain of a backlog by the worker pool.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerRun {
+    pub messages: usize,
+    /// Seconds from the first poll that saw progress to the one that saw all.
+    pub secs: f64,
+    /// Messages after the first progress poll ÷ `secs`: the drain rate.
+    pub rate: f64,
+    /// (n − 1) ÷ (last − first `pesan_diproses.diproses_pada`): the same
+    /// rate from the database's own timestamps (transaction start times).
+    pub db_span_rate: Option<f64>,
+    /// Worker process utime + stime over the drain ÷ messages drained.
+    pub cpu_us_per_msg: f64,
+    /// Worker `VmHWM` at the end of the drain.
+    pub peak_rss_mib: f64,
+    /// Share of the whole machine's CPU that was busy during the drain.
+    pub host_cpu_busy: Option<f64>,
+    pub publish_rate: f64,
+    /// "ok", or what the check of the database found wrong.
+    pub verified: String,
+    /// The worker exited 0 after SIGTERM within 30 s.
+    pub clean_stop: bool,
+}
+
+struct Mark {
+    at: Instant,
+    count: usize,
+    proc: ProcSample,
+    host: Option<(u64, u64)>,
+}
+
+async fn count(pool: &PgPool, sql: &'static str) -> anyhow::Result<usize> {
+    let n: i64 = sqlx::query_scalar(sql).fetch_one(pool).await?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// Checks the end state: every message applied once, versions in order per
+/// order, nothing parked, nothing dead-lettered.
+async fn verify(pool: &PgPool, env: &BenchEnv, expected: usize) -> anyhow::Result<String> {
+    let applied = count(pool, "SELECT count(*) FROM pesanan_riwayat").await?;
+    let disorder = count(
+        pool,
+        "SELECT count(*) FROM (SELECT versi - lag(versi) OVER (PARTITION BY pesanan_id ORDER BY seq)
+         AS step FROM pesanan_riwayat) s WHERE step IS NOT NULL AND step <> 1",
+    )
+    .await?;
+    let parked = count(pool, "SELECT count(*) FROM urutan_parkir").await?;
+    let conn = load::connect(&env.amqp_url(), "urutan-bench verify").await?;
+    let ch = conn.create_channel().await?;
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let dlq = ch
+        .queue_declare("pesanan.dlq".into(), passive, FieldTable::default())
+        .await?
+        .message_count();
+    let _ = conn.close(200, "verified".into()).await;
+    let mut problems = Vec::new();
+    if applied != expected {
+        problems.push(format!("{applied}/{expected} applied"));
+    }
+    if disorder > 0 {
+        problems.push(format!("{disorder} out of order"));
+    }
+    if parked > 0 {
+        problems.push(format!("{parked} parked"));
+    }
+    if dlq > 0 {
+        problems.push(format!("{dlq} dead-lettered"));
+    }
+    Ok(if problems.is_empty() {
+        "ok".into()
+    } else {
+        problems.join(", ")
+    })
+}
+
+/// Drains a pre-published backlog of `work` with `urutan run` at
+/// `SHARD_COUNT=shards`, `PREFETCH=prefetch`, polling the count of
+/// `pesan_diproses` every 50 ms.
+pub async fn throughput(
+    bin: &Path,
+    logs: &Path,
+    work: Workload,
+    shards: u16,
+    prefetch: u16,
+    unix_db: bool,
+) -> anyhow::Result<WorkerRun> {
+    let suffix = if unix_db { "_unix" } else { "" };
+    let tag = format!("worker_s{shards}_p{prefetch}{suffix}");
+    let mut env = BenchEnv::new(&tag, true, true).await?;
+    env.unix_db = unix_db;
+    let pool = env.pool(2).await?;
+    let publish_rate = prepare_backlog(&env, shards, work).await?;
+    let total = work.len();
+    let log = logs.join(format!("{tag}.log"));
+    let mut worker = Worker::start(bin, &env, shards, prefetch, log)?;
+    let limit = drain_limit(total);
+    let started = Instant::now();
+    let mut first: Option<Mark> = None;
+    let last = loop {
+        worker.check_alive()?;
+        let n = count(&pool, "SELECT count(*) FROM pesan_diproses").await?;
+        let mark = Mark {
+            at: Instant::now(),
+            count: n,
+            proc: procfs::sample(worker.pid).unwrap_or_default(),
+            host: host_cpu(),
+        };
+        if n >= total {
+            break mark;
+        }
+        if first.is_none() && n > 0 {
+            first = Some(mark);
+        }
+        if started.elapsed() > limit {
+            bail!(
+                "worker drain: {n} of {total} after {limit:?}; log tail:\n{}",
+                procfs::tail(&worker.log)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let first = first.unwrap_or(Mark {
+        at: started,
+        count: 0,
+        proc: ProcSample::default(),
+        host: None,
+    });
+    let stopped = worker.stop().await;
+    let span: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM max(diproses_pada) - min(diproses_pada))::float8 FROM pesan_diproses",
+    )
+    .fetch_one(&pool)
+    .await?;
+    let verified = verify(&pool, &env, total).await?;
+    pool.close().await;
+    let drained = (total - first.count).max(1);
+    let secs = (last.at - first.at).as_secs_f64();
+    let cpu_s = (last.proc.cpu_ticks.saturating_sub(first.proc.cpu_ticks)) as f64 / clock_ticks();
+    Ok(WorkerRun {
+        messages: total,
+        secs,
+        rate: drained as f64 / secs.max(1e-9),
+        db_span_rate: span.filter(|s| *s > 0.0).map(|s| (total - 1) as f64 / s),
+        cpu_us_per_msg: cpu_s * 1e6 / drained as f64,
+        peak_rss_mib: mib(last.proc.hwm_kib),
+        host_cpu_busy: busy_share(first.host, last.host),
+        publish_rate,
+        verified,
+        clean_stop: stopped.map(|s| s.success()).unwrap_or(false),
+    })
+}
+
+/// Latency under one fixed offered load.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LatencyRow {
+    /// Offered load as a share of the measured maximum.
+    pub load: f64,
+    pub offered_rate: f64,
+    pub achieved_publish_rate: f64,
+    pub messages: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+    pub mean_ms: f64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Waits until every message with id prefix `prefix` is applied, then
+/// returns each one's apply time (µs since the epoch) by id.
+async fn applied_times(
+    pool: &PgPool,
+    worker: &mut Worker,
+    prefix: &str,
+    expected: usize,
+) -> anyhow::Result<HashMap<String, i64>> {
+    let pattern = format!("{prefix}-%");
+    let start = Instant::now();
+    loop {
+        worker.check_alive()?;
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pesanan_riwayat WHERE message_id LIKE $1")
+                .bind(&pattern)
+                .fetch_one(pool)
+                .await?;
+        if usize::try_from(n).unwrap_or(0) >= expected {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(180) {
+            bail!("latency step {prefix}: {n} of {expected} applied after 180 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT message_id, (extract(epoch FROM diterapkan_pada) * 1000000)::int8
+         FROM pesanan_riwayat WHERE message_id LIKE $1",
+    )
+    .bind(&pattern)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Open-loop latency of `urutan run` (`shards`, `prefetch`): for each share
+/// of `max_rate` in `loads`, publish at that fixed rate for `secs` and
+/// measure publish → apply (`pesanan_riwayat.diterapkan_pada`, the apply
+/// transaction's start time) per message.
+pub async fn latency(
+    bin: &Path,
+    logs: &Path,
+    shards: u16,
+    prefetch: u16,
+    max_rate: f64,
+    loads: &[f64],
+    secs: f64,
+) -> anyhow::Result<Vec<LatencyRow>> {
+    let tag = format!("latency_s{shards}_p{prefetch}");
+    let env = BenchEnv::new(&tag, true, true).await?;
+    let pool = env.pool(2).await?;
+    let conn = load::connect(&env.amqp_url(), "urutan-bench latency").await?;
+    topology::declare(&conn, &Names::new("pesanan"), shards, 5, false).await?;
+    let mut worker = Worker::start(bin, &env, shards, prefetch, logs.join(format!("{tag}.log")))?;
+    worker.wait_ready(Duration::from_secs(60)).await?;
+    // Every shard must have passed the epoch marker put in at connect, or
+    // new orders would be parked while the others catch up.
+    let start = Instant::now();
+    loop {
+        let passed: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM urutan_epoch) AND
+                    coalesce((SELECT min(epoch) FROM urutan_shard WHERE aktif), 0)
+                    >= (SELECT max(epoch) FROM urutan_epoch)",
+        )
+        .fetch_one(&pool)
+        .await?;
+        if passed {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!("the worker's shards did not pass the epoch marker within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ch = load::confirm_channel(&conn).await?;
+    let mut cursor = Cursor::new(2_000);
+    let warm_rate = loads.first().copied().unwrap_or(0.25) * max_rate;
+    let warm =
+        load::publish_paced(&ch, &mut cursor, "warm", warm_rate, Duration::from_secs(2)).await?;
+    applied_times(&pool, &mut worker, "warm", warm.len()).await?;
+    let mut rows = Vec::new();
+    for (step, &share) in loads.iter().enumerate() {
+        let rate = share * max_rate;
+        let prefix = format!("lat{step}");
+        let began = Instant::now();
+        let sent = load::publish_paced(
+            &ch,
+            &mut cursor,
+            &prefix,
+            rate,
+            Duration::from_secs_f64(secs),
+        )
+        .await?;
+        let publish_secs = began.elapsed().as_secs_f64();
+        let applied = applied_times(&pool, &mut worker, &prefix, sent.len()).await?;
+        let mut lat: Vec<f64> = sent
+            .iter()
+            .filter_map(|(id, t)| applied.get(id).map(|a| (a - t) as f64 / 1000.0))
+            .collect();
+        lat.sort_by(f64::total_cmp);
+        rows.push(LatencyRow {
+            load: share,
+            offered_rate: rate,
+            achieved_publish_rate: sent.len() as f64 / publish_secs.max(1e-9),
+            messages: lat.len(),
+            p50_ms: percentile(&lat, 0.50),
+            p99_ms: percentile(&lat, 0.99),
+            p999_ms: percentile(&lat, 0.999),
+            max_ms: lat.last().copied().unwrap_or(f64::NAN),
+            mean_ms: lat.iter().sum::<f64>() / lat.len().max(1) as f64,
+        });
+    }
+    let _ = conn.close(200, "done".into()).await;
+    let _ = worker.stop().await;
+    pool.close().await;
+    Ok(rows)
+}
+
+/// One sample of the long drain.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RssSample {
+    pub t_s: f64,
+    pub applied: usize,
+    pub rss_mib: f64,
+    pub hwm_mib: f64,
+    pub cpu_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BacklogRun {
+    pub messages: usize,
+    pub shards: u16,
+    pub prefetch: u16,
+    pub publish_rate: f64,
+    pub drain_secs: f64,
+    pub rate: f64,
+    pub cpu_us_per_msg: f64,
+    pub peak_rss_mib: f64,
+    pub verified: String,
+    pub clean_stop: bool,
+    pub samples: Vec<RssSample>,
+}
+
+/// Drains a backlog of `work` (1,000,000 by default), sampling the worker's
+/// RSS, peak RSS, CPU and progress every second.
+pub async fn backlog(
+    bin: &Path,
+    logs: &Path,
+    work: Workload,
+    shards: u16,
+    prefetch: u16,
+    limit: Duration,
+) -> anyhow::Result<BacklogRun> {
+    let tag = format!("backlog_s{shards}_p{prefetch}");
+    let env = BenchEnv::new(&tag, true, true).await?;
+    let pool = env.pool(2).await?;
+    eprintln!("e2e: publishing {} messages", work.len());
+    let publish_rate = prepare_backlog(&env, shards, work).await?;
+    eprintln!("e2e: published at {publish_rate:.0} msg/s; starting the worker");
+    let log: PathBuf = logs.join(format!("{tag}.log"));
+    let mut worker = Worker::start(bin, &env, shards, prefetch, log)?;
+    let started = Instant::now();
+    let ticks = clock_ticks();
+    let total = work.len();
+    let mut samples = Vec::new();
+    let mut first_progress: Option<(Instant, usize, u64)> = None;
+    loop {
+        worker.check_alive()?;
+        let n = count(&pool, "SELECT count(*) FROM pesan_diproses").await?;
+        let s = procfs::sample(worker.pid).unwrap_or_default();
+        samples.push(RssSample {
+            t_s: started.elapsed().as_secs_f64(),
+            applied: n,
+            rss_mib: mib(s.rss_kib),
+            hwm_mib: mib(s.hwm_kib),
+            cpu_s: s.cpu_ticks as f64 / ticks,
+        });
+        if first_progress.is_none() && n > 0 {
+            first_progress = Some((Instant::now(), n, s.cpu_ticks));
+        }
+        if samples.len() % 30 == 0 {
+            eprintln!("e2e: {n}/{total} applied, RSS {:.1} MiB", mib(s.rss_kib));
+        }
+        if n >= total {
+            break;
+        }
+        if started.elapsed() > limit {
+            bail!("backlog drain: {n} of {total} after {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let end = samples.last().cloned().context("no sample")?;
+    let (t0, c0, cpu0) = first_progress.unwrap_or((started, 0, 0));
+    let drain_secs = t0.elapsed().as_secs_f64();
+    let stopped = worker.stop().await;
+    let verified = verify(&pool, &env, total).await?;
+    pool.close().await;
+    let drained = (total - c0).max(1) as f64;
+    Ok(BacklogRun {
+        messages: total,
+        shards,
+        prefetch,
+        publish_rate,
+        drain_secs,
+        rate: drained / drain_secs.max(1e-9),
+        cpu_us_per_msg: (end.cpu_s - cpu0 as f64 / ticks) * 1e6 / drained,
+        peak_rss_mib: end.hwm_mib,
+        verified,
+        clean_stop: stopped.map(|s| s.success()).unwrap_or(false),
+        samples,
+    })
+}
