@@ -75,10 +75,25 @@ pub fn install() -> PrometheusHandle {
                 tracing::warn!("another metrics recorder is installed; /metrics will be empty");
             }
             describe();
+            // Histogram samples stay in memory until upkeep drains them into
+            // buckets; without a scrape nobody would, and memory would grow
+            // with every message.
+            let upkeep = handle.clone();
+            let _ = std::thread::Builder::new()
+                .name("metrics-upkeep".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(UPKEEP_EVERY);
+                        upkeep.run_upkeep();
+                    }
+                });
             handle
         })
         .clone()
 }
+
+/// How often histogram samples are folded into their buckets.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
