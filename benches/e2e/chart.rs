@@ -315,79 +315,89 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// RSS and progress over time of the long backlog drain.
-pub fn draw_backlog(run: &BacklogRun, path: &Path) -> anyhow::Result<()> {
+/// RSS against messages applied, and progress over time, of each long
+/// backlog drain (one line per drain).
+pub fn draw_backlog(drains: &[BacklogRun], path: &Path) -> anyhow::Result<()> {
     register_font()?;
-    let root = BitMapBackend::new(path, (1200, 500)).into_drawing_area();
+    let root = BitMapBackend::new(path, (1300, 520)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let panels = root.split_evenly((1, 2));
-    let t_max = run.samples.last().map_or(1.0, |s| s.t_s).max(1.0);
-    let rss_max = run.samples.iter().map(|s| s.hwm_mib).fold(1.0, f64::max) * 1.2;
+    let samples = || drains.iter().flat_map(|d| d.samples.iter());
+    let n_max = samples().map(|s| s.applied).max().unwrap_or(1).max(1) as f64;
+    let t_max = samples().map(|s| s.t_s).fold(1.0, f64::max);
+    let rss_max = samples().map(|s| s.hwm_mib).fold(1.0, f64::max) * 1.2;
+    let label = |d: &BacklogRun| {
+        d.scrape_every_s
+            .map_or("/metrics never scraped".to_owned(), |e| {
+                format!("/metrics scraped every {e:.0} s")
+            })
+    };
+    let colors = [BROKER, WORKER, DB, ORANGE];
+    let (shards, prefetch) = drains.first().map_or((0, 0), |d| (d.shards, d.prefetch));
     let mut chart = ChartBuilder::on(&panels[0])
         .caption(
-            format!(
-                "Worker RSS, {} msgs, {} shards, PREFETCH={}",
-                run.messages, run.shards, run.prefetch
-            ),
+            format!("Worker RSS while draining ({shards} shards, PREFETCH={prefetch})"),
             ("sans-serif", 17),
         )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..t_max, 0.0..rss_max)
+        .build_cartesian_2d(0.0..n_max * 1.02, 0.0..rss_max)
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc("seconds since start")
-        .y_desc("MiB")
+        .x_desc("messages applied")
+        .y_desc("VmRSS, MiB")
+        .x_label_formatter(&|x| format!("{:.0}k", x / 1000.0))
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(err)?;
-    chart
-        .draw_series(LineSeries::new(
-            run.samples.iter().map(|s| (s.t_s, s.rss_mib)),
-            WORKER.stroke_width(2),
-        ))
-        .map_err(err)?
-        .label("VmRSS")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], WORKER.stroke_width(2)));
-    chart
-        .draw_series(LineSeries::new(
-            run.samples.iter().map(|s| (s.t_s, s.hwm_mib)),
-            BROKER.stroke_width(1),
-        ))
-        .map_err(err)?
-        .label("VmHWM")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BROKER.stroke_width(1)));
+    for (i, d) in drains.iter().enumerate() {
+        let color = colors[i % colors.len()];
+        let points = d.samples.iter().filter(|s| s.applied > 0);
+        chart
+            .draw_series(LineSeries::new(
+                points.map(|s| (s.applied as f64, s.rss_mib)),
+                color.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(label(d))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+    }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperLeft)
         .label_font(("sans-serif", 13))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
         .map_err(err)?;
     let mut progress = ChartBuilder::on(&panels[1])
-        .caption("Messages applied", ("sans-serif", 17))
+        .caption("Messages applied over time", ("sans-serif", 17))
         .margin(12)
         .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..t_max, 0.0..(run.messages as f64 * 1.05))
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..t_max * 1.02, 0.0..n_max * 1.05)
         .map_err(err)?;
     progress
         .configure_mesh()
-        .x_desc("seconds since start")
+        .x_desc("seconds since the worker started")
         .y_desc("applied")
         .label_style(("sans-serif", 13))
-        .y_label_formatter(&|y| format!("{y:.0}"))
+        .y_label_formatter(&|y| format!("{:.0}k", y / 1000.0))
         .draw()
         .map_err(err)?;
-    progress
-        .draw_series(LineSeries::new(
-            run.samples.iter().map(|s| (s.t_s, s.applied as f64)),
-            DB.stroke_width(2),
-        ))
-        .map_err(err)?;
+    for (i, d) in drains.iter().enumerate() {
+        let color = colors[i % colors.len()];
+        progress
+            .draw_series(LineSeries::new(
+                d.samples.iter().map(|s| (s.t_s, s.applied as f64)),
+                color.stroke_width(2),
+            ))
+            .map_err(err)?;
+    }
     root.present()
         .map_err(err)
         .with_context(|| format!("write {}", path.display()))?;

@@ -340,20 +340,28 @@ pub struct BacklogRun {
     pub peak_rss_mib: f64,
     pub verified: String,
     pub clean_stop: bool,
+    /// `GET /metrics` every this many seconds during the drain (as a
+    /// Prometheus server would), or never.
+    #[serde(default)]
+    pub scrape_every_s: Option<f64>,
+    #[serde(default)]
+    pub scrapes: usize,
     pub samples: Vec<RssSample>,
 }
 
 /// Drains a backlog of `work` (1,000,000 by default), sampling the worker's
-/// RSS, peak RSS, CPU and progress every second.
+/// RSS, peak RSS, CPU and progress every second, and scraping its
+/// `/metrics` every `scrape` if given.
 pub async fn backlog(
     bin: &Path,
     logs: &Path,
     work: Workload,
-    shards: u16,
-    prefetch: u16,
+    (shards, prefetch): (u16, u16),
+    scrape: Option<Duration>,
     limit: Duration,
 ) -> anyhow::Result<BacklogRun> {
-    let tag = format!("backlog_s{shards}_p{prefetch}");
+    let scraped = scrape.map_or(String::new(), |d| format!("_scrape{}s", d.as_secs()));
+    let tag = format!("backlog_s{shards}_p{prefetch}{scraped}");
     let env = BenchEnv::new(&tag, true, true).await?;
     let pool = env.pool(2).await?;
     eprintln!("e2e: publishing {} messages", work.len());
@@ -366,8 +374,17 @@ pub async fn backlog(
     let total = work.len();
     let mut samples = Vec::new();
     let mut first_progress: Option<(Instant, usize, u64)> = None;
+    let (mut scrapes, mut last_scrape) = (0, Instant::now());
     loop {
         worker.check_alive()?;
+        if let Some(every) = scrape
+            && last_scrape.elapsed() >= every
+        {
+            last_scrape = Instant::now();
+            if procfs::http_status(worker.http, "/metrics").await == Some(200) {
+                scrapes += 1;
+            }
+        }
         let n = count(&pool, "SELECT count(*) FROM pesan_diproses").await?;
         let s = procfs::sample(worker.pid).unwrap_or_default();
         samples.push(RssSample {
@@ -409,6 +426,8 @@ pub async fn backlog(
         peak_rss_mib: end.hwm_mib,
         verified,
         clean_stop: stopped.map(|s| s.success()).unwrap_or(false),
+        scrape_every_s: scrape.map(|d| d.as_secs_f64()),
+        scrapes,
         samples,
     })
 }
