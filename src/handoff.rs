@@ -63,8 +63,11 @@ pub enum EpochError {
     NotConfirmed(i32),
 }
 
-/// Makes sure shards `0..count` are registered as active. A new shard starts
-/// as having passed every epoch so far (its queue is new: nothing old in it).
+/// Makes sure shards `0..count` (the shard queues on the broker) are
+/// registered as active, and no other. A new shard starts as having passed
+/// every epoch so far (its queue is new: nothing old in it). A shard at or
+/// above `count` has no queue (a retirement deleted it and stopped short of
+/// recording that): nothing can wait on it, so it is not awaited.
 pub async fn register_shards(db: &mut PgConnection, count: u16) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO urutan_shard (shard, epoch)
@@ -73,8 +76,12 @@ pub async fn register_shards(db: &mut PgConnection, count: u16) -> Result<(), sq
          ON CONFLICT (shard) DO UPDATE SET aktif = true",
     )
     .bind(i32::from(count))
-    .execute(db)
+    .execute(&mut *db)
     .await?;
+    sqlx::query("UPDATE urutan_shard SET aktif = false WHERE shard >= $1 AND aktif")
+        .bind(i32::from(count))
+        .execute(db)
+        .await?;
     Ok(())
 }
 

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod outcome;
 pub mod retire;
+pub mod ring;
 pub mod shard;
 pub mod store;
 pub mod supervisor;

@@ -100,8 +100,9 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             let names = Names::new(&settings.topology_prefix);
             let mut declare = settings.clone();
             declare.topology_mode = urutan::config::TopologyMode::Declare;
-            let (plan, epoch) =
-                urutan::supervisor::prepare_topology(&declare, &names, &pool, &conn).await??;
+            let urutan::supervisor::Prepared { plan, epoch, .. } =
+                urutan::supervisor::prepare_topology(&declare, &names, &pool, &conn, true)
+                    .await??;
             let _ = conn.close(200, "done".into()).await;
             pool.close().await;
             info!(

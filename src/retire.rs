@@ -5,11 +5,13 @@
 //! an epoch while relay publishing is paused, so every message routed to a
 //! removed shard is queued before that epoch's marker and nothing but
 //! markers can arrive after it. A removed shard keeps its worker until it has
-//! passed that marker; then it holds no message any more: it is marked
-//! inactive (no longer awaited by handoffs or marked by new epochs) and its
-//! queue is deleted, highest shard first, so the remaining queues stay
-//! contiguous. Every step is idempotent: after a crash the next start
-//! re-registers what is left and retires it again.
+//! passed that marker; then it holds no message any more: its queue is
+//! deleted, highest shard first so the remaining queues stay contiguous, and
+//! it is marked inactive (no longer awaited by handoffs or marked by new
+//! epochs). Every step is idempotent: after a crash the next start
+//! re-registers what is left and retires it again (a shard whose queue is
+//! gone is made inactive by `handoff::register_shards`). Whether the whole
+//! resharding is complete is `ring`'s call.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +24,6 @@ use tracing::{info, warn};
 
 use crate::broker::{Names, call};
 use crate::health::Health;
-use crate::metrics as m;
 
 /// Retires shards `from..to` (top first) once each has passed `epoch`.
 pub async fn retire_shards(
@@ -36,7 +37,6 @@ pub async fn retire_shards(
 ) {
     let started = std::time::Instant::now();
     for shard in (from..to).rev() {
-        metrics::gauge!(m::RESHARDING).set(f64::from(shard + 1 - from));
         loop {
             match retire_when_drained(&pool, &conn, &names, shard, epoch).await {
                 Ok(true) => {
@@ -56,12 +56,10 @@ pub async fn retire_shards(
             }
         }
     }
-    metrics::gauge!(m::RESHARDING).set(0.0);
-    metrics::histogram!(m::RESHARDING_DURATION_SECONDS).record(started.elapsed().as_secs_f64());
     info!(
         shards = from,
         seconds = started.elapsed().as_secs_f64(),
-        "shrink complete"
+        "every removed shard retired"
     );
 }
 
@@ -82,10 +80,7 @@ async fn retire_when_drained(
     if passed == Some(false) {
         return Ok(false);
     }
-    sqlx::query("UPDATE urutan_shard SET aktif = false WHERE shard = $1")
-        .bind(i32::from(shard))
-        .execute(pool)
-        .await?;
+    // Deleting an already deleted queue (another replica was faster) is ok.
     let ch = call("channel.open", conn.create_channel()).await?;
     let queue = names.shard_queue(shard);
     call(
@@ -94,6 +89,10 @@ async fn retire_when_drained(
     )
     .await?;
     let _ = ch.close(200, "retired".into()).await;
+    sqlx::query("UPDATE urutan_shard SET aktif = false WHERE shard = $1")
+        .bind(i32::from(shard))
+        .execute(pool)
+        .await?;
     Ok(true)
 }
 

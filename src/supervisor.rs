@@ -19,6 +19,7 @@ use crate::config::{Settings, TopologyMode};
 use crate::handoff::{self, EpochError};
 use crate::health::{self, Health};
 use crate::metrics as m;
+use crate::ring::{self, Decision, RingError};
 use crate::shard::{Hooks, ShardWorker};
 use crate::store;
 
@@ -26,9 +27,31 @@ use crate::store;
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
-    Topology(#[from] TopologyError),
+    Refused(#[from] Refused),
     #[error("cannot serve HTTP: {0}")]
     Http(#[from] std::io::Error),
+}
+
+/// A topology request that no retry can grant.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error(transparent)]
+    Ring(#[from] RingError),
+}
+
+/// What [`prepare_topology`] set up.
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared {
+    pub plan: ShardPlan,
+    /// The epoch opened once the bindings were in place.
+    pub epoch: i64,
+    /// The `versi` of the recorded ring the bindings follow.
+    pub ring: i64,
+    /// This replica wants another shard count but a resharding is in
+    /// progress: prepare again once it completes.
+    pub waiting: bool,
 }
 
 /// A worker pool, built (HTTP port bound) but not yet running.
@@ -115,7 +138,9 @@ impl Supervisor {
 }
 
 /// The broker loop: connect, declare, run one worker per shard; when the
-/// connection is lost, count it, back off and do it again.
+/// connection is lost, count it, back off and do it again. When the
+/// recorded ring changes (another replica or `urutan topology` resharded),
+/// stop the workers gracefully and prepare again.
 async fn consume_until_shutdown(
     settings: &Settings,
     hooks: &Hooks,
@@ -124,7 +149,7 @@ async fn consume_until_shutdown(
     shutdown: &CancellationToken,
 ) -> Result<(), RunError> {
     let names = Names::new(&settings.topology_prefix);
-    let mut connected_before = false;
+    let mut lost_before = false;
     loop {
         let connected = retry_until_ready("broker", shutdown, || {
             connect_and_mark(settings, &names, pool)
@@ -133,97 +158,175 @@ async fn consume_until_shutdown(
         let Some(connected) = connected else {
             return Ok(());
         };
-        let (conn, plan, epoch) = connected?;
+        let (conn, prepared) = connected?;
+        let Prepared {
+            plan,
+            epoch,
+            ring,
+            waiting,
+        } = prepared;
         let conn = Arc::new(conn);
-        if connected_before {
+        if lost_before {
             metrics::counter!(m::BROKER_RECONNECTS_TOTAL).increment(1);
             info!("reconnected to the broker");
         }
-        connected_before = true;
         info!(broker = %settings.amqp_url, shards = plan.consumed, bound = plan.bound,
               prefetch = settings.prefetch, "consuming");
         health.broker_up(plan.consumed);
         metrics::gauge!(m::SHARDS).set(f64::from(plan.bound));
-        let retiring = shutdown.child_token();
+
+        // Everything of this connection stops with `stop`: on shutdown, on
+        // a connection loss (the workers end) or when the ring changed.
+        let stop = shutdown.child_token();
+        let side_tasks = TaskTracker::new();
+        let watcher = side_tasks.spawn(ring::watch(pool.clone(), (ring, waiting), stop.clone()));
         if plan.consumed > plan.bound {
             info!(
-                from = plan.bound,
-                to = plan.consumed,
+                from = plan.consumed,
+                to = plan.bound,
                 "shrinking: draining the removed shards"
             );
-            tokio::spawn(crate::retire::retire_shards(
+            side_tasks.spawn(crate::retire::retire_shards(
                 pool.clone(),
                 conn.clone(),
                 names.clone(),
                 (plan.bound, plan.consumed),
                 epoch,
                 health.clone(),
-                retiring.clone(),
+                stop.clone(),
             ));
         }
-        run_workers(settings, hooks, pool, health, &names, &conn, plan, shutdown).await;
-        retiring.cancel();
+        side_tasks.close();
+        run_workers(settings, hooks, pool, health, &names, &conn, plan, &stop).await;
+        stop.cancel();
+        let ring_changed = watcher.await.unwrap_or(false);
+        side_tasks.wait().await;
         health.broker_down();
-        if shutdown.is_cancelled() {
+        if shutdown.is_cancelled() || ring_changed {
             let _ = broker::call("connection.close", conn.close(200, "shutdown".into())).await;
+        }
+        if shutdown.is_cancelled() {
             info!("all shards stopped; broker connection closed");
             return Ok(());
         }
-        warn!("lost the broker connection; reconnecting");
+        if ring_changed {
+            info!("workers stopped for the new ring; preparing it");
+            lost_before = false;
+        } else {
+            warn!("lost the broker connection; reconnecting");
+            lost_before = true;
+        }
     }
 }
 
-/// Connects, then [`prepare_topology`]. `Ok(Err(_))`: a topology problem no
-/// retry fixes.
+/// Connects, then [`prepare_topology`]. `Ok(Err(_))`: a refusal no retry
+/// fixes.
 async fn connect_and_mark(
     settings: &Settings,
     names: &Names,
     pool: &PgPool,
-) -> Result<Result<(lapin::Connection, ShardPlan, i64), TopologyError>, EpochError> {
+) -> Result<Result<(lapin::Connection, Prepared), Refused>, EpochError> {
     let conn = broker::connect(&settings.amqp_url, "urutan run").await?;
-    let prepared = prepare_topology(settings, names, pool, &conn).await?;
-    Ok(prepared.map(|(plan, epoch)| (conn, plan, epoch)))
+    let prepared = prepare_topology(settings, names, pool, &conn, false).await?;
+    Ok(prepared.map(|prepared| (conn, prepared)))
 }
 
-/// Declares (or, in check mode, checks) the topology and opens an epoch,
-/// with relay publishing paused meanwhile, so that when the ring changes
-/// (shards bound or unbound) every message routed by the old ring is queued
-/// before the marker and every message routed by the new one after it (see
-/// `handoff`). Returns the shard plan and the epoch opened.
+/// Resolves `SHARD_COUNT` against the recorded ring (see `ring`), declares
+/// (or, in check mode, checks) the topology for the result and opens an
+/// epoch, with relay publishing paused meanwhile, so that when the ring
+/// changes (shards bound or unbound) every message routed by the old ring is
+/// queued before the marker and every message routed by the new one after it
+/// (see `handoff`). `explicit`: asked by `urutan topology`, which may set
+/// the ring back to an earlier count.
 pub async fn prepare_topology(
     settings: &Settings,
     names: &Names,
     pool: &PgPool,
     conn: &lapin::Connection,
-) -> Result<Result<(ShardPlan, i64), TopologyError>, EpochError> {
+    explicit: bool,
+) -> Result<Result<Prepared, Refused>, EpochError> {
     // A session of its own: if this is cancelled half-way, dropping it ends
     // the session and with it the pause.
     let mut db = pool.acquire().await?.detach();
     handoff::pause_publishing(&mut db, names).await?;
     let marked = async {
+        let current = ring::current(&mut db).await?;
+        let earlier = ring::earlier_counts(&mut db).await?;
+        let request = ring::Request {
+            wanted: settings.shard_count,
+            allow_shrink: settings.allow_shrink,
+            explicit,
+        };
+        let (decision, waiting) =
+            match (ring::resolve(current.as_ref(), &earlier, request), &current) {
+                (Ok(decision), _) => (decision, false),
+                // A replica waits (following the recorded ring) rather than
+                // fail; `urutan topology` refuses.
+                (Err(busy @ RingError::InProgress { .. }), Some(current)) if !explicit => {
+                    warn!(
+                        refused = %busy,
+                        "waiting for the resharding in progress; following the recorded ring \
+                         until it completes"
+                    );
+                    let follow = Decision::Follow {
+                        recorded: current.shard_count,
+                        configured: settings.shard_count,
+                        versi: current.versi,
+                    };
+                    (follow, true)
+                }
+                (Err(refused), _) => return Ok(Err(refused.into())),
+            };
+        if let (
+            Decision::Follow {
+                recorded,
+                configured,
+                ..
+            },
+            false,
+        ) = (decision, waiting)
+        {
+            warn!(
+                shard_count = configured,
+                recorded,
+                "SHARD_COUNT here is a count the ring had before it was resharded: following \
+                 the recorded ring; set SHARD_COUNT to the recorded count on this replica"
+            );
+        }
+        let (target, allow_shrink) = (
+            decision.target(),
+            decision.allows_shrink(settings.allow_shrink),
+        );
         let plan = match settings.topology_mode {
             TopologyMode::Declare => {
-                topology::declare(
-                    conn,
-                    names,
-                    settings.shard_count,
-                    settings.delivery_limit,
-                    settings.allow_shrink,
-                )
-                .await
+                topology::declare(conn, names, target, settings.delivery_limit, allow_shrink).await
             }
-            TopologyMode::Check => {
-                topology::check(conn, names, settings.shard_count, settings.allow_shrink).await
-            }
+            TopologyMode::Check => topology::check(conn, names, target, allow_shrink).await,
         };
         let plan = match plan {
             Ok(plan) => plan,
             Err(TopologyError::Broker(e)) => return Err(EpochError::Broker(e)),
-            Err(fatal) => return Ok(Err(fatal)),
+            Err(fatal) => return Ok(Err(fatal.into())),
         };
         handoff::register_shards(&mut db, plan.consumed).await?;
         let epoch = handoff::open_epoch(&mut db, conn, names, "topology prepared").await?;
-        Ok(Ok((plan, epoch)))
+        let ring = match decision {
+            Decision::Change { from, to } => {
+                let who = ring::requester(if explicit { "topology" } else { "run" });
+                let versi = ring::record_change(&mut db, (from, to), epoch, &who).await?;
+                if let Some(from) = from {
+                    info!(from, to, epoch, "resharding started");
+                }
+                versi
+            }
+            Decision::Keep { versi, .. } | Decision::Follow { versi, .. } => versi,
+        };
+        Ok(Ok(Prepared {
+            plan,
+            epoch,
+            ring,
+            waiting,
+        }))
     }
     .await;
     handoff::resume_publishing(db).await;
@@ -240,7 +343,7 @@ async fn run_workers(
     names: &Names,
     conn: &Arc<lapin::Connection>,
     plan: ShardPlan,
-    shutdown: &CancellationToken,
+    stop: &CancellationToken,
 ) {
     let workers = TaskTracker::new();
     for shard in 0..plan.consumed {
@@ -256,7 +359,7 @@ async fn run_workers(
             health: health.clone(),
             hooks: hooks.clone(),
         };
-        workers.spawn(worker.run(conn.clone(), shutdown.clone()));
+        workers.spawn(worker.run(conn.clone(), stop.clone()));
     }
     workers.close();
     workers.wait().await;
