@@ -87,10 +87,9 @@ pub struct Settings {
     #[arg(long, env = "TOPOLOGY_MODE", default_value = "declare")]
     pub topology_mode: TopologyMode,
 
-    /// Accept a `SHARD_COUNT` smaller than the number of shard queues on the
-    /// broker: the extra shards are unbound (they get no new messages) and
-    /// still consumed until they are empty. Per-entity order across this
-    /// change is not guaranteed yet.
+    /// Accept a `SHARD_COUNT` smaller than the ring has (shrinking): the top
+    /// shards are unbound (they get no new messages), drained in order and
+    /// their queues deleted.
     #[arg(long, env = "ALLOW_SHRINK", default_value_t = false)]
     pub allow_shrink: bool,
 }

@@ -145,7 +145,7 @@ async fn an_older_message_arriving_after_parked_newer_ones_is_released_first() {
 /// Enqueues `versions` versions for each of `entities` orders through the
 /// outbox, round by round (v1 of all, then v2 ...), in small transactions,
 /// pausing between rounds, until done or `stop`.
-async fn produce(
+pub(crate) async fn produce(
     db: PgPool,
     entities: usize,
     versions: i64,
@@ -183,7 +183,7 @@ async fn produce(
 }
 
 /// Runs a relay in the background until the returned token is cancelled.
-fn start_relay(
+pub(crate) fn start_relay(
     settings: urutan::config::Settings,
 ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let stop = CancellationToken::new();
@@ -198,7 +198,7 @@ fn start_relay(
 
 /// Waits until every outbox row is sent and processed and nothing is
 /// parked (and, with `retired`, no shard above 4 is still active).
-async fn wait_until_all_applied(db: &PgPool, limit: Duration, retired: bool) {
+pub(crate) async fn wait_until_all_applied(db: &PgPool, limit: Duration, retired: bool) {
     let sql = if retired {
         "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
               + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
@@ -219,13 +219,13 @@ async fn wait_until_all_applied(db: &PgPool, limit: Duration, retired: bool) {
 }
 
 /// Lets the producer finish, waits until everything is applied, stops the
-/// relay and the pool, then checks the promises: every version exactly once,
+/// relay and the pools, then checks the promises: every version exactly once,
 /// gapless and in order per entity, `verify` clean. Returns the versions written.
-async fn drain_and_check(
+pub(crate) async fn drain_and_check(
     db: &PgPool,
     producer: tokio::task::JoinHandle<i64>,
     (relay_stop, relay): (CancellationToken, tokio::task::JoinHandle<()>),
-    pool: RunningPool,
+    pools: Vec<RunningPool>,
     entities: usize,
 ) -> i64 {
     let written = tokio::time::timeout(Duration::from_secs(120), producer)
@@ -235,7 +235,9 @@ async fn drain_and_check(
     wait_until_all_applied(db, Duration::from_secs(180), false).await;
     relay_stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(30), relay).await;
-    pool.stop().await;
+    for pool in pools {
+        pool.stop().await;
+    }
     let history = history(db).await;
     assert_eq!(
         history.len() as i64,
@@ -249,7 +251,7 @@ async fn drain_and_check(
 }
 
 /// Every entity's history is 1..n in apply order (n may differ per entity).
-fn assert_every_entity_gapless(history: &[(String, i64, i32)]) -> usize {
+pub(crate) fn assert_every_entity_gapless(history: &[(String, i64, i32)]) -> usize {
     let mut last: HashMap<&str, i64> = HashMap::new();
     for (entity, versi, _) in history {
         let prev = last.entry(entity).or_insert(0);
@@ -265,18 +267,24 @@ fn assert_every_entity_gapless(history: &[(String, i64, i32)]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serial_broker_restart_with_a_backlog_keeps_per_entity_order_on_12_shards() {
-    broker_restart_with_a_backlog(1).await;
+    broker_restart_with_a_backlog(1, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serial_broker_restart_with_a_backlog_keeps_order_in_batch_mode() {
-    broker_restart_with_a_backlog(32).await;
+    broker_restart_with_a_backlog(32, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serial_broker_restart_with_a_backlog_and_two_replicas_keeps_order() {
+    broker_restart_with_a_backlog(1, 2).await;
 }
 
 /// 300 orders, 16 versions each, published by the relay through a broker
-/// restart while the pool is down (a backlog on the old ring), then drained.
-async fn broker_restart_with_a_backlog(prefetch: u16) {
-    let env = TestEnv::new(&format!("handoff_restart_p{prefetch}")).await;
+/// restart while the pool is down (a backlog on the old ring), then drained
+/// by `replicas` pools.
+async fn broker_restart_with_a_backlog(prefetch: u16, replicas: usize) {
+    let env = TestEnv::new(&format!("handoff_restart_p{prefetch}_r{replicas}")).await;
     let _broker = BrokerStarter;
     let mut settings = env.settings(12);
     settings.prefetch = prefetch;
@@ -306,8 +314,11 @@ async fn broker_restart_with_a_backlog(prefetch: u16) {
     // The ring is rebuilt in another order; the relay reconnects (opening an
     // epoch) and goes on publishing into the new ring over the backlog.
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let pool = RunningPool::start(settings.clone()).await;
-    let written = drain_and_check(&db, producer, (relay_stop, relay), pool, 300).await;
+    let mut pools = Vec::new();
+    for _ in 0..replicas {
+        pools.push(RunningPool::start(settings.clone()).await);
+    }
+    let written = drain_and_check(&db, producer, (relay_stop, relay), pools, 300).await;
     let moved: i64 = count(
         &db,
         "SELECT count(*) FROM (SELECT pesanan_id FROM pesanan_riwayat
@@ -363,7 +374,7 @@ async fn growing_4_to_6_to_9_shards_under_load_keeps_per_entity_order() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         pool = RunningPool::start(settings(shards)).await;
     }
-    let written = drain_and_check(&db, producer, (relay_stop, relay), pool, 200).await;
+    let written = drain_and_check(&db, producer, (relay_stop, relay), vec![pool], 200).await;
     let on_new_shards = count(
         &db,
         "SELECT count(DISTINCT pesanan_id) FROM pesanan_riwayat WHERE shard >= 4",
@@ -420,7 +431,7 @@ async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones(
         assert!(probe.is_err(), "shard {shard} was not deleted");
     }
     pool.wait_ready().await;
-    let written = drain_and_check(&db, producer, (relay_stop, relay), pool, 200).await;
+    let written = drain_and_check(&db, producer, (relay_stop, relay), vec![pool], 200).await;
     let moved_off = count(
         &db,
         "SELECT count(*) FROM (SELECT pesanan_id FROM pesanan_riwayat GROUP BY pesanan_id
@@ -433,7 +444,7 @@ async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones(
 }
 
 /// A `urutan run` process, killed with SIGKILL when dropped.
-struct Process(std::process::Child);
+pub(crate) struct Process(pub(crate) std::process::Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -484,6 +495,6 @@ async fn a_replica_killed_in_the_middle_of_a_handoff_loses_no_order() {
     let standby = RunningPool::start(settings(6)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     drop(process); // SIGKILL mid-handoff: unacked deliveries come back to the standby
-    let written = drain_and_check(&db, producer, (relay_stop, relay), standby, 200).await;
+    let written = drain_and_check(&db, producer, (relay_stop, relay), vec![standby], 200).await;
     eprintln!("{written} versions in order across a SIGKILL during a handoff");
 }

@@ -10,5 +10,6 @@ mod poison;
 mod recovery;
 mod relay;
 mod replicas;
+mod ring;
 mod secrets;
 mod topology;

@@ -98,7 +98,7 @@ fn bindings(env: &TestEnv) -> Vec<(String, String, String)> {
 }
 
 /// Queues bound to the hash exchange, with their routing keys (weights).
-fn hash_bindings(env: &TestEnv) -> Vec<(String, String)> {
+pub(crate) fn hash_bindings(env: &TestEnv) -> Vec<(String, String)> {
     bindings(env)
         .into_iter()
         .filter(|(source, _, _)| source == "pesanan-hash")

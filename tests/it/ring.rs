@@ -1,0 +1,172 @@
+//! The recorded ring: replicas with different `SHARD_COUNT`s agree through
+//! PostgreSQL instead of binding and unbinding shards against each other; a
+//! conflicting resharding is refused (`urutan topology`) or waits (`urutan
+//! run`); per-entity order holds through rolling grows and shrinks with
+//! several replicas and a SIGKILL in the middle of a resharding.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use urutan::broker::{Names, topology};
+
+use crate::common::*;
+use crate::handoff::{Process, drain_and_check, produce, start_relay, wait_until_all_applied};
+use crate::topology::hash_bindings;
+
+/// (shard_count, complete) of every recorded change, oldest first.
+async fn ring_history(db: &PgPool) -> Vec<(i32, bool)> {
+    sqlx::query_as("SELECT shard_count, selesai IS NOT NULL FROM urutan_ring ORDER BY versi")
+        .fetch_all(db)
+        .await
+        .expect("urutan_ring")
+}
+
+async fn wait_for_ring(db: &PgPool, wanted: &[(i32, bool)], limit: Duration) {
+    let what = format!("the recorded ring to become {wanted:?}");
+    wait_for(&what, limit, || {
+        let db = db.clone();
+        async move { ring_history(&db).await == wanted }
+    })
+    .await;
+}
+
+/// Runs `urutan topology` with `shards`; (success, stderr).
+fn topology_command(env: &TestEnv, shards: u16) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
+        .arg("topology")
+        .envs(env.process_env(shards))
+        .output()
+        .expect("run urutan topology");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_refuses_a_conflicting_resharding_and_a_replica_waits_for_it() {
+    let env = TestEnv::new("ring_conflict").await;
+    let db = env.db().await;
+    assert!(topology_command(&env, 4).0, "first declare");
+    // 4 → 6 with no worker running: in progress until the shards are drained.
+    assert!(topology_command(&env, 6).0, "grow to 6");
+    assert_eq!(ring_history(&db).await, [(4, true), (6, false)]);
+
+    let (ok, stderr) = topology_command(&env, 8);
+    assert!(!ok, "a conflicting resharding was granted");
+    assert!(
+        stderr.contains("SHARD_COUNT is 8 but a resharding 4 → 6 is in progress")
+            && stderr.contains("`urutan topology` on"),
+        "unclear refusal: {stderr}"
+    );
+    assert_eq!(ring_history(&db).await.len(), 2, "nothing recorded");
+
+    // A replica asking for 8 waits: it follows 6 (draining it), then grows.
+    let pool = RunningPool::start(env.settings(8)).await;
+    wait_for_ring(
+        &db,
+        &[(4, true), (6, true), (8, true)],
+        Duration::from_secs(60),
+    )
+    .await;
+    let conn = env.broker().await;
+    let names = Names::new("pesanan");
+    let queues = topology::count_existing_shards(&conn, &names)
+        .await
+        .expect("count");
+    assert_eq!(queues, 8);
+    let scrape = http_get(pool.http, "/metrics").await.1;
+    assert!(
+        metric_sum(&scrape, "urutan_resharding_duration_seconds_count", &[]) >= 2.0,
+        "both reshardings timed: {scrape}"
+    );
+    pool.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_with_different_shard_counts_follow_one_ring_through_grows_and_a_shrink() {
+    let env = TestEnv::new("ring_replicas").await;
+    let db = env.db().await;
+    let settings = |shards: u16, allow_shrink: bool| {
+        let mut s = env.settings(shards);
+        s.database_pool_size = Some(3);
+        s.allow_shrink = allow_shrink;
+        s
+    };
+    let old_a = RunningPool::start(settings(4, false)).await;
+    let old_b = RunningPool::start(settings(4, true)).await;
+    old_a.wait_ready().await;
+    let (relay_stop, relay) = start_relay(settings(4, false));
+    let producer = tokio::spawn(produce(
+        db.clone(),
+        200,
+        20,
+        Duration::from_millis(700),
+        Arc::new(AtomicBool::new(false)),
+    ));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Rolling deploy to 6: the new replica grows the ring; the old ones
+    // (one even with --allow-shrink) follow it instead of shrinking it back,
+    // also when restarted with their old setting.
+    let new_6 = RunningPool::start(settings(6, false)).await;
+    wait_for_ring(&db, &[(4, true), (6, true)], Duration::from_secs(60)).await;
+    old_b.stop().await;
+    let old_b = RunningPool::start(settings(4, true)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(ring_history(&db).await, [(4, true), (6, true)], "a fight");
+    assert_eq!(hash_bindings(&env).len(), 6, "shards bound");
+
+    // Rolling deploy to 9, then a shrink to 5 by a process killed (SIGKILL)
+    // in the middle of it: the replicas left (4, 4, 6, 9: all counts the
+    // ring had) follow 5 and finish the retirement.
+    let new_9 = RunningPool::start(settings(9, false)).await;
+    wait_for_ring(
+        &db,
+        &[(4, true), (6, true), (9, true)],
+        Duration::from_secs(60),
+    )
+    .await;
+    let shrinker = Process(
+        std::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
+            .arg("run")
+            .envs(env.process_env(5))
+            .env("ALLOW_SHRINK", "true")
+            .env("DATABASE_POOL_SIZE", "3")
+            .env("RUST_LOG", "warn")
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn urutan run"),
+    );
+    wait_for("the shrink recorded", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move { ring_history(&db).await.len() == 4 }
+    })
+    .await;
+    drop(shrinker);
+    wait_for_ring(
+        &db,
+        &[(4, true), (6, true), (9, true), (5, true)],
+        Duration::from_secs(120),
+    )
+    .await;
+    wait_until_all_applied(&db, Duration::from_secs(120), true).await;
+    let conn = env.broker().await;
+    let names = Names::new("pesanan");
+    let queues = topology::count_existing_shards(&conn, &names)
+        .await
+        .expect("count");
+    assert_eq!(queues, 5, "the removed queues are deleted");
+    assert_eq!(hash_bindings(&env).len(), 5, "shards bound");
+    let pools = vec![old_a, old_b, new_6, new_9];
+    let written = drain_and_check(&db, producer, (relay_stop, relay), pools, 200).await;
+    assert_eq!(
+        ring_history(&db).await,
+        [(4, true), (6, true), (9, true), (5, true)],
+        "one change per resharding: nobody fought"
+    );
+    assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
+    eprintln!("{written} versions in order through 4 → 6 → 9 → 5 with four replicas");
+}
