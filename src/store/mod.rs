@@ -121,11 +121,71 @@ pub async fn connect(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> 
 }
 
 /// Creates the database if needed, connects and applies the migrations.
+///
+/// A least-privilege role (see `deploy/postgres/`) may neither create the
+/// database nor run DDL: it gets through when the database exists and every
+/// migration is already applied, and otherwise stops with a message saying
+/// to run `urutan migrate` as the owner.
 pub async fn prepare(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {
-    ensure_database(url).await?;
+    if let Err(e) = ensure_database(url).await {
+        // No access to `postgres` or no CREATEDB: connecting says whether
+        // the database is there.
+        tracing::debug!(error = %e, "cannot check or create the database; connecting to it");
+    }
     let pool = connect(url, size).await?;
-    MIGRATOR.run(&pool).await?;
-    Ok(pool)
+    let pending = pending_migrations(&pool).await;
+    if pending.as_ref().is_ok_and(Vec::is_empty) {
+        return Ok(pool);
+    }
+    // On a pool of its own, closed afterwards: a failed run leaves the
+    // migrator's session lock behind on the connection it used.
+    let migrator_pool = connect(url, 1).await?;
+    let migrated = MIGRATOR.run(&migrator_pool).await;
+    migrator_pool.close().await;
+    match migrated {
+        Ok(()) => Ok(pool),
+        Err(e) if is_permission_denied(&e) => {
+            let pending = pending.unwrap_or_default();
+            Err(sqlx::Error::Configuration(
+                format!(
+                    "{} migration(s) pending ({}) and this database role may not apply them: \
+                     run `urutan migrate` as the database owner",
+                    pending.len().max(1),
+                    pending.join(", ")
+                )
+                .into(),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The embedded migrations not applied (or applied with other contents) in
+/// the database; an error if it cannot tell (no migrations table yet).
+async fn pending_migrations(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    let applied: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await?;
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| {
+            !applied
+                .iter()
+                .any(|(v, sum)| *v == m.version && **sum == *m.checksum)
+        })
+        .map(|m| format!("{} {}", m.version, m.description))
+        .collect())
+}
+
+fn is_permission_denied(e: &sqlx::migrate::MigrateError) -> bool {
+    use sqlx::migrate::MigrateError;
+    let (MigrateError::Execute(sqlx::Error::Database(db))
+    | MigrateError::ExecuteMigration(sqlx::Error::Database(db), _)) = e
+    else {
+        return false;
+    };
+    db.code().as_deref() == Some("42501")
 }
 
 /// True if the database answers a trivial query now.

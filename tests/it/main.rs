@@ -7,6 +7,7 @@ mod common;
 mod handoff;
 mod pipeline;
 mod poison;
+mod privilege;
 mod recovery;
 mod relay;
 mod replicas;

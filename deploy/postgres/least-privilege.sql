@@ -1,0 +1,100 @@
+-- Least-privilege PostgreSQL roles for urutan (see README.md next to this file).
+--
+-- Run it in urutan's database as its owner (or a superuser), after
+-- `urutan migrate` created the tables, and again after each upgrade:
+--
+--   WORKER_PASSWORD='...' RELAY_PASSWORD='...' PRODUCER_PASSWORD='...' \
+--     psql "postgres://owner@host/urutan" -v ON_ERROR_STOP=1 \
+--          -f deploy/postgres/least-privilege.sql
+--
+-- Role names default to urutan_worker, urutan_relay and urutan_producer;
+-- override them with -v worker_role=... -v relay_role=... -v producer_role=...
+-- A role is created (LOGIN) if missing and gets its password from the
+-- environment (never a command line) when the variable is set; re-running is
+-- safe. Needs psql 15+ (\getenv).
+--
+--   worker    `urutan run`: applies events (dedup, versioned write, history),
+--             parks and releases messages across ring changes, opens epochs,
+--             records reshardings, purges expired message ids. No DDL, no
+--             access to the outbox.
+--   relay     `urutan relay`: reads, marks and purges outbox rows; opens
+--             epochs (on every broker connect). Nothing else.
+--   producer  your application: may only add rows to the outbox.
+--
+-- Migrations stay with the owner: a worker or relay started before
+-- `urutan migrate` stops with "migration(s) pending ... run `urutan migrate`
+-- as the database owner".
+
+\set ON_ERROR_STOP on
+\if :{?worker_role}
+\else
+\set worker_role urutan_worker
+\endif
+\if :{?relay_role}
+\else
+\set relay_role urutan_relay
+\endif
+\if :{?producer_role}
+\else
+\set producer_role urutan_producer
+\endif
+\getenv worker_password WORKER_PASSWORD
+\getenv relay_password RELAY_PASSWORD
+\getenv producer_password PRODUCER_PASSWORD
+SELECT current_database() AS dbname \gset
+
+BEGIN;
+
+SELECT NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'worker_role') AS missing \gset
+\if :missing
+CREATE ROLE :"worker_role" LOGIN;
+\endif
+SELECT NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'relay_role') AS missing \gset
+\if :missing
+CREATE ROLE :"relay_role" LOGIN;
+\endif
+SELECT NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'producer_role') AS missing \gset
+\if :missing
+CREATE ROLE :"producer_role" LOGIN;
+\endif
+\if :{?worker_password}
+ALTER ROLE :"worker_role" PASSWORD :'worker_password';
+\endif
+\if :{?relay_password}
+ALTER ROLE :"relay_role" PASSWORD :'relay_password';
+\endif
+\if :{?producer_password}
+ALTER ROLE :"producer_role" PASSWORD :'producer_password';
+\endif
+
+GRANT CONNECT ON DATABASE :"dbname" TO :"worker_role", :"relay_role", :"producer_role";
+GRANT USAGE ON SCHEMA public TO :"worker_role", :"relay_role", :"producer_role";
+-- Every process checks at start that the migrations are applied.
+GRANT SELECT ON _sqlx_migrations TO :"worker_role", :"relay_role";
+
+-- Worker: the contract tables (DELETE on pesan_diproses: retention; UPDATE:
+-- its purge locks the rows it deletes) ...
+GRANT SELECT, INSERT, UPDATE ON pesanan TO :"worker_role";
+GRANT SELECT, INSERT, UPDATE, DELETE ON pesan_diproses TO :"worker_role";
+GRANT SELECT, INSERT ON pesanan_riwayat TO :"worker_role";
+GRANT USAGE ON SEQUENCE pesanan_riwayat_seq_seq TO :"worker_role";
+-- ... and the ring-change bookkeeping (epochs, shard positions, parked
+-- messages, the recorded ring).
+GRANT SELECT, INSERT ON urutan_epoch TO :"worker_role", :"relay_role";
+GRANT USAGE ON SEQUENCE urutan_epoch_epoch_seq TO :"worker_role", :"relay_role";
+GRANT SELECT, INSERT, UPDATE ON urutan_shard TO :"worker_role";
+GRANT SELECT ON urutan_shard TO :"relay_role";
+GRANT SELECT, INSERT, DELETE ON urutan_parkir TO :"worker_role";
+GRANT USAGE ON SEQUENCE urutan_parkir_seq_seq TO :"worker_role";
+GRANT SELECT, INSERT, UPDATE ON urutan_ring TO :"worker_role";
+GRANT USAGE ON SEQUENCE urutan_ring_versi_seq TO :"worker_role";
+
+-- Relay: the outbox (UPDATE: it locks rows FOR UPDATE and marks them sent;
+-- DELETE: it purges sent rows).
+GRANT SELECT, UPDATE, DELETE ON outbox TO :"relay_role";
+
+-- Producer: adds outbox rows, nothing else.
+GRANT INSERT, SELECT (id) ON outbox TO :"producer_role"; -- SELECT (id): RETURNING id
+GRANT USAGE ON SEQUENCE outbox_id_seq TO :"producer_role";
+
+COMMIT;

@@ -1,0 +1,187 @@
+//! The least-privilege PostgreSQL roles of `deploy/postgres/least-privilege.sql`:
+//! the worker, the relay and a producer run the whole pipeline (including a
+//! resharding and the dedup purge) with only their grants, cannot do what
+//! they do not need, and a role that may not migrate stops with a clear
+//! message when migrations are pending.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use urutan::config::SecretUrl;
+
+use crate::common::*;
+use crate::handoff::{drain_and_check, produce, start_relay};
+
+const SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/deploy/postgres/least-privilege.sql"
+);
+
+/// Three roles made by the script, dropped (with their grants) on drop.
+struct Roles {
+    database: String,
+    worker: String,
+    relay: String,
+    producer: String,
+}
+
+impl Roles {
+    fn create(env: &TestEnv) -> Self {
+        let tag = format!("{:08x}", rand::random::<u32>());
+        let roles = Self {
+            database: env.database.clone(),
+            worker: format!("urutan_worker_{tag}"),
+            relay: format!("urutan_relay_{tag}"),
+            producer: format!("urutan_producer_{tag}"),
+        };
+        let out = std::process::Command::new("psql")
+            .arg(format!(
+                "postgres://postgres@127.0.0.1:5432/{}",
+                env.database
+            ))
+            .args(["-q", "-v", "ON_ERROR_STOP=1", "-f", SCRIPT])
+            .args(["-v", &format!("worker_role={}", roles.worker)])
+            .args(["-v", &format!("relay_role={}", roles.relay)])
+            .args(["-v", &format!("producer_role={}", roles.producer)])
+            .env("WORKER_PASSWORD", "worker-secret")
+            .env("RELAY_PASSWORD", "relay-secret")
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "least-privilege.sql failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        roles
+    }
+
+    fn url(&self, role: &str) -> SecretUrl {
+        format!("postgres://{role}:pw@127.0.0.1:5432/{}", self.database)
+            .parse()
+            .expect("url")
+    }
+}
+
+impl Drop for Roles {
+    fn drop(&mut self) {
+        let names = format!("{}, {}, {}", self.worker, self.relay, self.producer);
+        let _ = std::process::Command::new("psql")
+            .arg(format!(
+                "postgres://postgres@127.0.0.1:5432/{}",
+                self.database
+            ))
+            .args(["-q", "-c", &format!("DROP OWNED BY {names}")])
+            .args(["-c", &format!("DROP ROLE {names}")])
+            .output();
+    }
+}
+
+/// The SQLSTATE of running `sql` as the role behind `url` (None: allowed).
+async fn refusal(url: &SecretUrl, sql: &'static str) -> Option<String> {
+    let db = urutan::store::connect(url, 1).await.expect("connect");
+    let result = sqlx::query(sql).execute(&db).await;
+    db.close().await;
+    match result {
+        Ok(_) => None,
+        Err(sqlx::Error::Database(e)) => e.code().map(|c| c.into_owned()),
+        Err(e) => panic!("{sql}: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
+    let env = TestEnv::new("privilege").await;
+    let admin = env.db().await; // the owner applies the migrations
+    let roles = Roles::create(&env);
+    let as_role = |role: &str, shards: u16| {
+        let mut s = env.settings(shards);
+        s.database_url = roles.url(role);
+        s.database_pool_size = Some(4);
+        s
+    };
+
+    let pool = RunningPool::start(as_role(&roles.worker, 4)).await;
+    pool.wait_ready().await;
+    let relay = start_relay(as_role(&roles.relay, 4));
+    let producer_db = urutan::store::connect(&roles.url(&roles.producer), 2)
+        .await
+        .expect("producer connects");
+    let producer = tokio::spawn(produce(
+        producer_db,
+        50,
+        8,
+        Duration::from_millis(300),
+        Arc::new(AtomicBool::new(false)),
+    ));
+    // A resharding as the worker role: ring record, shard registry, epochs.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pool.stop().await;
+    let pool = RunningPool::start(as_role(&roles.worker, 6)).await;
+    let written = drain_and_check(&admin, producer, relay, vec![pool], 50).await;
+    assert_eq!(
+        count(&admin, "SELECT count(*) FROM urutan_ring").await,
+        2,
+        "the grow was recorded"
+    );
+    // The dedup purge as the worker role.
+    let worker_db = urutan::store::connect(&roles.url(&roles.worker), 1)
+        .await
+        .expect("worker connects");
+    let purged = urutan::store::purge_expired(&worker_db, Duration::ZERO)
+        .await
+        .expect("the worker may purge expired message ids");
+    assert_eq!(purged as i64, written);
+    worker_db.close().await;
+
+    // Nothing more than that.
+    let denied = "42501";
+    for (role, sql) in [
+        (&roles.worker, "SELECT count(*) FROM outbox"),
+        (&roles.worker, "DELETE FROM pesanan"),
+        (&roles.worker, "DELETE FROM pesanan_riwayat"),
+        (&roles.worker, "CREATE TABLE intruder (x int)"),
+        (&roles.relay, "SELECT count(*) FROM pesanan"),
+        (
+            &roles.relay,
+            "INSERT INTO urutan_ring (shard_count, epoch, oleh) VALUES (1, 1, 'x')",
+        ),
+        (&roles.producer, "SELECT payload FROM outbox"),
+        (&roles.producer, "DELETE FROM outbox"),
+    ] {
+        assert_eq!(
+            refusal(&roles.url(role), sql).await.as_deref(),
+            Some(denied),
+            "{role} may run {sql}"
+        );
+    }
+
+    // A pending migration: the worker role stops with a clear message; the
+    // owner applies it.
+    sqlx::query(
+        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+    )
+    .execute(&admin)
+    .await
+    .expect("forget the last migration");
+    let refused = urutan::store::prepare(&roles.url(&roles.worker), 1)
+        .await
+        .expect_err("a worker role applied a migration");
+    assert!(
+        refused
+            .to_string()
+            .contains("run `urutan migrate` as the database owner"),
+        "unclear: {refused}"
+    );
+    urutan::store::prepare(&env.database_url(), 1)
+        .await
+        .expect("the owner migrates")
+        .close()
+        .await;
+    urutan::store::prepare(&roles.url(&roles.worker), 1)
+        .await
+        .expect("the worker role starts once migrated")
+        .close()
+        .await;
+    admin.close().await;
+}
