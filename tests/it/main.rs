@@ -8,6 +8,7 @@ mod handoff;
 mod pipeline;
 mod poison;
 mod privilege;
+mod raw_amqp;
 mod recovery;
 mod relay;
 mod replicas;

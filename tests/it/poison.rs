@@ -279,3 +279,55 @@ async fn retention_purges_only_expired_ids() {
         .expect("second purge");
     assert_eq!(again, 0);
 }
+
+/// lapin reads `message_id` as UTF-8 (AMQP only says "octets"), so such a
+/// delivery fails inside the client: the connection drops and the message
+/// comes back until the queue's delivery limit dead-letters it (x-death
+/// reason `delivery_limit`). Costly (a reconnect per delivery) but nothing
+/// is lost, the message is isolated and the shard keeps its order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_id_that_is_not_utf8_is_dead_lettered_and_the_shard_flows() {
+    let env = TestEnv::new("poison_utf8").await;
+    let mut settings = env.settings(1);
+    settings.delivery_limit = 2;
+    let pool = RunningPool::start(settings).await;
+    pool.wait_ready().await;
+    let publisher = env.publisher().await;
+    publisher.send(&Msg::event("A", 1)).await;
+    let body = br#"{"id":"A","status":"baru","versi":2,"data":null}"#;
+    crate::raw_amqp::publish_raw(
+        &env.vhost,
+        "pesanan.shard-000",
+        b"id-\xff\xfe",
+        &[("x-pesanan-id", "A")],
+        body,
+    )
+    .await;
+    publisher.send(&Msg::event("A", 3)).await;
+    let db = env.db().await;
+    let conn = env.broker().await;
+    wait_for(
+        "the bad message dead-lettered",
+        Duration::from_secs(60),
+        || {
+            let conn = &conn;
+            async move { queue_len(conn, "pesanan.dlq").await == 1 }
+        },
+    )
+    .await;
+    wait_for("the good messages applied", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 2 }
+    })
+    .await;
+    let scrape = http_get(pool.http, "/metrics").await.1;
+    eprintln!(
+        "{}",
+        scrape
+            .lines()
+            .filter(|l| l.contains("dead_letters") || l.contains("reconnects"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    pool.stop().await;
+}
