@@ -65,6 +65,7 @@ fn envelope_of(body: &[u8]) -> Envelope<'_> {
         delivery_mode: Some(2),
         timestamp: Some(1_780_000_000),
         body,
+        headers_bytes: 0,
     }
 }
 

@@ -20,7 +20,16 @@ pub struct Envelope<'a> {
     pub timestamp: Option<u64>,
     /// The raw body.
     pub body: &'a [u8],
+    /// Size of the whole header table as encoded on the wire, nested tables
+    /// and arrays included (exact for strings, 8 bytes per number: an upper
+    /// bound), see [`MAX_HEADERS_BYTES`].
+    pub headers_bytes: usize,
 }
+
+/// Largest header table accepted. The broker's frame size (128 KiB by
+/// default) already bounds it; a table this large is not a producer
+/// following the contract.
+pub const MAX_HEADERS_BYTES: usize = 64 * 1024;
 
 /// What the `x-pesanan-id` header held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +58,8 @@ pub struct Event {
 /// Why a delivery breaks the contract. Each maps to a bounded metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Rejection {
+    #[error("the header table is larger than {MAX_HEADERS_BYTES} bytes")]
+    HeadersTooLarge,
     #[error("the message_id property is missing")]
     MissingMessageId,
     #[error("the message_id must be 1-255 bytes")]
@@ -87,6 +98,7 @@ impl Rejection {
     /// The `reason` label of `urutan_dead_letters_total`.
     pub fn reason(self) -> &'static str {
         match self {
+            Self::HeadersTooLarge => "headers_too_large",
             Self::MissingMessageId => "missing_message_id",
             Self::InvalidMessageId => "invalid_message_id",
             Self::MissingEntityHeader => "missing_entity_header",
@@ -120,6 +132,9 @@ struct Body<'a> {
 
 /// Checks every rule of contract section 2, cheapest first.
 pub fn decode(env: &Envelope<'_>, max_body_bytes: usize) -> Result<Event, Rejection> {
+    if env.headers_bytes > MAX_HEADERS_BYTES {
+        return Err(Rejection::HeadersTooLarge);
+    }
     let message_id = env.message_id.ok_or(Rejection::MissingMessageId)?;
     if message_id.is_empty() || message_id.len() > 255 {
         return Err(Rejection::InvalidMessageId);
@@ -229,11 +244,22 @@ mod tests {
             delivery_mode: Some(2),
             timestamp: Some(1_700_000_000),
             body,
+            headers_bytes: 40,
         }
     }
 
     fn reject(env: Envelope<'_>) -> Rejection {
         decode(&env, LIMIT).expect_err("should be rejected")
+    }
+
+    #[test]
+    fn a_header_table_over_the_limit_is_refused_first() {
+        let mut env = envelope(b"P-1", br#"{"id":"P-1","status":"s","versi":1}"#);
+        env.headers_bytes = MAX_HEADERS_BYTES;
+        assert!(decode(&env, LIMIT).is_ok());
+        env.headers_bytes = MAX_HEADERS_BYTES + 1;
+        env.message_id = None;
+        assert_eq!(reject(env), Rejection::HeadersTooLarge);
     }
 
     #[test]

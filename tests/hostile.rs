@@ -255,6 +255,7 @@ fn envelope_for<'a>(v: &'a Valid, body: &'a [u8]) -> Envelope<'a> {
         delivery_mode: Some(2),
         timestamp: v.timestamp,
         body,
+        headers_bytes: 0,
     }
 }
 
@@ -335,6 +336,7 @@ struct Parts {
     timestamp: Option<u64>,
     body: Vec<u8>,
     max: usize,
+    headers_bytes: usize,
 }
 
 impl Parts {
@@ -349,6 +351,7 @@ impl Parts {
             delivery_mode: self.delivery_mode,
             timestamp: self.timestamp,
             body: &self.body,
+            headers_bytes: self.headers_bytes,
         }
     }
 }
@@ -366,7 +369,10 @@ fn parts() -> impl Strategy<Value = Parts> {
         proptest::option::of(prop_oneof![Just(2u8), any::<u8>()]),
         proptest::option::of(any::<u64>()),
         hostile_body(),
-        prop_oneof![Just(MIB), 0..600usize],
+        (
+            prop_oneof![Just(MIB), 0..600usize],
+            prop_oneof![0..100usize, 65_000..70_000usize],
+        ),
     )
         .prop_map(
             |(
@@ -376,7 +382,7 @@ fn parts() -> impl Strategy<Value = Parts> {
                 delivery_mode,
                 timestamp,
                 body,
-                max,
+                (max, headers_bytes),
             )| {
                 Parts {
                     message_id,
@@ -387,6 +393,7 @@ fn parts() -> impl Strategy<Value = Parts> {
                     timestamp,
                     body,
                     max,
+                    headers_bytes,
                 }
             },
         )
@@ -394,6 +401,7 @@ fn parts() -> impl Strategy<Value = Parts> {
 
 /// What any successful decode must satisfy, whatever the input was.
 fn assert_sound(env: &Envelope<'_>, max: usize, event: &Event) {
+    assert!(env.headers_bytes <= urutan::message::MAX_HEADERS_BYTES);
     assert_eq!(Some(event.message_id.as_str()), env.message_id);
     assert!((1..=255).contains(&event.message_id.len()));
     assert_eq!(
@@ -429,7 +437,9 @@ proptest! {
             Ok(event) => assert_sound(&env, p.max, &event),
             Err(rejection) => {
                 prop_assert_ne!(rejection, Rejection::DeliveryLimit, "decode never says delivery_limit");
-                if p.message_id.is_none() {
+                if p.headers_bytes > urutan::message::MAX_HEADERS_BYTES {
+                    prop_assert_eq!(rejection, Rejection::HeadersTooLarge);
+                } else if p.message_id.is_none() {
                     prop_assert_eq!(rejection, Rejection::MissingMessageId);
                 }
                 prop_assert!(!rejection.reason().is_empty());
@@ -579,6 +589,7 @@ fn plain_envelope(body: &[u8]) -> Envelope<'_> {
         delivery_mode: Some(2),
         timestamp: None,
         body,
+        headers_bytes: 0,
     }
 }
 
@@ -895,7 +906,19 @@ fn huge_and_nested_header_tables() {
     let d = delivery(props(headers(table)), body);
     let env = envelope(&d);
     assert_eq!(env.entity_header, EntityHeader::Text(b"P-7"));
-    assert_eq!(decode(&env, MIB).expect("valid").entity_id, "P-7");
+    assert!(env.headers_bytes > urutan::message::MAX_HEADERS_BYTES);
+    assert_eq!(
+        decode(&env, MIB).expect_err("too large"),
+        Rejection::HeadersTooLarge
+    );
+    // The same shape within the limit decodes.
+    let mut table: Vec<_> = noise(1_000).collect();
+    table.push((
+        ENTITY_HEADER.to_owned(),
+        AMQPValue::LongString(LongString::from(&b"P-7"[..])),
+    ));
+    let d = delivery(props(headers(table)), body);
+    assert_eq!(decode(&envelope(&d), MIB).expect("valid").entity_id, "P-7");
 
     let d = delivery(props(headers(noise(10_000))), body);
     assert_eq!(envelope(&d).entity_header, EntityHeader::Missing);

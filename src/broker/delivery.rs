@@ -27,6 +27,28 @@ pub fn envelope(delivery: &Delivery) -> Envelope<'_> {
         delivery_mode: *props.delivery_mode(),
         timestamp: *props.timestamp(),
         body: &delivery.data,
+        headers_bytes: props.headers().as_ref().map_or(0, table_bytes),
+    }
+}
+
+/// Encoded size of a field table (AMQP 0-9-1: key as short string, type
+/// octet, value), nested values included.
+fn table_bytes(table: &lapin::types::FieldTable) -> usize {
+    4 + table
+        .inner()
+        .iter()
+        .map(|(key, value)| 1 + key.as_str().len() + value_bytes(value))
+        .sum::<usize>()
+}
+
+fn value_bytes(value: &AMQPValue) -> usize {
+    1 + match value {
+        AMQPValue::ShortString(s) => 1 + s.as_str().len(),
+        AMQPValue::LongString(s) => 4 + s.as_bytes().len(),
+        AMQPValue::ByteArray(b) => 4 + b.as_slice().len(),
+        AMQPValue::FieldTable(t) => table_bytes(t),
+        AMQPValue::FieldArray(a) => 4 + a.as_slice().iter().map(value_bytes).sum::<usize>(),
+        _ => 8, // numbers, booleans, timestamps, decimals, void: at most 8
     }
 }
 

@@ -182,3 +182,73 @@ async fn every_kind_of_bad_input_is_dead_lettered_while_the_shard_flows() {
     }
     pool.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_header_table_is_dead_lettered_and_a_large_one_is_applied() {
+    use lapin::options::BasicPublishOptions;
+    use lapin::types::FieldTable;
+    let env = TestEnv::new("pipeline_headers").await;
+    let pool = RunningPool::start(env.settings(1)).await;
+    pool.wait_ready().await;
+    let conn = env.broker().await;
+    let ch = conn.create_channel().await.expect("channel");
+    ch.confirm_select(Default::default())
+        .await
+        .expect("confirms");
+    // 1,000 extra headers of 100 bytes (~110 KiB: under the broker's frame
+    // size, over urutan's limit), then 300 of them (~33 KiB: allowed).
+    for (versi, extra) in [(1i64, 1000usize), (2, 300)] {
+        let mut headers = FieldTable::default();
+        headers.insert("x-pesanan-id".into(), AMQPValue::LongString("H".into()));
+        for i in 0..extra {
+            headers.insert(
+                format!("x-padding-{i:04}").as_str().into(),
+                AMQPValue::LongString("p".repeat(100).as_str().into()),
+            );
+        }
+        let body = format!(r#"{{"id":"H","status":"s","versi":{versi}}}"#);
+        let props = lapin::BasicProperties::default()
+            .with_message_id(format!("headers-{extra}").as_str().into())
+            .with_delivery_mode(2)
+            .with_headers(headers);
+        let confirm = ch
+            .basic_publish(
+                "pesanan".into(),
+                "pesanan.uji".into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                props,
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("confirm");
+        assert!(confirm.is_ack());
+    }
+    let db = env.db().await;
+    wait_for("the allowed one applied", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 1 }
+    })
+    .await;
+    let dead = drain_dlq_expecting(&conn, 1, Duration::from_secs(30)).await;
+    assert_eq!(
+        dead[0]
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.as_str()),
+        Some("headers-1000")
+    );
+    let scrape = http_get(pool.http, "/metrics").await.1;
+    assert!(
+        metric_sum(
+            &scrape,
+            "urutan_dead_letters_total",
+            &["reason=\"headers_too_large\""]
+        ) >= 1.0,
+        "reason counted"
+    );
+    pool.stop().await;
+}
