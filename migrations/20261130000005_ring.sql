@@ -18,3 +18,13 @@ CREATE TABLE IF NOT EXISTS urutan_ring (
     -- (NULL while the resharding is in progress).
     selesai     TIMESTAMPTZ
 );
+
+-- Set (under the publish pause) right before a ring change touches the
+-- bindings, cleared once the epoch after it is open. If the process making
+-- the change dies in between, the pause ends with its session, and the next
+-- relay batch finds the flag and opens the epoch itself before publishing
+-- anything: new-ring messages never get in ahead of a marker.
+CREATE TABLE IF NOT EXISTS urutan_ring_berubah (
+    satu  BOOLEAN PRIMARY KEY DEFAULT true CHECK (satu),
+    sejak TIMESTAMPTZ NOT NULL DEFAULT now()
+);

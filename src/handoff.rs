@@ -167,6 +167,31 @@ pub async fn resume_publishing(db: PgConnection) {
     }
 }
 
+/// Records, under the pause, that the bindings are about to change: until
+/// [`ring_change_done`], whoever publishes next must open an epoch first.
+pub async fn ring_change_begins(db: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO urutan_ring_berubah DEFAULT VALUES ON CONFLICT DO NOTHING")
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// The epoch after the last ring change is open.
+pub async fn ring_change_done(db: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM urutan_ring_berubah")
+        .execute(db)
+        .await?;
+    Ok(())
+}
+
+/// Whether a ring change was cut short (its process died between changing
+/// the bindings and opening the epoch after them).
+pub async fn ring_change_unfinished(db: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM urutan_ring_berubah)")
+        .fetch_one(db)
+        .await
+}
+
 /// Called by a relay batch inside its transaction: waits while a ring change
 /// is in progress (the lock is shared between batches, released at commit).
 pub async fn hold_publishing(tx: &mut PgConnection, names: &Names) -> Result<(), sqlx::Error> {

@@ -293,6 +293,7 @@ pub async fn prepare_topology(
                  the recorded ring; set SHARD_COUNT to the recorded count on this replica"
             );
         }
+        handoff::ring_change_begins(&mut db).await?;
         let (target, allow_shrink) = (
             decision.target(),
             decision.allows_shrink(settings.allow_shrink),
@@ -310,6 +311,7 @@ pub async fn prepare_topology(
         };
         handoff::register_shards(&mut db, plan.consumed).await?;
         let epoch = handoff::open_epoch(&mut db, conn, names, "topology prepared").await?;
+        handoff::ring_change_done(&mut db).await?;
         let ring = match decision {
             Decision::Change { from, to } => {
                 let who = ring::requester(if explicit { "topology" } else { "run" });

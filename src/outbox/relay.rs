@@ -162,7 +162,7 @@ impl Relay {
                 purge_sent(&mut db, self.relay.outbox_retention).await?;
                 last_purge = Some(Instant::now());
             }
-            let sent = self.relay_batch(&mut db, &channel, &names).await?;
+            let sent = self.relay_batch(&mut db, (&conn, &channel), &names).await?;
             if last_backlog.is_none_or(|t| t.elapsed() > BACKLOG_EVERY) || sent.is_none() {
                 update_backlog(&mut db).await?;
                 last_backlog = Some(Instant::now());
@@ -188,11 +188,16 @@ impl Relay {
     async fn relay_batch(
         &self,
         db: &mut PgConnection,
-        channel: &Channel,
+        (conn, channel): (&Connection, &Channel),
         names: &Names,
     ) -> Result<Option<usize>, RelayError> {
         let mut tx = db.begin().await?;
         handoff::hold_publishing(&mut tx, names).await?;
+        if handoff::ring_change_unfinished(&mut tx).await? {
+            let reason = "a ring change was cut short";
+            handoff::open_epoch(&mut tx, conn, names, reason).await?;
+            handoff::ring_change_done(&mut tx).await?;
+        }
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, agregat_id, routing_key, payload::text AS payload, dibuat_pada
              FROM outbox WHERE dikirim_pada IS NULL

@@ -127,10 +127,14 @@ pub async fn connect(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> 
 /// migration is already applied, and otherwise stops with a message saying
 /// to run `urutan migrate` as the owner.
 pub async fn prepare(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {
-    if let Err(e) = ensure_database(url).await {
-        // No access to `postgres` or no CREATEDB: connecting says whether
-        // the database is there.
-        tracing::debug!(error = %e, "cannot check or create the database; connecting to it");
+    match ensure_database(url).await {
+        Ok(()) => {}
+        // Refused by the server (no access to `postgres`, no CREATEDB):
+        // connecting says whether the database is there.
+        Err(sqlx::Error::Database(e)) => {
+            tracing::debug!(error = %e, "cannot check or create the database; connecting to it");
+        }
+        Err(unreachable) => return Err(unreachable),
     }
     let pool = connect(url, size).await?;
     let pending = pending_migrations(&pool).await;

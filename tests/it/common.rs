@@ -153,6 +153,13 @@ impl TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("URUTAN_TEST_KEEP").is_some() {
+            eprintln!(
+                "kept for inspection: vhost {} and database {}",
+                self.vhost, self.database
+            );
+            return;
+        }
         let _ = Command::new("rabbitmqctl")
             .args(["-q", "delete_vhost", &self.vhost])
             .output();

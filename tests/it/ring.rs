@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use lapin::types::AMQPValue;
 use sqlx::PgPool;
 use urutan::broker::{Names, topology};
 
@@ -169,4 +170,104 @@ async fn replicas_with_different_shard_counts_follow_one_ring_through_grows_and_
     );
     assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
     eprintln!("{written} versions in order through 4 → 6 → 9 → 5 with four replicas");
+}
+
+/// A process that dies between changing the bindings and opening the epoch
+/// after them leaves `urutan_ring_berubah` set; the relay's next batch opens
+/// the epoch itself, so its markers precede every message it publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_change_cut_short_is_marked_by_the_relay_before_it_publishes() {
+    use futures::StreamExt;
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions};
+    let env = TestEnv::new("ring_cut_short").await;
+    let db = env.db().await;
+    assert!(topology_command(&env, 2).0, "declare");
+    let (relay_stop, relay) = start_relay(env.settings(2));
+    wait_for("the relay connected", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move {
+            count(
+                &db,
+                "SELECT count(*) FROM urutan_epoch WHERE alasan = 'relay connected'",
+            )
+            .await
+                == 1
+        }
+    })
+    .await;
+    // The crash, as the pool would leave it.
+    sqlx::query("INSERT INTO urutan_ring_berubah DEFAULT VALUES")
+        .execute(&db)
+        .await
+        .expect("flag");
+    let producer = tokio::spawn(produce(
+        db.clone(),
+        10,
+        2,
+        Duration::from_millis(10),
+        Arc::new(AtomicBool::new(false)),
+    ));
+    assert_eq!(producer.await.expect("producer"), 20);
+    wait_for("everything published", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move {
+            count(
+                &db,
+                "SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL",
+            )
+            .await
+                == 0
+        }
+    })
+    .await;
+    relay_stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(30), relay).await;
+    let cut_short: i64 = sqlx::query_scalar(
+        "SELECT epoch FROM urutan_epoch WHERE alasan = 'a ring change was cut short'",
+    )
+    .fetch_one(&db)
+    .await
+    .expect("the relay opened an epoch for the cut-short change");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM urutan_ring_berubah").await,
+        0
+    );
+
+    // In each shard queue, that marker comes before every event.
+    let conn = env.broker().await;
+    let mut events = 0;
+    for shard in ["pesanan.shard-000", "pesanan.shard-001"] {
+        let ch = conn.create_channel().await.expect("channel");
+        let mut consumer = ch
+            .basic_consume(
+                shard.into(),
+                "check".into(),
+                BasicConsumeOptions::default(),
+                Default::default(),
+            )
+            .await
+            .expect("consume");
+        let mut marker_seen = false;
+        while let Ok(Some(delivery)) =
+            tokio::time::timeout(Duration::from_secs(2), consumer.next()).await
+        {
+            let delivery = delivery.expect("delivery");
+            let headers = delivery.properties.headers().clone().unwrap_or_default();
+            match headers.inner().get("x-urutan-epoch") {
+                Some(AMQPValue::LongLongInt(e)) if *e == cut_short => marker_seen = true,
+                Some(_) => {}
+                None => {
+                    assert!(marker_seen, "an event on {shard} ahead of the marker");
+                    events += 1;
+                }
+            }
+            delivery
+                .acker
+                .ack(BasicAckOptions::default())
+                .await
+                .expect("ack");
+        }
+        let _ = ch.close(200, "checked".into()).await;
+    }
+    assert_eq!(events, 20, "every event found behind the marker");
 }
