@@ -173,8 +173,9 @@ fn abort_now() {
 ///   runtime's other tasks, heartbeats included, keep running);
 /// - `URUTAN_FAULT_ABORT_AFTER_COMMIT=<n>`: abort at the n-th outcome, which
 ///   is durable and not yet acked (a crash between commit and ack), counted
-///   from start or, with `URUTAN_FAULT_ARM_ON_SIGUSR1` set, from the first
-///   SIGUSR1 (so a drill picks the moment and the replica).
+///   from start or, with `URUTAN_FAULT_ARM_ON_SIGUSR1` set, from the last
+///   SIGUSR1, and not at all after a SIGUSR2 (so a drill picks the moment
+///   and the replica).
 fn fault_hooks() -> anyhow::Result<Hooks> {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -200,16 +201,25 @@ fn fault_hooks() -> anyhow::Result<Hooks> {
         let armed = Arc::new(AtomicBool::new(
             std::env::var_os("URUTAN_FAULT_ARM_ON_SIGUSR1").is_none(),
         ));
+        let outcomes = Arc::new(AtomicU64::new(0));
         if !armed.load(Ordering::SeqCst) {
             use tokio::signal::unix::{SignalKind, signal};
             let mut usr1 = signal(SignalKind::user_defined1())?;
-            let arm = armed.clone();
+            let mut usr2 = signal(SignalKind::user_defined2())?;
+            let (arm, count) = (armed.clone(), outcomes.clone());
             tokio::spawn(async move {
-                usr1.recv().await;
-                arm.store(true, Ordering::SeqCst);
+                loop {
+                    tokio::select! {
+                        Some(()) = usr1.recv() => {
+                            count.store(0, Ordering::SeqCst);
+                            arm.store(true, Ordering::SeqCst);
+                        }
+                        Some(()) = usr2.recv() => arm.store(false, Ordering::SeqCst),
+                        else => return,
+                    }
+                }
             });
         }
-        let outcomes = AtomicU64::new(0);
         hooks.on_outcome = Some(Arc::new(move |_| {
             if armed.load(Ordering::SeqCst) && outcomes.fetch_add(1, Ordering::SeqCst) + 1 >= n {
                 abort_now();
