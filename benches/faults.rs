@@ -1,0 +1,141 @@
+//! The fault-injection soak (issue 5): `cargo bench --bench faults -- --faults 100`.
+//!
+//! Runs 2 `urutan run` replicas (12 shards, PREFETCH 1 and 16 taking turns,
+//! a slow handler) and `urutan relay` against the real RabbitMQ and
+//! PostgreSQL under a continuous outbox workload mixed with poison,
+//! duplicate and stale messages, injects the faults one after another at
+//! random moments (seeded; the seed is printed for a replay), measures the
+//! recovery after each, drains and checks every invariant. Writes
+//! `benches/results/faults.{md,json}`; exits 1 if anything failed.
+//! It restarts the broker and the database it is pointed at: see
+//! `benches/faults/services.rs` for running it against private ones.
+//!
+//! Without `--bench` (as under `cargo test --all-targets`) it does nothing.
+
+#[path = "faults/check.rs"]
+mod check;
+#[path = "faults/engine.rs"]
+mod engine;
+#[path = "faults/fleet.rs"]
+mod fleet;
+#[path = "faults/inject.rs"]
+mod inject;
+#[path = "faults/procs.rs"]
+mod procs;
+#[path = "faults/report.rs"]
+mod report;
+#[path = "faults/services.rs"]
+mod services;
+#[path = "faults/workload.rs"]
+mod workload;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+const USAGE: &str = "usage: cargo bench --bench faults -- [--faults N] [--seed S] [--shards N] \
+[--prefetch 1,16] [--entities N] [--rate EVENTS_PER_S] [--delay-ms MS] [--out DIR]";
+
+fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf)> {
+    let mut o = engine::Options {
+        faults: 100,
+        seed: rand::random::<u32>() as u64,
+        shards: 12,
+        prefetch: vec![1, 16],
+        entities: 300,
+        rate: 200,
+        handler_delay_ms: 2,
+        gap_ms: (1000, 4000),
+        db_stop_secs: (10, 30),
+        recovery_limit: Duration::from_secs(60),
+        log_dir: PathBuf::new(),
+    };
+    let mut out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results"));
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{arg} needs a value"))
+        };
+        match arg.as_str() {
+            "--bench" => {}
+            "--faults" => o.faults = value()?.parse()?,
+            "--seed" => o.seed = value()?.parse()?,
+            "--shards" => o.shards = value()?.parse()?,
+            "--prefetch" => {
+                o.prefetch = value()?
+                    .split(',')
+                    .map(str::parse)
+                    .collect::<Result<_, _>>()?
+            }
+            "--entities" => o.entities = value()?.parse()?,
+            "--rate" => o.rate = value()?.parse()?,
+            "--delay-ms" => o.handler_delay_ms = value()?.parse()?,
+            "--out" => out = value()?.into(),
+            other => bail!("unknown argument `{other}`\n{USAGE}"),
+        }
+    }
+    anyhow::ensure!(!o.prefetch.is_empty() && o.entities > 0, "{USAGE}");
+    o.log_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-{}", o.seed));
+    Ok((o, out))
+}
+
+async fn soak(opts: engine::Options, out: PathBuf) -> anyhow::Result<bool> {
+    let services = services::Services::from_env()?;
+    eprintln!(
+        "faults: seed {} ({} faults; replay with --seed {}), process logs in {}",
+        opts.seed,
+        opts.faults,
+        opts.seed,
+        opts.log_dir.display()
+    );
+    let report = engine::run(&services, &opts).await?;
+    let md = report::markdown(&report);
+    println!("{md}");
+    std::fs::create_dir_all(&out)?;
+    std::fs::write(out.join("faults.md"), &md)?;
+    std::fs::write(
+        out.join("faults.json"),
+        serde_json::to_string_pretty(&report)?,
+    )?;
+    eprintln!("faults: wrote {}/faults.{{md,json}}", out.display());
+    Ok(report.passed())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.iter().any(|a| a == "--bench") {
+        println!(
+            "faults bench: skipped (restarts the broker and database; run `cargo bench --bench faults`)"
+        );
+        return ExitCode::SUCCESS;
+    }
+    let (opts, out) = match parse(&args) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("faults: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("faults: no runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(soak(opts, out)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("faults: FAILED (see the report)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("faults: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! After the last fault: drain, then check every promise, with `urutan
+//! verify` and with this suite's own, stricter queries.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use lapin::options::{BasicAckOptions, BasicGetOptions};
+use lapin::{Connection, ConnectionProperties};
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::services::RunEnv;
+use crate::workload::Ledger;
+
+/// One invariant's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub violations: i64,
+    /// Up to 10 offenders.
+    pub examples: Vec<String>,
+}
+
+/// Work still to do: unsent outbox rows, outbox rows not processed, parked
+/// messages, confirmed stale events not processed, queued messages.
+async fn outstanding(env: &RunEnv, db: &PgPool, stale: &[String]) -> anyhow::Result<i64> {
+    let rows: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
+              + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
+                    (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
+              + (SELECT count(*) FROM urutan_parkir)
+              + (SELECT count(*) FROM unnest($1::text[]) s(id) WHERE NOT EXISTS
+                    (SELECT 1 FROM pesan_diproses d WHERE d.message_id = s.id))",
+    )
+    .bind(stale)
+    .fetch_one(db)
+    .await?;
+    Ok(rows + crate::inject::queued(env).await? as i64)
+}
+
+/// Waits (at most `limit`) until nothing is outstanding; returns how long it
+/// took, or the amount left at the deadline.
+pub async fn drain(
+    env: &RunEnv,
+    db: &PgPool,
+    stale: &[String],
+    limit: Duration,
+) -> Result<Duration, i64> {
+    let start = Instant::now();
+    let mut left = -1;
+    while start.elapsed() < limit {
+        match outstanding(env, db, stale).await {
+            Ok(0) => return Ok(start.elapsed()),
+            Ok(n) => left = n,
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Err(left)
+}
+
+/// Each check: a name and a query listing offenders (one text per row).
+const CHECKS: &[(&str, &str)] = &[
+    (
+        "0 lost: every outbox row is in the history under its message id",
+        "SELECT 'outbox ' || o.id || ' (' || o.agregat_id || ' v' || (o.payload->>'versi') || ')'
+         FROM outbox o WHERE NOT EXISTS
+           (SELECT 1 FROM pesanan_riwayat r WHERE r.message_id = o.id::text)",
+    ),
+    (
+        "0 applied twice: one history row per message id and per version",
+        "SELECT 'message ' || message_id || ' x' || count(*) FROM pesanan_riwayat
+         GROUP BY message_id HAVING count(*) > 1
+         UNION ALL
+         SELECT pesanan_id || ' v' || versi || ' x' || count(*) FROM pesanan_riwayat
+         GROUP BY pesanan_id, versi HAVING count(*) > 1",
+    ),
+    (
+        "0 injected stale/duplicate/poison applied: every history row is an outbox row (or a probe)",
+        "SELECT r.pesanan_id || ' v' || r.versi || ' from ' || r.message_id
+         FROM pesanan_riwayat r WHERE NOT EXISTS
+           (SELECT 1 FROM outbox o WHERE o.id::text = r.message_id)
+           AND NOT (r.pesanan_id LIKE 'probe-%' AND r.message_id = r.pesanan_id)",
+    ),
+    (
+        "0 order violations or gaps: each entity's history is 1, 2, ... n in apply order",
+        "SELECT pesanan_id || ': v' || versi || ' at position ' || rn || ' (seq ' || seq || ')'
+         FROM (SELECT pesanan_id, versi, seq,
+                      row_number() OVER (PARTITION BY pesanan_id ORDER BY seq) AS rn
+               FROM pesanan_riwayat) h
+         WHERE versi <> rn",
+    ),
+    (
+        "every entity at its newest version and status",
+        "SELECT o.agregat_id || ': stored ' || coalesce(p.versi::text, 'nothing')
+                || ', newest ' || (o.payload->>'versi')
+         FROM (SELECT DISTINCT ON (agregat_id) agregat_id, payload FROM outbox
+               ORDER BY agregat_id, (payload->>'versi')::bigint DESC) o
+         LEFT JOIN pesanan p ON p.id = o.agregat_id
+         WHERE p.versi IS DISTINCT FROM (o.payload->>'versi')::bigint
+            OR p.status IS DISTINCT FROM o.payload->>'status'",
+    ),
+    (
+        "nothing left parked",
+        "SELECT 'parked ' || message_id FROM urutan_parkir",
+    ),
+];
+
+/// Runs the database checks.
+pub async fn database_checks(db: &PgPool, ledger: &Ledger) -> anyhow::Result<Vec<Check>> {
+    let mut out = Vec::new();
+    for (name, sql) in CHECKS {
+        let rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(*sql))
+            .fetch_all(db)
+            .await?;
+        out.push(Check {
+            name: (*name).to_owned(),
+            violations: rows.len() as i64,
+            examples: rows.into_iter().take(10).collect(),
+        });
+    }
+    let unprocessed: Vec<String> = sqlx::query_scalar(
+        "SELECT s.id FROM unnest($1::text[]) s(id) WHERE NOT EXISTS
+           (SELECT 1 FROM pesan_diproses d WHERE d.message_id = s.id)",
+    )
+    .bind(&ledger.stale)
+    .fetch_all(db)
+    .await?;
+    out.push(Check {
+        name: format!(
+            "every confirmed stale event ({}) recorded, none applied",
+            ledger.stale.len()
+        ),
+        violations: unprocessed.len() as i64,
+        examples: unprocessed.into_iter().take(10).collect(),
+    });
+    Ok(out)
+}
+
+/// `urutan verify` (the binary) against the run: (passed, its output).
+pub async fn run_verify(env: &RunEnv) -> anyhow::Result<(bool, String)> {
+    let out = tokio::process::Command::new(crate::procs::binary())
+        .arg("verify")
+        .env("AMQP_URL", env.amqp_url().expose())
+        .env("DATABASE_URL", env.database_url().expose())
+        .env("NO_COLOR", "1")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out).await??;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.success(), text))
+}
+
+/// The queue checks: every shard queue empty, and the DLQ (emptied here)
+/// held exactly the confirmed poison messages (plus possibly uncertain ones).
+pub async fn queue_checks(env: &RunEnv, ledger: &Ledger) -> anyhow::Result<Vec<Check>> {
+    let queued = crate::inject::queued(env).await?;
+    let mut checks = vec![Check {
+        name: "all shard queues empty".into(),
+        violations: queued as i64,
+        examples: Vec::new(),
+    }];
+    let conn =
+        Connection::connect(env.amqp_url().expose(), ConnectionProperties::default()).await?;
+    let ch = conn.create_channel().await?;
+    let (mut markers, mut copies, mut strangers) = (BTreeSet::new(), 0_i64, Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let got = ch.basic_get("pesanan.dlq".into(), BasicGetOptions::default());
+        let Some(msg) = tokio::time::timeout(Duration::from_secs(10), got).await?? else {
+            break;
+        };
+        msg.delivery.acker.ack(BasicAckOptions::default()).await?;
+        match marker(&msg.delivery.data) {
+            Some(n) if !markers.insert(n) => copies += 1,
+            Some(_) => {}
+            None => strangers.push(format!(
+                "message id {:?}",
+                msg.delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|s| s.as_str())
+            )),
+        }
+    }
+    let _ = conn.close(200, "done".into()).await;
+    let missing: Vec<String> = ledger
+        .poison_confirmed
+        .difference(&markers)
+        .map(|n| format!("poison-{n} not in the DLQ"))
+        .collect();
+    let extra: Vec<String> = markers
+        .iter()
+        .filter(|n| !ledger.poison_confirmed.contains(n) && !ledger.poison_uncertain.contains(n))
+        .map(|n| format!("poison-{n} in the DLQ but never sent"))
+        .collect();
+    let mut examples: Vec<String> = missing
+        .iter()
+        .chain(&extra)
+        .chain(&strangers)
+        .cloned()
+        .collect();
+    let violations = examples.len() as i64;
+    examples.truncate(10);
+    checks.push(Check {
+        name: format!(
+            "the DLQ holds exactly the poison messages ({} confirmed, {} with a lost confirm, \
+             {} found, {} extra at-least-once copies)",
+            ledger.poison_confirmed.len(),
+            ledger.poison_uncertain.len(),
+            markers.len(),
+            copies
+        ),
+        violations,
+        examples,
+    });
+    Ok(checks)
+}
+
+/// The `n` of the `poison-<n>` marker in a body.
+fn marker(body: &[u8]) -> Option<u64> {
+    let text = String::from_utf8_lossy(body);
+    let at = text.find("poison-")? + "poison-".len();
+    let digits: String = text[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// Entities whose history spans more than one shard (moved by a ring change).
+pub async fn moved_entities(db: &PgPool) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pesanan_id FROM pesanan_riwayat
+                               GROUP BY pesanan_id HAVING count(DISTINCT shard) > 1) m",
+    )
+    .fetch_one(db)
+    .await?)
+}

@@ -1,0 +1,351 @@
+//! The fault-injection run: a fleet of real `urutan run` / `urutan relay`
+//! processes, a continuous workload, faults one after another at random
+//! moments (seeded), recovery measured after each, then a drain and the
+//! invariant checks. Shared by `benches/faults.rs` (the soak) and
+//! `tests/faults.rs` (the CI variant).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::fleet::{Fleet, FleetConfig};
+use crate::inject::{Ctx, Kind, inject};
+use crate::report::{FaultRecord, MixSummary, RunReport, summarize};
+use crate::services::{RunEnv, Services};
+use crate::workload::{Ledger, mix, produce};
+
+/// How a run goes.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Faults to inject: every kind once (shuffled), then random kinds.
+    pub faults: usize,
+    pub seed: u64,
+    pub shards: u16,
+    /// PREFETCH of successive worker replicas, cycled.
+    pub prefetch: Vec<u16>,
+    pub entities: usize,
+    /// Events per second written through the outbox.
+    pub rate: u32,
+    pub handler_delay_ms: u64,
+    /// Pause before each fault, in ms (random in this range).
+    pub gap_ms: (u64, u64),
+    /// Database stop length, in seconds (random in this range).
+    pub db_stop_secs: (u64, u64),
+    /// How long after a fault's end processing may take to resume before
+    /// the fault counts as not recovered.
+    pub recovery_limit: Duration,
+    /// Where the processes' logs go.
+    pub log_dir: PathBuf,
+}
+
+/// The faults in injection order: each kind once (so a short run covers
+/// them all), then uniformly random kinds.
+pub fn plan(faults: usize, rng: &mut StdRng) -> Vec<Kind> {
+    let mut first = Kind::ALL.to_vec();
+    first.shuffle(rng);
+    first.truncate(faults);
+    let rest = faults.saturating_sub(first.len());
+    first.extend((0..rest).map(|_| Kind::ALL[rng.random_range(0..Kind::ALL.len())]));
+    first
+}
+
+/// Runs the whole thing against `services` and reports (an `Err` only when
+/// the run could not be set up or checked at all).
+pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunReport> {
+    let started = Utc::now();
+    let clock = Instant::now();
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let plan = plan(opts.faults, &mut rng);
+    let _restarter = services.restarter();
+    let tag = format!("{}_{:x}", std::process::id(), opts.seed & 0xff_ffff);
+    let env = RunEnv::create(services, &tag).await?;
+    std::fs::create_dir_all(&opts.log_dir).context("create the log directory")?;
+    let db = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy(env.database_url().expose())?;
+    let mut fleet = Fleet::new(FleetConfig {
+        amqp_url: env.amqp_url().expose().to_owned(),
+        database_url: env.database_url().expose().to_owned(),
+        shards: opts.shards,
+        prefetch: opts.prefetch.clone(),
+        handler_delay_ms: opts.handler_delay_ms,
+        log_dir: opts.log_dir.clone(),
+    });
+    fleet.heal(&mut rng).await?;
+
+    let stop = CancellationToken::new();
+    let written = Arc::new(AtomicU64::new(0));
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let producer = tokio::spawn(produce(
+        db.clone(),
+        opts.entities,
+        opts.rate,
+        opts.seed ^ 1,
+        written.clone(),
+        stop.clone(),
+    ));
+    let mixer = tokio::spawn(mix(
+        env.amqp_url().expose().to_owned(),
+        db.clone(),
+        opts.entities,
+        opts.seed ^ 2,
+        ledger.clone(),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let mut faults = Vec::new();
+    let mut seq_marks = Vec::new();
+    for (index, kind) in plan.into_iter().enumerate() {
+        let gap = rng.random_range(opts.gap_ms.0..=opts.gap_ms.1);
+        tokio::time::sleep(Duration::from_millis(gap)).await;
+        let mut violations = Vec::new();
+        if let Err(e) = fleet.heal(&mut rng).await {
+            violations.push(format!("fleet not healthy before the fault: {e:#}"));
+        }
+        seq_marks.push(max_seq(&db).await);
+        let fault_start = Utc::now();
+        eprintln!("[faults] #{index} {} ...", kind.label());
+        let cx = Ctx {
+            env: &env,
+            fleet: &mut fleet,
+            db: &db,
+            rng: &mut rng,
+            db_stop_secs: opts.db_stop_secs,
+        };
+        let (ended, detail) = match inject(kind, cx).await {
+            Ok(done) => {
+                violations.extend(done.violation);
+                (done.ended, done.detail)
+            }
+            Err(e) => {
+                violations.push(format!("injection failed: {e:#}"));
+                (Utc::now(), "injection failed".into())
+            }
+        };
+        let amqp = env.amqp_url();
+        let (recovery, e2e) = measure_recovery(
+            amqp.expose(),
+            &db,
+            index,
+            seq_marks[index],
+            ended,
+            opts.recovery_limit,
+        )
+        .await;
+        if recovery.is_none() || e2e.is_none() {
+            violations.push(format!(
+                "not processing again within {:?}",
+                opts.recovery_limit
+            ));
+        }
+        eprintln!("[faults] #{index} {detail}: recovery {recovery:?} ms, end to end {e2e:?} ms");
+        faults.push(FaultRecord {
+            index,
+            kind,
+            started: fault_start,
+            ended,
+            detail,
+            recovery_ms: recovery,
+            e2e_ms: e2e,
+            processed: 0,
+            violations,
+        });
+    }
+
+    // Drain: the workload stops, the fleet (healed) finishes everything.
+    if let Err(e) = fleet.heal(&mut rng).await {
+        fleet
+            .unexpected
+            .push(format!("fleet not healthy for the drain: {e:#}"));
+    }
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(30), producer).await;
+    let _ = tokio::time::timeout(Duration::from_secs(30), mixer).await;
+    let ledger = std::mem::take(
+        &mut *ledger
+            .lock()
+            .map_err(|_| anyhow::anyhow!("ledger poisoned"))?,
+    );
+    eprintln!("[faults] draining ...");
+    let drain = crate::check::drain(&env, &db, &ledger.stale, Duration::from_secs(300)).await;
+    let (verify_passed, verify_output) = crate::check::run_verify(&env).await?;
+    let mut checks = crate::check::database_checks(&db, &ledger).await?;
+    checks.extend(crate::check::queue_checks(&env, &ledger).await?);
+    if let Err(left) = drain {
+        checks.push(crate::check::Check {
+            name: "drained within 300 s".into(),
+            violations: left.max(1),
+            examples: vec![format!("{left} outstanding at the deadline")],
+        });
+    }
+    fleet.stop_all().await;
+
+    seq_marks.push(max_seq(&db).await);
+    for (i, f) in faults.iter_mut().enumerate() {
+        f.processed = seq_marks[i + 1] - seq_marks[i];
+    }
+    attribute(&db, &mut faults).await?;
+    let history_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM pesanan_riwayat")
+        .fetch_one(&db)
+        .await?;
+    let moved_entities = crate::check::moved_entities(&db).await?;
+    db.close().await;
+    Ok(RunReport {
+        seed: opts.seed,
+        settings: settings_line(opts),
+        binary: crate::procs::binary().display().to_string(),
+        git_commit: git_commit(),
+        started,
+        duration_s: clock.elapsed().as_secs_f64(),
+        events_written: written.load(Ordering::Relaxed),
+        history_rows,
+        moved_entities,
+        drain_s: drain.ok().map(|d| d.as_secs_f64()),
+        kinds: summarize(&faults),
+        faults,
+        mix: MixSummary {
+            poison_confirmed: ledger.poison_confirmed.len(),
+            poison_unconfirmed: ledger.poison_uncertain.len(),
+            duplicates: ledger.duplicates,
+            stale: ledger.stale.len(),
+        },
+        checks,
+        verify_passed,
+        verify_output,
+        unexpected_exits: fleet.unexpected.clone(),
+    })
+}
+
+fn settings_line(o: &Options) -> String {
+    format!(
+        "Settings: SHARD_COUNT={}, 2 `urutan run` replicas with PREFETCH cycling {:?}, \
+         URUTAN_FAULT_HANDLER_DELAY_MS={} (slow handler, during every fault), 1 `urutan relay`, \
+         {} entities, {} events/s through the outbox, {}-{} ms between faults, database stops of {}-{} s.",
+        o.shards,
+        o.prefetch,
+        o.handler_delay_ms,
+        o.entities,
+        o.rate,
+        o.gap_ms.0,
+        o.gap_ms.1,
+        o.db_stop_secs.0,
+        o.db_stop_secs.1
+    )
+}
+
+/// The highest history `seq` (retried while the database is away, 60 s).
+async fn max_seq(db: &PgPool) -> i64 {
+    for _ in 0..120 {
+        let seq: Result<Option<i64>, _> =
+            sqlx::query_scalar("SELECT max(seq) FROM pesanan_riwayat")
+                .fetch_one(db)
+                .await;
+        if let Ok(seq) = seq {
+            return seq.unwrap_or(0);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    0
+}
+
+/// Recovery after a fault that ended at `ended`, in ms, polled for `limit`:
+/// (workers, end to end). Workers: a probe message (a new entity
+/// `probe-<index>`, published straight to the exchange once the broker
+/// takes it) is applied. End to end: an event the producer wrote into the
+/// outbox after `ended` is applied (so the relay is back too). Each is
+/// measured to the start of the transaction that applied it.
+async fn measure_recovery(
+    amqp_url: &str,
+    db: &PgPool,
+    index: usize,
+    seq: i64,
+    ended: DateTime<Utc>,
+    limit: Duration,
+) -> (Option<f64>, Option<f64>) {
+    let deadline = Instant::now() + limit;
+    let probe = format!("probe-{index}");
+    let mut published = false;
+    let (mut workers, mut e2e) = (None, None);
+    let since = |at: DateTime<Utc>| (at - ended).num_microseconds().map(|us| us as f64 / 1000.0);
+    while Instant::now() < deadline && (workers.is_none() || e2e.is_none()) {
+        if !published {
+            published = crate::workload::publish_probe(amqp_url, &probe)
+                .await
+                .is_ok();
+        }
+        if workers.is_none() {
+            let at: Result<Option<DateTime<Utc>>, _> = sqlx::query_scalar(
+                "SELECT diterapkan_pada FROM pesanan_riwayat WHERE pesanan_id = $1",
+            )
+            .bind(&probe)
+            .fetch_optional(db)
+            .await;
+            workers = at.ok().flatten().and_then(since);
+        }
+        if e2e.is_none() {
+            let at: Result<Option<DateTime<Utc>>, _> = sqlx::query_scalar(
+                "SELECT min(r.diterapkan_pada) FROM pesanan_riwayat r JOIN outbox o
+                   ON o.id = CASE WHEN r.message_id ~ '^[0-9]+$' THEN r.message_id::bigint END
+                 WHERE r.seq > $1 AND o.dibuat_pada >= $2",
+            )
+            .bind(seq)
+            .bind(ended)
+            .fetch_one(db)
+            .await;
+            e2e = at.ok().flatten().and_then(since);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (workers, e2e)
+}
+
+/// Charges each order violation (by when its row was applied) and each lost
+/// event (by when it was written) to the fault window it falls in.
+async fn attribute(db: &PgPool, faults: &mut [FaultRecord]) -> anyhow::Result<()> {
+    let offenders: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT 'order/gap: ' || pesanan_id || ' v' || versi || ' at position ' || rn, diterapkan_pada
+         FROM (SELECT pesanan_id, versi, diterapkan_pada,
+                      row_number() OVER (PARTITION BY pesanan_id ORDER BY seq) AS rn
+               FROM pesanan_riwayat) h WHERE versi <> rn
+         UNION ALL
+         SELECT 'lost: outbox ' || o.id || ' (' || o.agregat_id || ')', o.dibuat_pada
+         FROM outbox o WHERE NOT EXISTS
+           (SELECT 1 FROM pesanan_riwayat r WHERE r.message_id = o.id::text)",
+    )
+    .fetch_all(db)
+    .await?;
+    for (what, at) in offenders {
+        if let Some(f) = faults.iter_mut().rev().find(|f| f.started <= at) {
+            f.violations.push(what);
+        }
+    }
+    Ok(())
+}
+
+/// `git rev-parse --short HEAD` (+ `-dirty`), or `unknown`.
+fn git_commit() -> String {
+    let run = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let Some(head) = run(&["rev-parse", "--short", "HEAD"]).filter(|h| !h.is_empty()) else {
+        return "unknown".into();
+    };
+    let dirty =
+        run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    if dirty { format!("{head}-dirty") } else { head }
+}

@@ -1,0 +1,181 @@
+//! The processes of a run: two `urutan run` replicas (single active consumer
+//! makes one of them active per shard, the other a hot standby) and one
+//! `urutan relay`. Every replica is armed for a crash between commit and
+//! ack (it aborts n outcomes after a SIGUSR1) and runs the slow handler.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rand::RngExt;
+use rand::rngs::StdRng;
+
+use crate::procs::Proc;
+
+/// How the processes are started.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    pub amqp_url: String,
+    pub database_url: String,
+    pub shards: u16,
+    /// PREFETCH of successive replicas, cycled (e.g. `[1, 16]`: strict and
+    /// batch mode take turns being active).
+    pub prefetch: Vec<u16>,
+    /// `URUTAN_FAULT_HANDLER_DELAY_MS` of every replica.
+    pub handler_delay_ms: u64,
+    pub log_dir: PathBuf,
+}
+
+/// The running processes.
+pub struct Fleet {
+    pub config: FleetConfig,
+    pub workers: Vec<Proc>,
+    pub relay: Option<Proc>,
+    /// Processes started so far (names are `worker-<n>` / `relay-<n>`).
+    started: usize,
+    /// Exits nobody asked for, with their status: each is a finding.
+    pub unexpected: Vec<String>,
+}
+
+/// Replicas kept running.
+pub const REPLICAS: usize = 2;
+/// Bound of every wait for a process to become ready.
+pub const READY_LIMIT: Duration = Duration::from_secs(60);
+
+impl Fleet {
+    pub fn new(config: FleetConfig) -> Self {
+        Self {
+            config,
+            workers: Vec::new(),
+            relay: None,
+            started: 0,
+            unexpected: Vec::new(),
+        }
+    }
+
+    fn base_env(&self) -> Vec<(String, String)> {
+        let c = &self.config;
+        [
+            ("AMQP_URL", c.amqp_url.clone()),
+            ("DATABASE_URL", c.database_url.clone()),
+            ("SHARD_COUNT", c.shards.to_string()),
+            ("RUST_LOG", "info".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
+    /// Starts a replica: PREFETCH cycled, the slow handler, and armed to abort
+    /// between commit and ack 1-50 outcomes after a SIGUSR1.
+    pub fn spawn_worker(&mut self, rng: &mut StdRng) -> anyhow::Result<Proc> {
+        self.started += 1;
+        let prefetch = self.config.prefetch[self.started % self.config.prefetch.len()];
+        let mut env = self.base_env();
+        env.extend(
+            [
+                ("PREFETCH", prefetch.to_string()),
+                (
+                    "URUTAN_FAULT_HANDLER_DELAY_MS",
+                    self.config.handler_delay_ms.to_string(),
+                ),
+                (
+                    "URUTAN_FAULT_ABORT_AFTER_COMMIT",
+                    rng.random_range(1..=50_u32).to_string(),
+                ),
+                ("URUTAN_FAULT_ARM_ON_SIGUSR1", "1".to_owned()),
+            ]
+            .map(|(k, v)| (k.to_owned(), v)),
+        );
+        let name = format!("worker-{}-p{prefetch}", self.started);
+        Proc::spawn(&name, "run", &env, &self.config.log_dir)
+    }
+
+    /// Starts a relay; `abort_batch: Some(n)` makes it publish one batch of
+    /// at most n rows, get the confirms and abort before marking them sent.
+    pub fn spawn_relay(&mut self, abort_batch: Option<u32>) -> anyhow::Result<Proc> {
+        self.started += 1;
+        let mut env = self.base_env();
+        if let Some(batch) = abort_batch {
+            env.push(("URUTAN_FAULT_ABORT_AFTER_PUBLISH".into(), "1".into()));
+            env.push(("RELAY_BATCH".into(), batch.to_string()));
+        }
+        let name = format!(
+            "relay-{}{}",
+            self.started,
+            if abort_batch.is_some() { "-abort" } else { "" }
+        );
+        Proc::spawn(&name, "relay", &env, &self.config.log_dir)
+    }
+
+    /// Indices of the replicas that applied messages in the last second
+    /// (the active ones); all of them if none did.
+    pub async fn active_workers(&self) -> Vec<usize> {
+        let before = self.totals().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = self.totals().await;
+        let active: Vec<usize> = (0..self.workers.len())
+            .filter(|i| matches!((before[*i], after[*i]), (Some(b), Some(a)) if a > b))
+            .collect();
+        if active.is_empty() {
+            (0..self.workers.len()).collect()
+        } else {
+            active
+        }
+    }
+
+    async fn totals(&self) -> Vec<Option<f64>> {
+        let mut out = Vec::new();
+        for w in &self.workers {
+            out.push(w.messages_total().await);
+        }
+        out
+    }
+
+    /// Records and replaces any process that exited on its own, then makes
+    /// sure there are [`REPLICAS`] replicas and a relay, all ready.
+    pub async fn heal(&mut self, rng: &mut StdRng) -> anyhow::Result<()> {
+        let mut kept = Vec::new();
+        for mut w in std::mem::take(&mut self.workers) {
+            match w.exited() {
+                Some(status) => self.unexpected.push(format!("{} exited: {status}", w.name)),
+                None => kept.push(w),
+            }
+        }
+        self.workers = kept;
+        if let Some(relay) = &mut self.relay
+            && let Some(status) = relay.exited()
+        {
+            self.unexpected
+                .push(format!("{} exited: {status}", relay.name));
+            self.relay = None;
+        }
+        while self.workers.len() < REPLICAS {
+            let w = self.spawn_worker(rng)?;
+            self.workers.push(w);
+        }
+        // Ready workers have migrated the database and declared the topology.
+        for w in &mut self.workers {
+            w.wait_ready(READY_LIMIT).await?;
+        }
+        if self.relay.is_none() {
+            self.relay = Some(self.spawn_relay(None)?);
+        }
+        if let Some(relay) = &mut self.relay {
+            relay.wait_ready(READY_LIMIT).await?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM to everything, then SIGKILL what is still running after 40 s.
+    pub async fn stop_all(&mut self) {
+        let mut all: Vec<Proc> = self.workers.drain(..).chain(self.relay.take()).collect();
+        for p in &all {
+            let _ = p.signal("TERM");
+        }
+        for p in &mut all {
+            if p.wait_exit(Duration::from_secs(40)).await.is_none() {
+                p.kill().await;
+            }
+        }
+    }
+}

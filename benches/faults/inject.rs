@@ -1,0 +1,340 @@
+//! The fault kinds and how each is injected into a running fleet. Each
+//! injection returns when the fault is over (the process restarted, the
+//! broker or database back): that instant starts the recovery clock.
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use rand::RngExt;
+use rand::rngs::StdRng;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::fleet::Fleet;
+use crate::services::RunEnv;
+
+/// A fault the suite injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The active replica aborts after an outcome is durable, before its ack.
+    WorkerCommitAck,
+    /// SIGKILL of the active replica with work in flight, as soon as one of
+    /// its transactions is open (seen in `pg_stat_activity`) if within 2 s.
+    WorkerKillInFlight,
+    /// The relay aborts after a batch is confirmed, before it is marked sent.
+    RelayPublishMark,
+    /// `rabbitmqctl close_all_connections` for the run's vhost.
+    CloseConnections,
+    /// `stop_app`, 0-3 s, `start_app` with the fleet running.
+    BrokerRestart,
+    /// Workers stopped, a backlog queued, `stop_app`/`start_app` (the ring
+    /// is rebuilt in another order), workers started again.
+    BrokerRestartBacklog,
+    /// The database cluster stopped for 10-30 s, then started.
+    DbStop,
+    /// The database cluster restarted.
+    DbRestart,
+    /// Rolling restart: a new replica started, the active one SIGTERMed.
+    RollingSigterm,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 9] = [
+        Kind::WorkerCommitAck,
+        Kind::WorkerKillInFlight,
+        Kind::RelayPublishMark,
+        Kind::CloseConnections,
+        Kind::BrokerRestart,
+        Kind::BrokerRestartBacklog,
+        Kind::DbStop,
+        Kind::DbRestart,
+        Kind::RollingSigterm,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::WorkerCommitAck => "worker abort between commit and ack",
+            Kind::WorkerKillInFlight => "worker SIGKILL in flight / mid-transaction",
+            Kind::RelayPublishMark => "relay abort between publish and mark-sent",
+            Kind::CloseConnections => "rabbitmqctl close_all_connections",
+            Kind::BrokerRestart => "broker restart (stop_app/start_app)",
+            Kind::BrokerRestartBacklog => "broker restart with a backlog",
+            Kind::DbStop => "database stopped 10-30 s",
+            Kind::DbRestart => "database restart",
+            Kind::RollingSigterm => "SIGTERM under load (rolling restart)",
+        }
+    }
+
+    /// The recovery goal: 5 s after a process restart, 10 s after the
+    /// broker or the database is back.
+    pub fn goal(self) -> Duration {
+        match self {
+            Kind::WorkerCommitAck
+            | Kind::WorkerKillInFlight
+            | Kind::RelayPublishMark
+            | Kind::RollingSigterm => Duration::from_secs(5),
+            _ => Duration::from_secs(10),
+        }
+    }
+}
+
+/// What one injection did.
+#[derive(Debug)]
+pub struct Injection {
+    /// When the fault was over (the recovery clock starts here).
+    pub ended: DateTime<Utc>,
+    /// What happened, for the report.
+    pub detail: String,
+    /// A broken expectation of the injection itself (e.g. SIGTERM did not
+    /// exit 0): counted as a violation.
+    pub violation: Option<String>,
+}
+
+/// The run's handles an injection needs.
+pub struct Ctx<'a> {
+    pub env: &'a RunEnv,
+    pub fleet: &'a mut Fleet,
+    pub db: &'a PgPool,
+    pub rng: &'a mut StdRng,
+    /// The database stop lasts this range of seconds.
+    pub db_stop_secs: (u64, u64),
+}
+
+/// Injects one fault of `kind` and returns when it is over.
+pub async fn inject(kind: Kind, cx: Ctx<'_>) -> anyhow::Result<Injection> {
+    match kind {
+        Kind::WorkerCommitAck => commit_ack(cx).await,
+        Kind::WorkerKillInFlight => kill_in_flight(cx).await,
+        Kind::RelayPublishMark => relay_abort(cx).await,
+        Kind::CloseConnections => {
+            let vhost = cx.env.vhost.as_str();
+            let ctl = &cx.env.services;
+            ctl.rabbitmqctl(&["-q", "close_all_connections", "-p", vhost, "fault drill"])
+                .await?;
+            Ok(done("closed every connection of the vhost".into(), None))
+        }
+        Kind::BrokerRestart => {
+            let pause = cx.rng.random_range(0..3000);
+            restart_broker(cx.env, pause).await?;
+            Ok(done(format!("broker down {pause} ms + restart"), None))
+        }
+        Kind::BrokerRestartBacklog => restart_with_backlog(cx).await,
+        Kind::DbStop => {
+            let (lo, hi) = cx.db_stop_secs;
+            let secs = cx.rng.random_range(lo..=hi);
+            cx.env.services.pg_ctl("stop").await?;
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            cx.env.services.pg_ctl("start").await?;
+            Ok(done(format!("database down {secs} s"), None))
+        }
+        Kind::DbRestart => {
+            cx.env.services.pg_ctl("restart").await?;
+            Ok(done("database restarted".into(), None))
+        }
+        Kind::RollingSigterm => rolling(cx).await,
+    }
+}
+
+fn done(detail: String, violation: Option<String>) -> Injection {
+    Injection {
+        ended: Utc::now(),
+        detail,
+        violation,
+    }
+}
+
+/// One of the active replicas, at random.
+async fn pick_active(cx: &mut Ctx<'_>) -> usize {
+    let active = cx.fleet.active_workers().await;
+    active[cx.rng.random_range(0..active.len())]
+}
+
+/// Arms the replica that looks active; if it does not abort within 10 s
+/// (it was a standby after all), disarms it and arms the other one.
+async fn commit_ack(mut cx: Ctx<'_>) -> anyhow::Result<Injection> {
+    let first = pick_active(&mut cx).await;
+    let order: Vec<usize> = std::iter::once(first)
+        .chain((0..cx.fleet.workers.len()).filter(|i| *i != first))
+        .collect();
+    let mut tried = Vec::new();
+    for (turn, i) in order.into_iter().enumerate() {
+        let limit = Duration::from_secs(if turn == 0 { 10 } else { 30 });
+        let w = &mut cx.fleet.workers[i];
+        w.signal("USR1")?;
+        match w.wait_exit(limit).await {
+            Some(s) if s.signal() == Some(6) => {
+                let detail = format!("{} aborted after commit{}", w.name, tried_note(&tried));
+                cx.fleet.workers[i] = cx.fleet.spawn_worker(cx.rng)?;
+                return Ok(done(detail, None));
+            }
+            Some(other) => {
+                let v = format!("{} exited with {other} instead of aborting", w.name);
+                cx.fleet.workers[i] = cx.fleet.spawn_worker(cx.rng)?;
+                return Ok(done(v.clone(), Some(v)));
+            }
+            None => {
+                w.signal("USR2")?;
+                tried.push(w.name.clone());
+            }
+        }
+    }
+    let v = format!("no replica aborted after being armed{}", tried_note(&tried));
+    Ok(done(v.clone(), Some(v)))
+}
+
+fn tried_note(tried: &[String]) -> String {
+    if tried.is_empty() {
+        String::new()
+    } else {
+        format!(" (armed first, idle: {})", tried.join(", "))
+    }
+}
+
+async fn kill_in_flight(mut cx: Ctx<'_>) -> anyhow::Result<Injection> {
+    let i = pick_active(&mut cx).await;
+    tokio::time::sleep(Duration::from_millis(cx.rng.random_range(0..1000))).await;
+    let mut in_tx = false;
+    for _ in 0..400 {
+        if open_apply_transactions(cx.db).await > 0 {
+            in_tx = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let w = &mut cx.fleet.workers[i];
+    w.kill().await;
+    let detail = format!(
+        "{} SIGKILLed {}",
+        w.name,
+        if in_tx {
+            "with an apply transaction open"
+        } else {
+            "(no open transaction seen)"
+        }
+    );
+    cx.fleet.workers[i] = cx.fleet.spawn_worker(cx.rng)?;
+    Ok(done(detail, None))
+}
+
+/// Worker transactions open right now (a statement running or idle in a
+/// transaction after `urutan_terapkan…`), the probe's own session excluded.
+async fn open_apply_transactions(db: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()
+           AND state IN ('active', 'idle in transaction')
+           AND query LIKE '%urutan_terapkan%'",
+    )
+    .fetch_one(db)
+    .await
+    .unwrap_or(0)
+}
+
+async fn relay_abort(cx: Ctx<'_>) -> anyhow::Result<Injection> {
+    let mut violation = None;
+    if let Some(mut old) = cx.fleet.relay.take() {
+        old.signal("TERM")?;
+        match old.wait_exit(Duration::from_secs(30)).await {
+            Some(s) if s.success() => {}
+            other => {
+                old.kill().await;
+                violation = Some(format!(
+                    "{} did not exit 0 on SIGTERM ({other:?})",
+                    old.name
+                ));
+            }
+        }
+    }
+    let batch = cx.rng.random_range(20..=200);
+    let mut faulty = cx.fleet.spawn_relay(Some(batch))?;
+    let status = faulty.wait_exit(Duration::from_secs(30)).await;
+    let detail = match status {
+        Some(s) if s.signal() == Some(6) => {
+            format!("relay aborted after a confirmed batch of <= {batch}")
+        }
+        other => {
+            faulty.kill().await;
+            let v = format!("{} did not abort in 30 s ({other:?})", faulty.name);
+            violation.get_or_insert(v.clone());
+            v
+        }
+    };
+    cx.fleet.relay = Some(cx.fleet.spawn_relay(None)?);
+    Ok(done(detail, violation))
+}
+
+async fn restart_broker(env: &RunEnv, pause_ms: u64) -> anyhow::Result<()> {
+    let ctl = &env.services;
+    ctl.rabbitmqctl(&["-q", "stop_app"]).await?;
+    tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+    ctl.rabbitmqctl(&["-q", "start_app"]).await?;
+    ctl.rabbitmqctl(&["-q", "--timeout", "120", "await_startup"])
+        .await?;
+    Ok(())
+}
+
+async fn restart_with_backlog(cx: Ctx<'_>) -> anyhow::Result<Injection> {
+    let mut violation = None;
+    for w in &cx.fleet.workers {
+        w.signal("TERM")?;
+    }
+    for w in &mut cx.fleet.workers {
+        match w.wait_exit(Duration::from_secs(40)).await {
+            Some(s) if s.success() => {}
+            other => {
+                w.kill().await;
+                violation = Some(format!("{} did not exit 0 on SIGTERM ({other:?})", w.name));
+            }
+        }
+    }
+    cx.fleet.workers.clear();
+    tokio::time::sleep(Duration::from_millis(cx.rng.random_range(2000..4000))).await;
+    let backlog = queued(cx.env).await.context("count the backlog")?;
+    restart_broker(cx.env, cx.rng.random_range(0..2000)).await?;
+    for _ in 0..crate::fleet::REPLICAS {
+        let w = cx.fleet.spawn_worker(cx.rng)?;
+        cx.fleet.workers.push(w);
+    }
+    Ok(done(
+        format!("broker restarted over a backlog of {backlog} messages"),
+        violation,
+    ))
+}
+
+/// Messages (ready + unacked) in the run's shard queues.
+pub async fn queued(env: &RunEnv) -> anyhow::Result<u64> {
+    let out = env
+        .services
+        .rabbitmqctl(&["-q", "list_queues", "-p", &env.vhost, "name", "messages"])
+        .await?;
+    Ok(out
+        .lines()
+        .filter(|l| l.contains(".shard-"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum())
+}
+
+async fn rolling(mut cx: Ctx<'_>) -> anyhow::Result<Injection> {
+    let mut fresh = cx.fleet.spawn_worker(cx.rng)?;
+    fresh.wait_ready(crate::fleet::READY_LIMIT).await?;
+    let i = pick_active(&mut cx).await;
+    let old = &mut cx.fleet.workers[i];
+    old.signal("TERM")?;
+    let status = old.wait_exit(Duration::from_secs(40)).await;
+    let violation = match status {
+        Some(s) if s.success() => None,
+        other => {
+            old.kill().await;
+            Some(format!(
+                "{} did not exit 0 within 40 s of SIGTERM ({other:?})",
+                old.name
+            ))
+        }
+    };
+    let detail = format!("{} replaced by {}", old.name, fresh.name);
+    cx.fleet.workers[i] = fresh;
+    Ok(done(detail, violation))
+}

@@ -1,0 +1,191 @@
+//! The broker and database the fault suite runs against, how to control
+//! them (stop, start, restart), and one run's own vhost and database.
+//!
+//! Everything defaults to the standard local services (what CI uses) and can
+//! be pointed at a private RabbitMQ node and PostgreSQL cluster with:
+//!
+//! | variable | default |
+//! |---|---|
+//! | `FAULTS_AMQP_BASE` | `amqp://guest:guest@127.0.0.1:5672` |
+//! | `FAULTS_PG_BASE` | `postgres://postgres@127.0.0.1:5432` |
+//! | `FAULTS_RABBITMQCTL` | `rabbitmqctl` (e.g. `rabbitmqctl -n faults@localhost`) |
+//! | `FAULTS_PG_CTL` | `pg_ctlcluster --skip-systemctl-redirect <first of /etc/postgresql> main` (`stop`/`start`/`restart` appended) |
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use urutan::config::SecretUrl;
+
+/// Where the services are and the command lines that control them.
+#[derive(Debug, Clone)]
+pub struct Services {
+    pub amqp_base: String,
+    pub pg_base: String,
+    /// `rabbitmqctl` and its node arguments, split on whitespace.
+    pub rabbitmqctl: Vec<String>,
+    /// The cluster control command, before `stop`/`start`/`restart`.
+    pub pg_ctl: Vec<String>,
+}
+
+fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(str::to_owned).collect()
+}
+
+impl Services {
+    /// From the `FAULTS_*` variables, defaulting to the standard local services.
+    pub fn from_env() -> anyhow::Result<Self> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let pg_ctl = match var("FAULTS_PG_CTL") {
+            Some(cmd) => words(&cmd),
+            None => {
+                let version = std::fs::read_dir("/etc/postgresql")
+                    .context("FAULTS_PG_CTL unset and /etc/postgresql unreadable")?
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .min()
+                    .context("no PostgreSQL version under /etc/postgresql")?;
+                words(&format!(
+                    "pg_ctlcluster --skip-systemctl-redirect {version} main"
+                ))
+            }
+        };
+        Ok(Self {
+            amqp_base: var("FAULTS_AMQP_BASE")
+                .unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672".into()),
+            pg_base: var("FAULTS_PG_BASE")
+                .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432".into()),
+            rabbitmqctl: words(&var("FAULTS_RABBITMQCTL").unwrap_or_else(|| "rabbitmqctl".into())),
+            pg_ctl,
+        })
+    }
+
+    /// `rabbitmqctl <args>`, bounded.
+    pub async fn rabbitmqctl(&self, args: &[&str]) -> anyhow::Result<String> {
+        run(&self.rabbitmqctl, args).await
+    }
+
+    /// The database cluster's control command with `action` (stop/start/restart).
+    pub async fn pg_ctl(&self, action: &str) -> anyhow::Result<String> {
+        run(&self.pg_ctl, &[action]).await
+    }
+
+    /// A guard that starts the broker application and the database cluster
+    /// again when dropped, so a failing run never leaves them down.
+    pub fn restarter(&self) -> Restarter {
+        Restarter(self.clone())
+    }
+}
+
+/// Runs `base + args`, bounded by 120 s; fails with its output.
+pub async fn run(base: &[String], args: &[&str]) -> anyhow::Result<String> {
+    let (program, first) = base.split_first().context("empty command")?;
+    let out = tokio::process::Command::new(program)
+        .args(first)
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .await
+        .with_context(|| format!("{base:?} {args:?} took over 120 s"))?
+        .with_context(|| format!("cannot run {program}"))?;
+    if !out.status.success() {
+        bail!(
+            "{base:?} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// See [`Services::restarter`].
+pub struct Restarter(Services);
+
+impl Drop for Restarter {
+    fn drop(&mut self) {
+        let blocking = |base: &[String], args: &[&str]| {
+            if let Some((program, first)) = base.split_first() {
+                let _ = Command::new(program).args(first).args(args).output();
+            }
+        };
+        blocking(&self.0.rabbitmqctl, &["-q", "start_app"]);
+        blocking(
+            &self.0.rabbitmqctl,
+            &["-q", "--timeout", "120", "await_startup"],
+        );
+        blocking(&self.0.pg_ctl, &["start"]);
+    }
+}
+
+/// One run's own vhost and database, deleted when dropped.
+pub struct RunEnv {
+    pub services: Services,
+    pub vhost: String,
+    pub database: String,
+}
+
+impl RunEnv {
+    /// Creates `urutan-faults-<tag>` (vhost, guest may do anything in it) and
+    /// `urutan_faults_<tag>` (database, migrated by the first worker).
+    pub async fn create(services: &Services, tag: &str) -> anyhow::Result<Self> {
+        let env = Self {
+            services: services.clone(),
+            vhost: format!("urutan-faults-{tag}"),
+            database: format!("urutan_faults_{tag}"),
+        };
+        services
+            .rabbitmqctl(&["-q", "add_vhost", &env.vhost])
+            .await?;
+        services
+            .rabbitmqctl(&[
+                "-q",
+                "set_permissions",
+                "-p",
+                &env.vhost,
+                "guest",
+                ".*",
+                ".*",
+                ".*",
+            ])
+            .await?;
+        urutan::store::ensure_database(&env.database_url())
+            .await
+            .context("create the run's database")?;
+        Ok(env)
+    }
+
+    pub fn amqp_url(&self) -> SecretUrl {
+        format!("{}/{}", self.services.amqp_base, self.vhost)
+            .parse()
+            .expect("a valid AMQP URL")
+    }
+
+    pub fn database_url(&self) -> SecretUrl {
+        format!("{}/{}", self.services.pg_base, self.database)
+            .parse()
+            .expect("a valid database URL")
+    }
+}
+
+impl Drop for RunEnv {
+    fn drop(&mut self) {
+        let ctl = &self.services.rabbitmqctl;
+        if let Some((program, first)) = ctl.split_first() {
+            let _ = Command::new(program)
+                .args(first)
+                .args(["-q", "-t", "60", "delete_vhost", &self.vhost])
+                .output();
+        }
+        // psql reads the server from the base URL (it accepts a URI).
+        let _ = Command::new("psql")
+            .env("PGCONNECT_TIMEOUT", "10")
+            .arg(format!("{}/postgres", self.services.pg_base))
+            .args(["-q", "-c"])
+            .arg(format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                self.database
+            ))
+            .output();
+    }
+}
