@@ -379,9 +379,11 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
+    // At most 3 s plus up to 100 % jitter between attempts: back within
+    // seconds once the service is.
     let mut backoff = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(10))
+        .with_max_delay(Duration::from_secs(3))
         .with_jitter()
         .without_max_times()
         .build();
@@ -393,7 +395,7 @@ where
         match result {
             Ok(value) => return Some(value),
             Err(e) => {
-                let delay = backoff.next().unwrap_or(Duration::from_secs(10));
+                let delay = backoff.next().unwrap_or(Duration::from_secs(3));
                 error!(error = %e, retry_in = ?delay, "{what} unavailable");
                 tokio::select! {
                     () = shutdown.cancelled() => return None,

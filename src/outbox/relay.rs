@@ -104,10 +104,11 @@ impl Relay {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = fresh_backoff();
         while !shutdown.is_cancelled() {
-            let started = Instant::now();
-            let result = self.session(&shutdown).await;
-            if started.elapsed() > Duration::from_secs(60) {
-                // A long healthy session: the next failure starts from a short delay.
+            let mut active = false;
+            let result = self.session(&shutdown, &mut active).await;
+            if active {
+                // It got through to relaying: the next failure is a new
+                // outage and starts from a short delay.
                 backoff = fresh_backoff();
             }
             self.health.broker_down();
@@ -115,7 +116,7 @@ impl Relay {
                 Ok(()) => return,
                 Err(e) => {
                     self.health.set_database(false);
-                    let delay = backoff.next().unwrap_or(Duration::from_secs(10));
+                    let delay = backoff.next().unwrap_or(Duration::from_secs(3));
                     warn!(error = %e, retry_in = ?delay, "relay interrupted; rows stay unsent until retried");
                     tokio::select! {
                         () = shutdown.cancelled() => return,
@@ -127,7 +128,12 @@ impl Relay {
     }
 
     /// One life of the relay: become the active relay, then pump.
-    async fn session(&self, shutdown: &CancellationToken) -> Result<(), RelayError> {
+    /// Sets `active` once connected to both and ready to relay.
+    async fn session(
+        &self,
+        shutdown: &CancellationToken,
+        active: &mut bool,
+    ) -> Result<(), RelayError> {
         let url = &self.settings.database_url;
         let mut db = PgConnection::connect(url.expose()).await?;
         self.health.set_database(true);
@@ -148,6 +154,7 @@ impl Relay {
         .await?;
         self.health.broker_up(0);
         let mut listener = listen(url).await?;
+        *active = true;
         let (mut last_purge, mut last_backlog) = (None::<Instant>, None::<Instant>);
         let result = loop {
             if shutdown.is_cancelled() {
@@ -257,10 +264,12 @@ impl Relay {
     }
 }
 
+/// 0.2 s doubling to 3 s, plus up to 100 % jitter: at most 6 s between
+/// attempts, so the relay is back within seconds of its services.
 fn fresh_backoff() -> backon::ExponentialBackoff {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(10))
+        .with_max_delay(Duration::from_secs(3))
         .with_jitter()
         .without_max_times()
         .build()
