@@ -22,12 +22,12 @@ use lapin::{Channel, Consumer};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info_span, warn};
 
-use super::{Held, InHand, ShardWorker};
+use super::{Held, InHand, Session, ShardWorker};
 use crate::broker::{BrokerError, delivery};
 use crate::message::{self, Event, Rejection};
-use crate::metrics as m;
+use crate::metrics::{self as m, ShardMetrics};
 use crate::outcome::{Outcome, Settle};
-use crate::store::{self, Applied, BatchItem, BatchResult};
+use crate::store::{Applied, BatchItem, BatchResult};
 
 /// One delivery of a batch after the pure steps.
 enum Prepared {
@@ -60,6 +60,7 @@ impl ShardWorker {
     pub(super) async fn process_batch(
         &self,
         ch: &Channel,
+        session: &Session,
         deliveries: &[Delivery],
         shutdown: &CancellationToken,
     ) -> Result<(Vec<Settle>, bool), BrokerError> {
@@ -75,14 +76,12 @@ impl ShardWorker {
             })
             .collect();
         let results = match self
-            .held(ch, shutdown, || {
-                store::apply_batch(&self.pool, &items, self.shard)
-            })
+            .held(ch, shutdown, || session.apply_batch(&items, self.shard))
             .await
         {
             Ok(results) => results,
             Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
-            Err(Held::Refused) => self.one_by_one(ch, &items, shutdown).await?,
+            Err(Held::Refused) => self.one_by_one(ch, session, &items, shutdown).await?,
         };
         let mut results = results.into_iter();
         let mut may_release = false;
@@ -95,8 +94,7 @@ impl ShardWorker {
                 Prepared::Marker(_) | Prepared::Event(_) => match results.next() {
                     Some(BatchResult::Event(Applied::Done(outcome))) => outcome,
                     Some(BatchResult::Event(Applied::Parked)) => {
-                        metrics::counter!(m::PARKED_TOTAL, "shard" => self.shard.to_string())
-                            .increment(1);
+                        session.metrics.parked.increment(1);
                         may_release = true;
                         settles.push(Settle::Ack);
                         continue;
@@ -110,9 +108,9 @@ impl ShardWorker {
                 },
             };
             if let Prepared::Event(event) = prepared {
-                self.record_lag(event);
+                super::steps::record_lag(session, event);
             }
-            settles.push(self.record(outcome, message_id));
+            settles.push(self.record(session, outcome, message_id));
         }
         Ok((settles, may_release))
     }
@@ -159,6 +157,7 @@ impl ShardWorker {
     async fn one_by_one(
         &self,
         ch: &Channel,
+        session: &Session,
         items: &[BatchItem<'_>],
         shutdown: &CancellationToken,
     ) -> Result<Vec<BatchResult>, BrokerError> {
@@ -167,9 +166,7 @@ impl ShardWorker {
         for item in items {
             let single = std::slice::from_ref(item);
             let applied = self
-                .held(ch, shutdown, || {
-                    store::apply_batch(&self.pool, single, self.shard)
-                })
+                .held(ch, shutdown, || session.apply_batch(single, self.shard))
                 .await;
             match applied {
                 Ok(mut one) => results.push(one.pop().unwrap_or(BatchResult::Marker)),
@@ -187,7 +184,10 @@ impl ShardWorker {
 /// Settles processed deliveries: rejects one by one first, then one
 /// `multiple = true` ack up to the last acked delivery (a multiple ack must
 /// never cover a delivery that is still to be rejected).
-pub(super) async fn settle_all(in_hand: &[InHand], shard: u16) -> Result<(), BrokerError> {
+pub(super) async fn settle_all(
+    in_hand: &[InHand],
+    metrics: &ShardMetrics,
+) -> Result<(), BrokerError> {
     let mut last_ack = None;
     for held in in_hand {
         match held.settle {
@@ -198,9 +198,9 @@ pub(super) async fn settle_all(in_hand: &[InHand], shard: u16) -> Result<(), Bro
     if let Some(delivery) = last_ack {
         super::settle_delivery(delivery, Settle::Ack, in_hand.len() > 1).await?;
     }
-    let shard = shard.to_string();
     for held in in_hand {
-        metrics::histogram!(m::HANDLE_DURATION_SECONDS, "shard" => shard.clone())
+        metrics
+            .handle_duration
             .record(held.received.elapsed().as_secs_f64());
     }
     Ok(())

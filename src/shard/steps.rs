@@ -10,7 +10,7 @@ use lapin::message::Delivery;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{Decision, Observed, SHUTDOWN_GRACE, ShardWorker};
+use super::{Decision, Observed, SHUTDOWN_GRACE, Session, ShardWorker};
 use crate::broker::delivery;
 use crate::handoff;
 use crate::message::{self, Event, Rejection};
@@ -34,6 +34,7 @@ impl ShardWorker {
     pub(super) async fn decide(
         &self,
         ch: &Channel,
+        session: &Session,
         delivery: &Delivery,
         shutdown: &CancellationToken,
     ) -> Decision {
@@ -64,17 +65,15 @@ impl ShardWorker {
             hook(&event);
         }
         let applied = self
-            .held(ch, shutdown, || {
-                store::apply(&self.pool, &event, self.shard)
-            })
+            .held(ch, shutdown, || session.apply(&event, self.shard))
             .await;
         match applied {
             Ok(Applied::Done(outcome)) => {
-                self.record_lag(&event);
+                record_lag(session, &event);
                 Decision::Done(outcome)
             }
             Ok(Applied::Parked) => {
-                metrics::counter!(m::PARKED_TOTAL, "shard" => self.shard.to_string()).increment(1);
+                session.metrics.parked.increment(1);
                 debug!("parked until older messages of this entity are done");
                 Decision::Ack
             }
@@ -131,7 +130,12 @@ impl ShardWorker {
     }
 
     /// Counts, logs and reports an outcome; returns the broker action.
-    pub(super) fn record(&self, outcome: Outcome, message_id: Option<&str>) -> Settle {
+    pub(super) fn record(
+        &self,
+        session: &Session,
+        outcome: Outcome,
+        message_id: Option<&str>,
+    ) -> Settle {
         if let Some(hook) = &self.hooks.on_outcome {
             hook(&Observed {
                 shard: self.shard,
@@ -139,12 +143,11 @@ impl ShardWorker {
                 message_id,
             });
         }
-        let shard = self.shard.to_string();
-        metrics::counter!(m::MESSAGES_TOTAL, "shard" => shard.clone(), "outcome" => outcome.label())
-            .increment(1);
+        session.metrics.outcome(outcome);
         match outcome {
             Outcome::DeadLettered(rejection) => {
                 warn!(reason = rejection.reason(), detail = %rejection, "dead-lettering a message");
+                let shard = session.metrics.shard.clone();
                 metrics::counter!(m::DEAD_LETTERS_TOTAL, "shard" => shard, "reason" => rejection.reason())
                     .increment(1);
             }
@@ -155,21 +158,26 @@ impl ShardWorker {
 
     /// A handler failure: requeue it, and if that return exhausts the queue's
     /// delivery limit (the queue then dead-letters it), count it as such.
-    pub(super) fn requeue(&self, delivery: &Delivery, reason: &'static str) -> Settle {
+    pub(super) fn requeue(
+        &self,
+        session: &Session,
+        delivery: &Delivery,
+        reason: &'static str,
+    ) -> Settle {
         metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => reason)
             .increment(1);
         let returns = delivery::previous_deliveries(delivery) + 1;
         if returns > u64::from(self.delivery_limit) {
             let message_id = delivery.properties.message_id().as_ref();
             let outcome = Outcome::DeadLettered(Rejection::DeliveryLimit);
-            self.record(outcome, message_id.map(|id| id.as_str()));
+            self.record(session, outcome, message_id.map(|id| id.as_str()));
         }
         Settle::Requeue
     }
 
     /// Applies this shard's parked messages that may go now. Returns true
     /// while some remain parked. A database failure only delays it.
-    pub(super) async fn release_parked(&self) -> bool {
+    pub(super) async fn release_parked(&self, session: &Session) -> bool {
         let released = match handoff::release(&self.pool, self.shard, RELEASE_BATCH).await {
             Ok(released) => released,
             Err(e) => {
@@ -181,7 +189,7 @@ impl ShardWorker {
         for r in &released {
             let outcome = store::parse_result(&r.hasil);
             if let Applied::Done(outcome) = outcome {
-                self.record(outcome, Some(&r.message_id));
+                self.record(session, outcome, Some(&r.message_id));
             }
             metrics::histogram!(m::HANDOFF_DURATION_SECONDS).record(r.tunggu);
         }
@@ -203,14 +211,14 @@ impl ShardWorker {
             Err(_) => true,
         }
     }
+}
 
-    pub(super) fn record_lag(&self, event: &Event) {
-        let lag = event
-            .published_at
-            .and_then(|t| SystemTime::now().duration_since(t).ok());
-        if let Some(lag) = lag {
-            metrics::histogram!(m::END_TO_END_LAG_SECONDS, "shard" => self.shard.to_string())
-                .record(lag.as_secs_f64());
-        }
+/// Records the publish-to-commit lag of an event that carried a timestamp.
+pub(super) fn record_lag(session: &Session, event: &Event) {
+    let lag = event
+        .published_at
+        .and_then(|t| SystemTime::now().duration_since(t).ok());
+    if let Some(lag) = lag {
+        session.metrics.lag.record(lag.as_secs_f64());
     }
 }

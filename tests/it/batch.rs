@@ -174,9 +174,10 @@ fn any_chunking_of_a_stream_matches_one_by_one() {
             let one_state = state(&db).await;
             reset(&db).await;
             let mut batched = Vec::new();
+            let mut conn = db.acquire().await.expect("conn");
             for part in events.chunks(chunk) {
                 let items: Vec<BatchItem<'_>> = part.iter().map(BatchItem::Event).collect();
-                for r in store::apply_batch(&db, &items, 0).await.expect("batch") {
+                for r in store::apply_batch(&mut conn, &items, 0).await.expect("batch") {
                     batched.push(match r {
                         BatchResult::Event(applied) => applied,
                         BatchResult::Marker => Applied::Parked,
@@ -278,7 +279,8 @@ async fn a_large_batch_split_into_several_statements_matches_one_by_one() {
     reset(&db).await;
     // ~100 KB of parameters: sent as many statements in one transaction.
     let items: Vec<BatchItem<'_>> = events.iter().map(BatchItem::Event).collect();
-    let batched: Vec<Applied> = store::apply_batch(&db, &items, 0)
+    let mut conn = db.acquire().await.expect("conn");
+    let batched: Vec<Applied> = store::apply_batch(&mut conn, &items, 0)
         .await
         .expect("batch")
         .into_iter()
