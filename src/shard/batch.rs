@@ -14,6 +14,7 @@
 //!   batch is applied one message per transaction and only the refused one is
 //!   dead-lettered (reason `database_refused`).
 
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 
 use futures::StreamExt;
@@ -27,7 +28,7 @@ use crate::broker::{BrokerError, delivery};
 use crate::message::{self, Event, Rejection};
 use crate::metrics::{self as m, ShardMetrics};
 use crate::outcome::{Outcome, Settle};
-use crate::store::{Applied, BatchItem, BatchResult};
+use crate::store::{Applied, BatchItem, BatchResult, StoreError};
 
 /// One delivery of a batch after the pure steps.
 enum Prepared {
@@ -75,14 +76,7 @@ impl ShardWorker {
                 Prepared::Dead(_) => None,
             })
             .collect();
-        let results = match self
-            .held(ch, shutdown, || session.apply_batch(&items, self.shard))
-            .await
-        {
-            Ok(results) => results,
-            Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
-            Err(Held::Refused) => self.one_by_one(ch, session, &items, shutdown).await?,
-        };
+        let results = self.apply_in_order(ch, session, &items, shutdown).await?;
         let mut results = results.into_iter();
         let mut may_release = false;
         let mut settles = Vec::with_capacity(deliveries.len());
@@ -152,6 +146,60 @@ impl ShardWorker {
         Prepared::Dead(Rejection::DeliveryLimit)
     }
 
+    /// Applies `items` in arrival order: in ONE transaction, unless the
+    /// database's lock table cannot hold that transaction's per-entity locks
+    /// (SQLSTATE 53200, "out of shared memory"; about one lock per distinct
+    /// entity, held until commit). Then the group is split in halves, applied
+    /// in order, each in its own transaction, down to single messages (for
+    /// which 53200 is transient again: held and retried). Smaller
+    /// transactions in the same order have the same outcomes, and nothing is
+    /// acked before all of them committed. Later batches start from the
+    /// size that fit (see [`Session::group_limit`]).
+    async fn apply_in_order(
+        &self,
+        ch: &Channel,
+        session: &Session,
+        items: &[BatchItem<'_>],
+        shutdown: &CancellationToken,
+    ) -> Result<Vec<BatchResult>, BrokerError> {
+        let mut results = Vec::with_capacity(items.len());
+        let mut groups: VecDeque<&[BatchItem<'_>]> =
+            items.chunks(session.group_limit().max(1)).collect();
+        while let Some(group) = groups.pop_front() {
+            let splittable = group.len() > 1;
+            let applied = self
+                .held_unless(
+                    ch,
+                    shutdown,
+                    |e| splittable && lock_table_full(e),
+                    || session.apply_batch(group, self.shard),
+                )
+                .await;
+            match applied {
+                Ok(done) => results.extend(done),
+                Err(Held::GaveUp) => {
+                    let (first, second) = group.split_at(group.len() / 2);
+                    warn!(
+                        messages = group.len(),
+                        "PostgreSQL's lock table cannot hold this batch's per-entity locks \
+                         (out of shared memory); applying it in halves (raise \
+                         max_locks_per_transaction or lower BATCH_MAX)"
+                    );
+                    metrics::counter!(m::RETRIES_TOTAL, "shard" => session.metrics.shard.clone(), "reason" => "lock_table_full")
+                        .increment(1);
+                    session.lower_group_limit(first.len());
+                    groups.push_front(second);
+                    groups.push_front(first);
+                }
+                Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
+                Err(Held::Refused) => {
+                    results.extend(self.one_by_one(ch, session, group, shutdown).await?)
+                }
+            }
+        }
+        Ok(results)
+    }
+
     /// After the database refused the batch: each item in its own
     /// transaction, in order; a refused message is dead-lettered alone.
     async fn one_by_one(
@@ -170,7 +218,7 @@ impl ShardWorker {
                 .await;
             match applied {
                 Ok(mut one) => results.push(one.pop().unwrap_or(BatchResult::Marker)),
-                Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
+                Err(Held::Abandon | Held::GaveUp) => return Err(BrokerError::ChannelLost),
                 Err(Held::Refused) => {
                     let outcome = Outcome::DeadLettered(Rejection::DatabaseRefused);
                     results.push(BatchResult::Event(Applied::Done(outcome)));
@@ -178,6 +226,18 @@ impl ShardWorker {
             }
         }
         Ok(results)
+    }
+}
+
+/// SQLSTATE 53200 (`out_of_memory`): PostgreSQL says "out of shared memory"
+/// when its lock table is full.
+fn lock_table_full(error: &StoreError) -> bool {
+    match error {
+        StoreError::Transient {
+            source: sqlx::Error::Database(db),
+            ..
+        } => db.code().as_deref() == Some("53200"),
+        _ => false,
     }
 }
 

@@ -33,10 +33,17 @@ pub(super) struct Leased {
     since: Instant,
 }
 
+/// How long a lowered batch group limit lasts (the lock table may have
+/// been full because of other sessions for a while).
+const GROUP_LIMIT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What one channel life of a shard worker keeps between deliveries.
 pub(super) struct Session {
     pool: PgPool,
     kept: Mutex<Option<Leased>>,
+    /// Batch mode: most messages per transaction since PostgreSQL's lock
+    /// table last overflowed, and when that was.
+    group_limit: Mutex<Option<(usize, Instant)>>,
     pub metrics: ShardMetrics,
 }
 
@@ -45,8 +52,31 @@ impl Session {
         Self {
             pool,
             kept: Mutex::new(None),
+            group_limit: Mutex::new(None),
             metrics: ShardMetrics::new(shard),
         }
+    }
+
+    /// Most messages a batch transaction should hold: unlimited, or the
+    /// size that fit PostgreSQL's lock table after an overflow in the last
+    /// [`GROUP_LIMIT_FOR`].
+    pub fn group_limit(&self) -> usize {
+        let mut limit = self.group_limit.lock().unwrap_or_else(|e| e.into_inner());
+        match *limit {
+            Some((n, since)) if since.elapsed() < GROUP_LIMIT_FOR => n,
+            _ => {
+                *limit = None;
+                usize::MAX
+            }
+        }
+    }
+
+    /// After an overflow: batches hold at most `n` messages per
+    /// transaction for a while.
+    pub fn lower_group_limit(&self, n: usize) {
+        let mut limit = self.group_limit.lock().unwrap_or_else(|e| e.into_inner());
+        let n = limit.map_or(n, |(old, _)| old.min(n)).max(1);
+        *limit = Some((n, Instant::now()));
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<Leased>> {

@@ -27,6 +27,9 @@ pub(super) enum Held {
     Refused,
     /// The channel died, or shutdown's grace ran out: the message comes back.
     Abandon,
+    /// The caller's `give_up` matched this transient error: the caller has
+    /// a better answer than waiting (e.g. a smaller transaction).
+    GaveUp,
 }
 
 impl ShardWorker {
@@ -47,7 +50,7 @@ impl ShardWorker {
             debug!(epoch, "passed an epoch marker");
             return match passed {
                 Ok(()) => Decision::Ack,
-                Err(Held::Abandon) => Decision::Abandon,
+                Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
                 Err(Held::Refused) => Decision::Requeue("refused"),
             };
         }
@@ -78,7 +81,7 @@ impl ShardWorker {
                 Decision::Ack
             }
             Err(Held::Refused) => Decision::Requeue("refused"),
-            Err(Held::Abandon) => Decision::Abandon,
+            Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
         }
     }
 
@@ -89,6 +92,22 @@ impl ShardWorker {
         &self,
         ch: &Channel,
         shutdown: &CancellationToken,
+        step: F,
+    ) -> Result<T, Held>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        self.held_unless(ch, shutdown, |_| false, step).await
+    }
+
+    /// [`Self::held`], but a transient error that `give_up` matches ends it
+    /// at once with [`Held::GaveUp`].
+    pub(super) async fn held_unless<T, F, Fut>(
+        &self,
+        ch: &Channel,
+        shutdown: &CancellationToken,
+        give_up: impl Fn(&StoreError) -> bool,
         mut step: F,
     ) -> Result<T, Held>
     where
@@ -109,6 +128,7 @@ impl ShardWorker {
                     warn!(error = %e, "the database refused this message");
                     return Err(Held::Refused);
                 }
+                Err(e) if give_up(&e) => return Err(Held::GaveUp),
                 Err(e) => e,
             };
             metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => error.reason())
