@@ -9,7 +9,10 @@
 //! other shards and the pool's own users get their turn even when the pool
 //! is smaller than the number of shards.
 //!
-//! Invariants: a connection is only kept after a statement that succeeded
+//! Invariants: a worker never waits for a pooled connection while keeping
+//! one (steps that use the pool directly give the kept one back first), so
+//! workers cannot wait on each other when the pool is smaller than the
+//! number of shards; a connection is only kept after a statement that succeeded
 //! (after any error it goes back to the pool, whose ping closes it if it is
 //! broken); it is never kept across a transaction boundary (every statement
 //! run on it commits or rolls back before it is put back).

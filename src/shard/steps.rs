@@ -42,6 +42,10 @@ impl ShardWorker {
         shutdown: &CancellationToken,
     ) -> Decision {
         if let Some(epoch) = delivery::epoch_marker(delivery) {
+            // A step on the pool itself: never wait for a second connection
+            // while keeping one (with a pool smaller than the shard count,
+            // workers would wait on each other).
+            session.give_back();
             let passed = self
                 .held(ch, shutdown, || async {
                     Ok(handoff::pass_marker(&self.pool, self.shard, epoch).await?)
@@ -198,6 +202,8 @@ impl ShardWorker {
     /// Applies this shard's parked messages that may go now. Returns true
     /// while some remain parked. A database failure only delays it.
     pub(super) async fn release_parked(&self, session: &Session) -> bool {
+        // On the pool itself: see the marker step in `decide`.
+        session.give_back();
         let released = match handoff::release(&self.pool, self.shard, RELEASE_BATCH).await {
             Ok(released) => released,
             Err(e) => {
