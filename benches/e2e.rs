@@ -12,6 +12,8 @@
 //!
 //! Without `--bench` (as under `cargo test --all-targets`) it does nothing.
 
+#[path = "e2e/ab.rs"]
+mod ab;
 #[path = "e2e/ceilings.rs"]
 mod ceilings;
 #[path = "e2e/chart.rs"]
@@ -39,7 +41,8 @@ use report::{DbKind, Key, LatencySet, Plan, Report, Sample, Scenario};
 
 const USAGE: &str = "usage: cargo bench --bench e2e -- [--quick] [--rounds N] [--messages N] \
 [--latency-secs S] [--only LABEL-PART]... [--out DIR]\n       cargo bench --bench e2e -- --backlog-1m [--messages N] \
-[--shards N] [--prefetch N] [--scrape-secs S] [--out DIR]\n       cargo bench --bench e2e -- --replot [--out DIR]";
+[--shards N] [--prefetch N] [--scrape-secs S] [--out DIR]\n       cargo bench --bench e2e -- --ab NAME=BIN --ab NAME=BIN... [--shards N] [--prefetch N] \
+[--messages N] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --replot [--out DIR]";
 
 #[derive(Debug, Default)]
 struct Options {
@@ -57,6 +60,8 @@ struct Options {
     replot: bool,
     /// Backlog mode: the scrape interval of its second drain.
     scrape_secs: Option<u64>,
+    /// A/B mode: worker binaries compared side by side (`NAME=PATH`).
+    ab: Vec<ab::Variant>,
 }
 
 fn parse_options(args: &[String]) -> anyhow::Result<Options> {
@@ -81,6 +86,7 @@ fn parse_options(args: &[String]) -> anyhow::Result<Options> {
             "--only" => o.only.push(value(arg)?),
             "--replot" => o.replot = true,
             "--scrape-secs" => o.scrape_secs = Some(value(arg)?.parse()?),
+            "--ab" => o.ab.push(ab::parse_variant(&value(arg)?)?),
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
     }
@@ -404,7 +410,15 @@ async fn run(o: Options) -> anyhow::Result<bool> {
         chart::draw(&report, &out.join("latest.png"))?;
         return Ok(true);
     }
-    let ok = if o.backlog_1m {
+    let ok = if !o.ab.is_empty() {
+        let plan = ab::AbPlan {
+            shards: o.shards.unwrap_or(4),
+            prefetch: o.prefetch.unwrap_or(1),
+            messages: o.messages.unwrap_or(10_000),
+            rounds: o.rounds.unwrap_or(3).max(1),
+        };
+        ab::run(&o.ab, &plan, &logs, &out).await?
+    } else if o.backlog_1m {
         backlog_run(&o, &out, &bin, &logs).await?
     } else {
         default_run(&o, &out, &bin, &logs).await?

@@ -3,7 +3,10 @@
 
 use std::sync::OnceLock;
 
+use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::outcome::Outcome;
 
 pub const MESSAGES_TOTAL: &str = "urutan_messages_total";
 pub const DEAD_LETTERS_TOTAL: &str = "urutan_dead_letters_total";
@@ -22,6 +25,54 @@ pub const SHARDS: &str = "urutan_shards";
 pub const RESHARDING: &str = "urutan_resharding";
 pub const RESHARDING_DURATION_SECONDS: &str = "urutan_resharding_duration_seconds";
 pub const OUTBOX_PUBLISH_DURATION_SECONDS: &str = "urutan_outbox_publish_duration_seconds";
+
+/// The per-message metrics of one shard worker, registered once (a
+/// `counter!` with a `shard` label builds its key, formats the label and
+/// looks it up in the registry on every call). Create it after [`install`]:
+/// handles made before a recorder exists stay no-ops.
+#[derive(Clone)]
+pub struct ShardMetrics {
+    /// The `shard` label value.
+    pub shard: String,
+    applied: Counter,
+    stale: Counter,
+    duplicate: Counter,
+    /// `urutan_handle_duration_seconds{shard}`.
+    pub handle_duration: Histogram,
+    /// `urutan_end_to_end_lag_seconds{shard}`.
+    pub lag: Histogram,
+    /// `urutan_parked_total{shard}`.
+    pub parked: Counter,
+}
+
+impl ShardMetrics {
+    pub fn new(shard: u16) -> Self {
+        let label = shard.to_string();
+        let outcome = |o: &'static str| metrics::counter!(MESSAGES_TOTAL, "shard" => label.clone(), "outcome" => o);
+        Self {
+            applied: outcome("applied"),
+            stale: outcome("stale"),
+            duplicate: outcome("duplicate"),
+            handle_duration: metrics::histogram!(HANDLE_DURATION_SECONDS, "shard" => label.clone()),
+            lag: metrics::histogram!(END_TO_END_LAG_SECONDS, "shard" => label.clone()),
+            parked: metrics::counter!(PARKED_TOTAL, "shard" => label.clone()),
+            shard: label,
+        }
+    }
+
+    /// Counts one outcome in `urutan_messages_total`.
+    pub fn outcome(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Applied => self.applied.increment(1),
+            Outcome::Stale => self.stale.increment(1),
+            Outcome::Duplicate => self.duplicate.increment(1),
+            Outcome::DeadLettered(_) => metrics::counter!(
+                MESSAGES_TOTAL, "shard" => self.shard.clone(), "outcome" => outcome.label()
+            )
+            .increment(1),
+        }
+    }
+}
 
 /// Handling time of one message: sub-millisecond to tens of seconds (a held retry).
 const HANDLE_BUCKETS: &[f64] = &[

@@ -219,8 +219,11 @@ async fn apply_chunk(
     let data = |e: &Event| e.data.as_deref().map(|raw| raw.get().to_owned());
     match mode {
         DbMode::PerMessage => {
+            // One connection for the chunk, as the worker keeps one between
+            // messages (sqlx pings a connection when it goes back to the pool).
+            let mut conn = pool.acquire().await?;
             for e in chunk {
-                urutan::store::apply(pool, e, shard).await?;
+                urutan::store::apply(&mut *conn, e, shard).await?;
             }
         }
         DbMode::Loop(_) => {
@@ -241,7 +244,7 @@ async fn apply_chunk(
         }
         DbMode::Statement(_) => {
             let items: Vec<BatchItem<'_>> = chunk.iter().map(BatchItem::Event).collect();
-            urutan::store::apply_batch(pool, &items, shard).await?;
+            urutan::store::apply_batch(&mut *pool.acquire().await?, &items, shard).await?;
         }
     }
     Ok(())

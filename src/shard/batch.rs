@@ -14,6 +14,7 @@
 //!   batch is applied one message per transaction and only the refused one is
 //!   dead-lettered (reason `database_refused`).
 
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 
 use futures::StreamExt;
@@ -22,12 +23,12 @@ use lapin::{Channel, Consumer};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info_span, warn};
 
-use super::{Held, InHand, ShardWorker};
+use super::{Held, InHand, Session, ShardWorker};
 use crate::broker::{BrokerError, delivery};
 use crate::message::{self, Event, Rejection};
-use crate::metrics as m;
+use crate::metrics::{self as m, ShardMetrics};
 use crate::outcome::{Outcome, Settle};
-use crate::store::{self, Applied, BatchItem, BatchResult};
+use crate::store::{Applied, BatchItem, BatchResult, StoreError};
 
 /// One delivery of a batch after the pure steps.
 enum Prepared {
@@ -60,6 +61,7 @@ impl ShardWorker {
     pub(super) async fn process_batch(
         &self,
         ch: &Channel,
+        session: &Session,
         deliveries: &[Delivery],
         shutdown: &CancellationToken,
     ) -> Result<(Vec<Settle>, bool), BrokerError> {
@@ -74,16 +76,7 @@ impl ShardWorker {
                 Prepared::Dead(_) => None,
             })
             .collect();
-        let results = match self
-            .held(ch, shutdown, || {
-                store::apply_batch(&self.pool, &items, self.shard)
-            })
-            .await
-        {
-            Ok(results) => results,
-            Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
-            Err(Held::Refused) => self.one_by_one(ch, &items, shutdown).await?,
-        };
+        let results = self.apply_in_order(ch, session, &items, shutdown).await?;
         let mut results = results.into_iter();
         let mut may_release = false;
         let mut settles = Vec::with_capacity(deliveries.len());
@@ -95,8 +88,7 @@ impl ShardWorker {
                 Prepared::Marker(_) | Prepared::Event(_) => match results.next() {
                     Some(BatchResult::Event(Applied::Done(outcome))) => outcome,
                     Some(BatchResult::Event(Applied::Parked)) => {
-                        metrics::counter!(m::PARKED_TOTAL, "shard" => self.shard.to_string())
-                            .increment(1);
+                        session.metrics.parked.increment(1);
                         may_release = true;
                         settles.push(Settle::Ack);
                         continue;
@@ -110,9 +102,9 @@ impl ShardWorker {
                 },
             };
             if let Prepared::Event(event) = prepared {
-                self.record_lag(event);
+                super::steps::record_lag(session, event);
             }
-            settles.push(self.record(outcome, message_id));
+            settles.push(self.record(session, outcome, message_id));
         }
         Ok((settles, may_release))
     }
@@ -154,11 +146,66 @@ impl ShardWorker {
         Prepared::Dead(Rejection::DeliveryLimit)
     }
 
+    /// Applies `items` in arrival order: in ONE transaction, unless the
+    /// database's lock table cannot hold that transaction's per-entity locks
+    /// (SQLSTATE 53200, "out of shared memory"; about one lock per distinct
+    /// entity, held until commit). Then the group is split in halves, applied
+    /// in order, each in its own transaction, down to single messages (for
+    /// which 53200 is transient again: held and retried). Smaller
+    /// transactions in the same order have the same outcomes, and nothing is
+    /// acked before all of them committed. Later batches start from the
+    /// size that fit (see [`Session::group_limit`]).
+    async fn apply_in_order(
+        &self,
+        ch: &Channel,
+        session: &Session,
+        items: &[BatchItem<'_>],
+        shutdown: &CancellationToken,
+    ) -> Result<Vec<BatchResult>, BrokerError> {
+        let mut results = Vec::with_capacity(items.len());
+        let mut groups: VecDeque<&[BatchItem<'_>]> =
+            items.chunks(session.group_limit().max(1)).collect();
+        while let Some(group) = groups.pop_front() {
+            let splittable = group.len() > 1;
+            let applied = self
+                .held_unless(
+                    ch,
+                    shutdown,
+                    |e| splittable && lock_table_full(e),
+                    || session.apply_batch(group, self.shard),
+                )
+                .await;
+            match applied {
+                Ok(done) => results.extend(done),
+                Err(Held::GaveUp) => {
+                    let (first, second) = group.split_at(group.len() / 2);
+                    warn!(
+                        messages = group.len(),
+                        "PostgreSQL's lock table cannot hold this batch's per-entity locks \
+                         (out of shared memory); applying it in halves (raise \
+                         max_locks_per_transaction or lower BATCH_MAX)"
+                    );
+                    metrics::counter!(m::RETRIES_TOTAL, "shard" => session.metrics.shard.clone(), "reason" => "lock_table_full")
+                        .increment(1);
+                    session.lower_group_limit(first.len());
+                    groups.push_front(second);
+                    groups.push_front(first);
+                }
+                Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
+                Err(Held::Refused) => {
+                    results.extend(self.one_by_one(ch, session, group, shutdown).await?)
+                }
+            }
+        }
+        Ok(results)
+    }
+
     /// After the database refused the batch: each item in its own
     /// transaction, in order; a refused message is dead-lettered alone.
     async fn one_by_one(
         &self,
         ch: &Channel,
+        session: &Session,
         items: &[BatchItem<'_>],
         shutdown: &CancellationToken,
     ) -> Result<Vec<BatchResult>, BrokerError> {
@@ -167,13 +214,11 @@ impl ShardWorker {
         for item in items {
             let single = std::slice::from_ref(item);
             let applied = self
-                .held(ch, shutdown, || {
-                    store::apply_batch(&self.pool, single, self.shard)
-                })
+                .held(ch, shutdown, || session.apply_batch(single, self.shard))
                 .await;
             match applied {
                 Ok(mut one) => results.push(one.pop().unwrap_or(BatchResult::Marker)),
-                Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
+                Err(Held::Abandon | Held::GaveUp) => return Err(BrokerError::ChannelLost),
                 Err(Held::Refused) => {
                     let outcome = Outcome::DeadLettered(Rejection::DatabaseRefused);
                     results.push(BatchResult::Event(Applied::Done(outcome)));
@@ -184,10 +229,25 @@ impl ShardWorker {
     }
 }
 
+/// SQLSTATE 53200 (`out_of_memory`): PostgreSQL says "out of shared memory"
+/// when its lock table is full.
+fn lock_table_full(error: &StoreError) -> bool {
+    match error {
+        StoreError::Transient {
+            source: sqlx::Error::Database(db),
+            ..
+        } => db.code().as_deref() == Some("53200"),
+        _ => false,
+    }
+}
+
 /// Settles processed deliveries: rejects one by one first, then one
 /// `multiple = true` ack up to the last acked delivery (a multiple ack must
 /// never cover a delivery that is still to be rejected).
-pub(super) async fn settle_all(in_hand: &[InHand], shard: u16) -> Result<(), BrokerError> {
+pub(super) async fn settle_all(
+    in_hand: &[InHand],
+    metrics: &ShardMetrics,
+) -> Result<(), BrokerError> {
     let mut last_ack = None;
     for held in in_hand {
         match held.settle {
@@ -198,9 +258,9 @@ pub(super) async fn settle_all(in_hand: &[InHand], shard: u16) -> Result<(), Bro
     if let Some(delivery) = last_ack {
         super::settle_delivery(delivery, Settle::Ack, in_hand.len() > 1).await?;
     }
-    let shard = shard.to_string();
     for held in in_hand {
-        metrics::histogram!(m::HANDLE_DURATION_SECONDS, "shard" => shard.clone())
+        metrics
+            .handle_duration
             .record(held.received.elapsed().as_secs_f64());
     }
     Ok(())

@@ -17,8 +17,10 @@
 
 mod batch;
 mod hooks;
+mod lease;
 mod steps;
 
+use lease::Session;
 use steps::Held;
 
 pub use hooks::{EventHook, Hooks, Observed, OutcomeHook};
@@ -138,22 +140,33 @@ impl ShardWorker {
         )
         .await?;
         self.health.set_consumer(self.shard, true);
+        let session = Session::new(self.pool.clone(), self.shard);
         let mut release_tick = tokio::time::interval(handoff::RELEASE_EVERY);
         release_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Parked messages may be left from an earlier life: look once.
         let mut parked = true;
         loop {
+            let due = session.due();
             let next = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => None,
                 _ = release_tick.tick(), if parked => {
-                    parked = self.release_parked().await;
+                    parked = self.release_parked(&session).await;
                     continue;
                 }
                 next = consumer.next() => Some(next),
+                // Idle: the kept database connection goes back to the pool.
+                () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)),
+                    if due.is_some() => {
+                    session.give_back();
+                    continue;
+                }
             };
             let delivery = match next {
-                None => return self.finish(&ch, &tag, &mut consumer, Vec::new()).await,
+                None => {
+                    let finished = self.finish(&ch, &tag, &mut consumer, &session, Vec::new());
+                    return finished.await;
+                }
                 Some(Some(Ok(delivery))) => delivery,
                 Some(Some(Err(e))) => return Err(e.into()),
                 Some(None) => return Err(BrokerError::ConsumerCancelled),
@@ -164,11 +177,13 @@ impl ShardWorker {
                 self.fill(&mut consumer, &mut deliveries).await?;
             }
             let (settles, may_release) = if deliveries.len() == 1 {
-                let (settle, may_release) =
-                    self.process(ch.clone(), &deliveries[0], shutdown).await?;
+                let (settle, may_release) = self
+                    .process(&ch, &session, &deliveries[0], shutdown)
+                    .await?;
                 (vec![settle], may_release)
             } else {
-                self.process_batch(&ch, &deliveries, shutdown).await?
+                self.process_batch(&ch, &session, &deliveries, shutdown)
+                    .await?
             };
             parked |= may_release;
             let in_hand: Vec<InHand> = deliveries
@@ -181,9 +196,11 @@ impl ShardWorker {
                 })
                 .collect();
             if shutdown.is_cancelled() {
-                return self.finish(&ch, &tag, &mut consumer, in_hand).await;
+                return self
+                    .finish(&ch, &tag, &mut consumer, &session, in_hand)
+                    .await;
             }
-            batch::settle_all(&in_hand, self.shard).await?;
+            batch::settle_all(&in_hand, &session.metrics).await?;
         }
     }
 
@@ -199,6 +216,7 @@ impl ShardWorker {
         ch: &Channel,
         tag: &str,
         consumer: &mut lapin::Consumer,
+        session: &Session,
         mut unsettled: Vec<InHand>,
     ) -> Result<(), BrokerError> {
         let stopping = CancellationToken::new();
@@ -206,7 +224,7 @@ impl ShardWorker {
         while let Ok(Some(next)) = tokio::time::timeout(SHUTDOWN_LINGER, consumer.next()).await {
             let delivery = next?;
             let received = Instant::now();
-            let (settle, _) = self.process(ch.clone(), &delivery, &stopping).await?;
+            let (settle, _) = self.process(ch, session, &delivery, &stopping).await?;
             unsettled.push(InHand {
                 delivery,
                 settle,
@@ -216,7 +234,7 @@ impl ShardWorker {
         if !unsettled.is_empty() {
             let cancel = ch.basic_cancel(tag.into(), BasicCancelOptions::default());
             call("basic.cancel", cancel).await?;
-            batch::settle_all(&unsettled, self.shard).await?;
+            batch::settle_all(&unsettled, &session.metrics).await?;
         }
         let _ = call("channel.close", ch.close(200, "shutting down".into())).await;
         Ok(())
@@ -227,7 +245,8 @@ impl ShardWorker {
     /// releasable.
     async fn process(
         &self,
-        ch: Channel,
+        ch: &Channel,
+        session: &Session,
         delivery: &Delivery,
         shutdown: &CancellationToken,
     ) -> Result<(Settle, bool), BrokerError> {
@@ -239,7 +258,7 @@ impl ShardWorker {
             redelivered = delivery.redelivered,
         );
         async {
-            let decided = AssertUnwindSafe(self.decide(&ch, delivery, shutdown))
+            let decided = AssertUnwindSafe(self.decide(ch, session, delivery, shutdown))
                 .catch_unwind()
                 .await;
             let decision = decided.unwrap_or_else(|_| {
@@ -250,9 +269,9 @@ impl ShardWorker {
             let message_id = message_id.map(|id| id.as_str());
             Ok(match decision {
                 Decision::Abandon => return Err(BrokerError::ChannelLost),
-                Decision::Done(outcome) => (self.record(outcome, message_id), false),
+                Decision::Done(outcome) => (self.record(session, outcome, message_id), false),
                 Decision::Ack => (Settle::Ack, true),
-                Decision::Requeue(reason) => (self.requeue(delivery, reason), false),
+                Decision::Requeue(reason) => (self.requeue(session, delivery, reason), false),
             })
         }
         .instrument(span)

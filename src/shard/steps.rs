@@ -10,7 +10,7 @@ use lapin::message::Delivery;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{Decision, Observed, SHUTDOWN_GRACE, ShardWorker};
+use super::{Decision, Observed, SHUTDOWN_GRACE, Session, ShardWorker};
 use crate::broker::delivery;
 use crate::handoff;
 use crate::message::{self, Event, Rejection};
@@ -27,6 +27,9 @@ pub(super) enum Held {
     Refused,
     /// The channel died, or shutdown's grace ran out: the message comes back.
     Abandon,
+    /// The caller's `give_up` matched this transient error: the caller has
+    /// a better answer than waiting (e.g. a smaller transaction).
+    GaveUp,
 }
 
 impl ShardWorker {
@@ -34,10 +37,15 @@ impl ShardWorker {
     pub(super) async fn decide(
         &self,
         ch: &Channel,
+        session: &Session,
         delivery: &Delivery,
         shutdown: &CancellationToken,
     ) -> Decision {
         if let Some(epoch) = delivery::epoch_marker(delivery) {
+            // A step on the pool itself: never wait for a second connection
+            // while keeping one (with a pool smaller than the shard count,
+            // workers would wait on each other).
+            session.give_back();
             let passed = self
                 .held(ch, shutdown, || async {
                     Ok(handoff::pass_marker(&self.pool, self.shard, epoch).await?)
@@ -46,7 +54,7 @@ impl ShardWorker {
             debug!(epoch, "passed an epoch marker");
             return match passed {
                 Ok(()) => Decision::Ack,
-                Err(Held::Abandon) => Decision::Abandon,
+                Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
                 Err(Held::Refused) => Decision::Requeue("refused"),
             };
         }
@@ -64,22 +72,20 @@ impl ShardWorker {
             hook(&event);
         }
         let applied = self
-            .held(ch, shutdown, || {
-                store::apply(&self.pool, &event, self.shard)
-            })
+            .held(ch, shutdown, || session.apply(&event, self.shard))
             .await;
         match applied {
             Ok(Applied::Done(outcome)) => {
-                self.record_lag(&event);
+                record_lag(session, &event);
                 Decision::Done(outcome)
             }
             Ok(Applied::Parked) => {
-                metrics::counter!(m::PARKED_TOTAL, "shard" => self.shard.to_string()).increment(1);
+                session.metrics.parked.increment(1);
                 debug!("parked until older messages of this entity are done");
                 Decision::Ack
             }
             Err(Held::Refused) => Decision::Requeue("refused"),
-            Err(Held::Abandon) => Decision::Abandon,
+            Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
         }
     }
 
@@ -90,6 +96,22 @@ impl ShardWorker {
         &self,
         ch: &Channel,
         shutdown: &CancellationToken,
+        step: F,
+    ) -> Result<T, Held>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        self.held_unless(ch, shutdown, |_| false, step).await
+    }
+
+    /// [`Self::held`], but a transient error that `give_up` matches ends it
+    /// at once with [`Held::GaveUp`].
+    pub(super) async fn held_unless<T, F, Fut>(
+        &self,
+        ch: &Channel,
+        shutdown: &CancellationToken,
+        give_up: impl Fn(&StoreError) -> bool,
         mut step: F,
     ) -> Result<T, Held>
     where
@@ -110,6 +132,7 @@ impl ShardWorker {
                     warn!(error = %e, "the database refused this message");
                     return Err(Held::Refused);
                 }
+                Err(e) if give_up(&e) => return Err(Held::GaveUp),
                 Err(e) => e,
             };
             metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => error.reason())
@@ -131,7 +154,12 @@ impl ShardWorker {
     }
 
     /// Counts, logs and reports an outcome; returns the broker action.
-    pub(super) fn record(&self, outcome: Outcome, message_id: Option<&str>) -> Settle {
+    pub(super) fn record(
+        &self,
+        session: &Session,
+        outcome: Outcome,
+        message_id: Option<&str>,
+    ) -> Settle {
         if let Some(hook) = &self.hooks.on_outcome {
             hook(&Observed {
                 shard: self.shard,
@@ -139,12 +167,11 @@ impl ShardWorker {
                 message_id,
             });
         }
-        let shard = self.shard.to_string();
-        metrics::counter!(m::MESSAGES_TOTAL, "shard" => shard.clone(), "outcome" => outcome.label())
-            .increment(1);
+        session.metrics.outcome(outcome);
         match outcome {
             Outcome::DeadLettered(rejection) => {
                 warn!(reason = rejection.reason(), detail = %rejection, "dead-lettering a message");
+                let shard = session.metrics.shard.clone();
                 metrics::counter!(m::DEAD_LETTERS_TOTAL, "shard" => shard, "reason" => rejection.reason())
                     .increment(1);
             }
@@ -155,21 +182,28 @@ impl ShardWorker {
 
     /// A handler failure: requeue it, and if that return exhausts the queue's
     /// delivery limit (the queue then dead-letters it), count it as such.
-    pub(super) fn requeue(&self, delivery: &Delivery, reason: &'static str) -> Settle {
+    pub(super) fn requeue(
+        &self,
+        session: &Session,
+        delivery: &Delivery,
+        reason: &'static str,
+    ) -> Settle {
         metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => reason)
             .increment(1);
         let returns = delivery::previous_deliveries(delivery) + 1;
         if returns > u64::from(self.delivery_limit) {
             let message_id = delivery.properties.message_id().as_ref();
             let outcome = Outcome::DeadLettered(Rejection::DeliveryLimit);
-            self.record(outcome, message_id.map(|id| id.as_str()));
+            self.record(session, outcome, message_id.map(|id| id.as_str()));
         }
         Settle::Requeue
     }
 
     /// Applies this shard's parked messages that may go now. Returns true
     /// while some remain parked. A database failure only delays it.
-    pub(super) async fn release_parked(&self) -> bool {
+    pub(super) async fn release_parked(&self, session: &Session) -> bool {
+        // On the pool itself: see the marker step in `decide`.
+        session.give_back();
         let released = match handoff::release(&self.pool, self.shard, RELEASE_BATCH).await {
             Ok(released) => released,
             Err(e) => {
@@ -181,7 +215,7 @@ impl ShardWorker {
         for r in &released {
             let outcome = store::parse_result(&r.hasil);
             if let Applied::Done(outcome) = outcome {
-                self.record(outcome, Some(&r.message_id));
+                self.record(session, outcome, Some(&r.message_id));
             }
             metrics::histogram!(m::HANDOFF_DURATION_SECONDS).record(r.tunggu);
         }
@@ -203,14 +237,14 @@ impl ShardWorker {
             Err(_) => true,
         }
     }
+}
 
-    pub(super) fn record_lag(&self, event: &Event) {
-        let lag = event
-            .published_at
-            .and_then(|t| SystemTime::now().duration_since(t).ok());
-        if let Some(lag) = lag {
-            metrics::histogram!(m::END_TO_END_LAG_SECONDS, "shard" => self.shard.to_string())
-                .record(lag.as_secs_f64());
-        }
+/// Records the publish-to-commit lag of an event that carried a timestamp.
+pub(super) fn record_lag(session: &Session, event: &Event) {
+    let lag = event
+        .published_at
+        .and_then(|t| SystemTime::now().duration_since(t).ok());
+    if let Some(lag) = lag {
+        session.metrics.lag.record(lag.as_secs_f64());
     }
 }

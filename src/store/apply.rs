@@ -3,7 +3,7 @@
 //! parking while older messages of the entity may wait on another shard
 //! (see [`crate::handoff`]). One statement: one transaction, one round trip.
 
-use sqlx::PgPool;
+use sqlx::{Connection, PgConnection};
 
 use super::StoreError;
 use crate::message::Event;
@@ -19,9 +19,13 @@ pub enum Applied {
     Parked,
 }
 
-/// Applies `event`, received on `shard`, exactly once in effect. The caller
-/// acks after it returns.
-pub async fn apply(pool: &PgPool, event: &Event, shard: u16) -> Result<Applied, StoreError> {
+/// Applies `event`, received on `shard`, exactly once in effect, in one
+/// statement that is its own transaction (`executor`: a pool, or a
+/// connection outside any transaction). The caller acks after it returns.
+pub async fn apply<'c, E>(executor: E, event: &Event, shard: u16) -> Result<Applied, StoreError>
+where
+    E: sqlx::PgExecutor<'c>,
+{
     let result: String =
         sqlx::query_scalar("SELECT urutan_terapkan($1, $2, $3, $4, $5::jsonb, $6)")
             .bind(&event.message_id)
@@ -30,7 +34,7 @@ pub async fn apply(pool: &PgPool, event: &Event, shard: u16) -> Result<Applied, 
             .bind(event.versi)
             .bind(event.data.as_deref().map(|raw| raw.get()))
             .bind(i32::from(shard))
-            .fetch_one(pool)
+            .fetch_one(executor)
             .await?;
     Ok(parse_result(&result))
 }
@@ -71,16 +75,17 @@ const STATEMENT_BYTES: usize = 8 * 1024;
 
 /// Applies `items` (one shard's deliveries, in arrival order) in ONE
 /// transaction with exactly the outcomes they would have one by one.
+/// `conn` must not be inside a transaction (a pooled connection: `&mut *pool.acquire().await?`).
 pub async fn apply_batch(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     items: &[BatchItem<'_>],
     shard: u16,
 ) -> Result<Vec<BatchResult>, StoreError> {
     let chunks = chunk_by_size(items, STATEMENT_BYTES);
     if chunks.len() == 1 {
-        return apply_chunk(pool, items, shard).await;
+        return apply_chunk(&mut *conn, items, shard).await;
     }
-    let mut tx = pool.begin().await?;
+    let mut tx = conn.begin().await?;
     let mut results = Vec::with_capacity(items.len());
     for chunk in chunks {
         results.extend(apply_chunk(&mut *tx, chunk, shard).await?);

@@ -174,9 +174,10 @@ fn any_chunking_of_a_stream_matches_one_by_one() {
             let one_state = state(&db).await;
             reset(&db).await;
             let mut batched = Vec::new();
+            let mut conn = db.acquire().await.expect("conn");
             for part in events.chunks(chunk) {
                 let items: Vec<BatchItem<'_>> = part.iter().map(BatchItem::Event).collect();
-                for r in store::apply_batch(&db, &items, 0).await.expect("batch") {
+                for r in store::apply_batch(&mut conn, &items, 0).await.expect("batch") {
                     batched.push(match r {
                         BatchResult::Event(applied) => applied,
                         BatchResult::Marker => Applied::Parked,
@@ -278,7 +279,8 @@ async fn a_large_batch_split_into_several_statements_matches_one_by_one() {
     reset(&db).await;
     // ~100 KB of parameters: sent as many statements in one transaction.
     let items: Vec<BatchItem<'_>> = events.iter().map(BatchItem::Event).collect();
-    let batched: Vec<Applied> = store::apply_batch(&db, &items, 0)
+    let mut conn = db.acquire().await.expect("conn");
+    let batched: Vec<Applied> = store::apply_batch(&mut conn, &items, 0)
         .await
         .expect("batch")
         .into_iter()
@@ -289,4 +291,90 @@ async fn a_large_batch_split_into_several_statements_matches_one_by_one() {
         .collect();
     assert_eq!(one, batched);
     assert_eq!(one_state, state(&db).await);
+}
+
+/// Gives `db` a lock budget of `budget` per-entity (advisory) locks per
+/// transaction: `urutan_terapkan_batch` raises what PostgreSQL raises when
+/// its shared lock table is full (SQLSTATE 53200, "out of shared memory")
+/// once its transaction holds more. The real table is server-wide (64 ×
+/// max_connections by default, set at server start), so filling it would
+/// fail every other session on the server; this reaches the same error
+/// from the same statement in this test's database only. Each overflow
+/// bumps the sequence `lock_overflows` (sequences ignore the rollback).
+async fn limit_locks_per_transaction(db: &PgPool, budget: i64) {
+    let statements = [
+        "CREATE SEQUENCE lock_overflows".to_owned(),
+        "ALTER FUNCTION urutan_terapkan_batch(TEXT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT[], INT)
+         RENAME TO urutan_terapkan_batch_asli"
+            .to_owned(),
+        format!(
+            "CREATE FUNCTION urutan_terapkan_batch(
+                 p_message_ids TEXT[], p_ids TEXT[], p_statuses TEXT[], p_versis BIGINT[],
+                 p_datas TEXT[], p_markers BIGINT[], p_shard INT)
+             RETURNS TEXT[] LANGUAGE plpgsql AS $$
+             DECLARE
+                 v_hasil TEXT[] := urutan_terapkan_batch_asli(
+                     p_message_ids, p_ids, p_statuses, p_versis, p_datas, p_markers, p_shard);
+             BEGIN
+                 IF (SELECT count(*) FROM pg_locks
+                     WHERE locktype = 'advisory' AND pid = pg_backend_pid()) > {budget} THEN
+                     PERFORM nextval('lock_overflows');
+                     RAISE EXCEPTION 'out of shared memory' USING ERRCODE = '53200',
+                         HINT = 'You might need to increase max_locks_per_transaction.';
+                 END IF;
+                 RETURN v_hasil;
+             END
+             $$"
+        ),
+    ];
+    for sql in statements {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(db)
+            .await
+            .expect("lock budget");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_larger_than_the_lock_table_is_applied_in_smaller_transactions_in_order() {
+    let env = TestEnv::new("batchlocks").await;
+    let mut settings = env.settings(1);
+    settings.prefetch = 64;
+    let db = env.db().await;
+    limit_locks_per_transaction(&db, 10).await;
+    let (hooks, counts) = counting_hooks();
+    let conn = urutan::broker::connect(&settings.amqp_url, "t")
+        .await
+        .expect("connect");
+    urutan::broker::topology::declare(&conn, &urutan::broker::Names::new("pesanan"), 1, 5, false)
+        .await
+        .expect("declare");
+    // 60 orders × 4 versions, version-major: a full batch of 64 holds ~60
+    // entity locks, far over the budget of 10.
+    let (entities, versions) = (60, 4);
+    let mut msgs = Vec::new();
+    for v in 1..=versions {
+        for e in 0..entities {
+            msgs.push(Msg::event(&format!("L-{e:03}"), v));
+        }
+    }
+    env.publisher().await.send_all(&msgs).await;
+    let pool = RunningPool::start_with(settings, hooks).await;
+    let total = msgs.len() as i64;
+    wait_for("every version applied", Duration::from_secs(60), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == total }
+    })
+    .await;
+    pool.stop().await;
+    let overflows: i64 = count(
+        &db,
+        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM lock_overflows",
+    )
+    .await;
+    assert!(overflows > 0, "the lock budget was hit");
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    let c = counts.lock().map(|c| c.clone()).unwrap_or_default();
+    assert_eq!(c.get("applied"), Some(&(msgs.len())), "outcomes: {c:?}");
+    assert_eq!(c.values().sum::<usize>(), msgs.len(), "outcomes: {c:?}");
 }

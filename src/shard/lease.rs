@@ -1,0 +1,145 @@
+//! The database connection a shard worker keeps between consecutive
+//! messages, and the metric handles it registers once.
+//!
+//! sqlx pings every connection that goes back to the pool (a Sync and its
+//! ReadyForQuery: one more round trip, and a spawned task), so taking a
+//! pooled connection per message costs two round trips where the apply
+//! statement needs one. A worker instead keeps the connection it took for at
+//! most [`HOLD`], then gives it back (the ping then still checks it), so
+//! other shards and the pool's own users get their turn even when the pool
+//! is smaller than the number of shards.
+//!
+//! Invariants: a worker never waits for a pooled connection while keeping
+//! one (steps that use the pool directly give the kept one back first), so
+//! workers cannot wait on each other when the pool is smaller than the
+//! number of shards; a connection is only kept after a statement that succeeded
+//! (after any error it goes back to the pool, whose ping closes it if it is
+//! broken); it is never kept across a transaction boundary (every statement
+//! run on it commits or rolls back before it is put back).
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres};
+
+use crate::message::Event;
+use crate::metrics::ShardMetrics;
+use crate::store::{self, Applied, BatchItem, BatchResult, StoreError};
+
+/// Longest time a worker keeps a pooled connection before giving it back.
+pub(super) const HOLD: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A connection taken from the pool, and when.
+pub(super) struct Leased {
+    pub conn: PoolConnection<Postgres>,
+    since: Instant,
+}
+
+/// How long a lowered batch group limit lasts (the lock table may have
+/// been full because of other sessions for a while).
+const GROUP_LIMIT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What one channel life of a shard worker keeps between deliveries.
+pub(super) struct Session {
+    pool: PgPool,
+    kept: Mutex<Option<Leased>>,
+    /// Batch mode: most messages per transaction since PostgreSQL's lock
+    /// table last overflowed, and when that was.
+    group_limit: Mutex<Option<(usize, Instant)>>,
+    pub metrics: ShardMetrics,
+}
+
+impl Session {
+    pub fn new(pool: PgPool, shard: u16) -> Self {
+        Self {
+            pool,
+            kept: Mutex::new(None),
+            group_limit: Mutex::new(None),
+            metrics: ShardMetrics::new(shard),
+        }
+    }
+
+    /// Most messages a batch transaction should hold: unlimited, or the
+    /// size that fit PostgreSQL's lock table after an overflow in the last
+    /// [`GROUP_LIMIT_FOR`].
+    pub fn group_limit(&self) -> usize {
+        let mut limit = self.group_limit.lock().unwrap_or_else(|e| e.into_inner());
+        match *limit {
+            Some((n, since)) if since.elapsed() < GROUP_LIMIT_FOR => n,
+            _ => {
+                *limit = None;
+                usize::MAX
+            }
+        }
+    }
+
+    /// After an overflow: batches hold at most `n` messages per
+    /// transaction for a while.
+    pub fn lower_group_limit(&self, n: usize) {
+        let mut limit = self.group_limit.lock().unwrap_or_else(|e| e.into_inner());
+        let n = limit.map_or(n, |(old, _)| old.min(n)).max(1);
+        *limit = Some((n, Instant::now()));
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Leased>> {
+        // Nothing panics while holding the lock; a poisoned one is still consistent.
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The kept connection if it is younger than [`HOLD`], else a fresh one
+    /// from the pool (waiting at most the pool's acquire timeout).
+    pub async fn take(&self) -> Result<Leased, StoreError> {
+        let kept = self.slot().take();
+        if let Some(leased) = kept
+            && leased.since.elapsed() < HOLD
+        {
+            return Ok(leased);
+        }
+        let conn = self.pool.acquire().await?;
+        Ok(Leased {
+            conn,
+            since: Instant::now(),
+        })
+    }
+
+    /// Keeps `leased` for the next statement if `ok` (its statement
+    /// succeeded) and it is younger than [`HOLD`]; otherwise it goes back to
+    /// the pool.
+    pub fn put(&self, leased: Leased, ok: bool) {
+        if ok && leased.since.elapsed() < HOLD {
+            *self.slot() = Some(leased);
+        }
+    }
+
+    /// [`store::apply`] on the kept connection.
+    pub async fn apply(&self, event: &Event, shard: u16) -> Result<Applied, StoreError> {
+        let mut leased = self.take().await?;
+        let applied = store::apply(&mut *leased.conn, event, shard).await;
+        self.put(leased, applied.is_ok());
+        applied
+    }
+
+    /// [`store::apply_batch`] on the kept connection.
+    pub async fn apply_batch(
+        &self,
+        items: &[BatchItem<'_>],
+        shard: u16,
+    ) -> Result<Vec<BatchResult>, StoreError> {
+        let mut leased = self.take().await?;
+        let results = store::apply_batch(&mut leased.conn, items, shard).await;
+        self.put(leased, results.is_ok());
+        results
+    }
+
+    /// When the kept connection is due back to the pool (`None`: none kept).
+    pub fn due(&self) -> Option<tokio::time::Instant> {
+        let since = self.slot().as_ref()?.since;
+        Some(tokio::time::Instant::from_std(since + HOLD))
+    }
+
+    /// Gives the kept connection back to the pool.
+    pub fn give_back(&self) {
+        drop(self.slot().take());
+    }
+}
