@@ -103,6 +103,12 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
 
     let pool = RunningPool::start(as_role(&roles.worker, 4)).await;
     pool.wait_ready().await;
+    // A ring change cut short: the relay role must open the epoch and clear
+    // the flag before it publishes.
+    sqlx::query("INSERT INTO urutan_ring_berubah DEFAULT VALUES")
+        .execute(&admin)
+        .await
+        .expect("flag");
     let relay = start_relay(as_role(&roles.relay, 4));
     let producer_db = urutan::store::connect(&roles.url(&roles.producer), 2)
         .await
@@ -123,6 +129,11 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
         count(&admin, "SELECT count(*) FROM urutan_ring").await,
         2,
         "the grow was recorded"
+    );
+    assert_eq!(
+        count(&admin, "SELECT count(*) FROM urutan_ring_berubah").await,
+        0,
+        "the flag was cleared"
     );
     // The dedup purge as the worker role.
     let worker_db = urutan::store::connect(&roles.url(&roles.worker), 1)
