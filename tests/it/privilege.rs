@@ -110,6 +110,14 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
         .await
         .expect("flag");
     let relay = start_relay(as_role(&roles.relay, 4));
+    wait_for("the relay opened the epoch", Duration::from_secs(30), || {
+        let admin = admin.clone();
+        async move {
+            let sql = "SELECT count(*) FROM urutan_epoch WHERE alasan = 'a ring change was cut short'";
+            count(&admin, sql).await == 1
+        }
+    })
+    .await;
     let producer_db = urutan::store::connect(&roles.url(&roles.producer), 2)
         .await
         .expect("producer connects");
