@@ -388,6 +388,20 @@ impl Report {
             fmt_ratio(ratio(w41, self.db_ceiling(4, 1))),
             fmt_rate(self.db_ceiling(4, 1)),
         ));
+        // Strict mode cannot overlap the two: the next delivery comes only
+        // after the ack, the ack only after the commit. Each shard's message
+        // costs one broker turn plus one commit, so the pool is bounded by
+        // 1 / (1/broker + 1/database) at the same shards and concurrency.
+        let serial = self
+            .broker_ceiling(4, 1)
+            .zip(self.db_ceiling(4, 1))
+            .map(|(b, d)| 1.0 / (1.0 / b + 1.0 / d));
+        out.push(format!(
+            "PREFETCH=1, 4 shards, serial bound (one broker turn then one commit per message, never overlapped: 1 / (1/broker + 1/database)): {} msg/s = {} the broker-only ceiling; the worker reaches {} of it",
+            fmt_rate(serial),
+            fmt_ratio(ratio(serial, self.broker_ceiling(4, 1))),
+            fmt_ratio(ratio(w41, serial)),
+        ));
         let best = self
             .plan
             .shard_counts

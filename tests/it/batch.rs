@@ -378,3 +378,153 @@ async fn a_batch_larger_than_the_lock_table_is_applied_in_smaller_transactions_i
     assert_eq!(c.get("applied"), Some(&(msgs.len())), "outcomes: {c:?}");
     assert_eq!(c.values().sum::<usize>(), msgs.len(), "outcomes: {c:?}");
 }
+
+/// Everything `urutan_terapkan_batch` can touch, in a comparable form.
+type FullState = (
+    Vec<(String, String, i64, i64)>,
+    Vec<(String, i64, String, String, i32)>,
+    Vec<(String, String, i64, i32, i64)>,
+    Vec<String>,
+    Vec<(i32, i64)>,
+);
+
+async fn full_state(db: &PgPool) -> FullState {
+    (
+        sqlx::query_as("SELECT id, status, versi, epoch FROM pesanan ORDER BY id")
+            .fetch_all(db)
+            .await
+            .expect("pesanan"),
+        sqlx::query_as(
+            "SELECT pesanan_id, versi, status, message_id, shard FROM pesanan_riwayat ORDER BY seq",
+        )
+        .fetch_all(db)
+        .await
+        .expect("riwayat"),
+        sqlx::query_as(
+            "SELECT pesanan_id, message_id, versi, shard, epoch FROM urutan_parkir ORDER BY seq",
+        )
+        .fetch_all(db)
+        .await
+        .expect("parkir"),
+        sqlx::query_scalar("SELECT message_id FROM pesan_diproses ORDER BY 1")
+            .fetch_all(db)
+            .await
+            .expect("diproses"),
+        sqlx::query_as("SELECT shard, epoch FROM urutan_shard ORDER BY shard")
+            .fetch_all(db)
+            .await
+            .expect("shard"),
+    )
+}
+
+/// A starting state: two active shards at some epochs, orders last applied
+/// in some epoch, maybe a parked message, maybe already processed ids.
+async fn seed_state(db: &PgPool, seed: u64) {
+    let mut x = seed;
+    let mut next = move |n: u64| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    sqlx::query("TRUNCATE pesanan, pesan_diproses, pesanan_riwayat, urutan_parkir, urutan_shard")
+        .execute(db)
+        .await
+        .expect("truncate");
+    let (e0, e1) = (next(3) as i64, next(3) as i64);
+    sqlx::query("INSERT INTO urutan_shard (shard, epoch) VALUES (0, $1), (1, $2)")
+        .bind(e0)
+        .bind(e1)
+        .execute(db)
+        .await
+        .expect("shards");
+    for entity in 0..6 {
+        if next(3) > 0 {
+            sqlx::query("INSERT INTO pesanan (id, status, versi, epoch) VALUES ($1, 's', $2, $3)")
+                .bind(format!("E-{entity}"))
+                .bind(next(4) as i64)
+                .bind(next(3) as i64)
+                .execute(db)
+                .await
+                .expect("pesanan");
+        }
+    }
+    if next(4) == 0 {
+        sqlx::query(
+            "INSERT INTO urutan_parkir (pesanan_id, message_id, status, versi, shard, epoch)
+             VALUES ($1, 'parked-before', 's', 9, 1, $2)",
+        )
+        .bind(format!("E-{}", next(6)))
+        .bind(next(3) as i64)
+        .execute(db)
+        .await
+        .expect("parkir");
+    }
+    sqlx::query("INSERT INTO pesan_diproses (message_id) VALUES ('m-0'), ('m-5')")
+        .execute(db)
+        .await
+        .expect("diproses");
+}
+
+/// The set-based `urutan_terapkan_batch` (migration 0006) against the
+/// per-message loop it replaces (`urutan_terapkan_batch_urut`), from the
+/// same random starting states (epochs in progress, parked orders, stored
+/// versions, processed ids) with random batches (markers, duplicates,
+/// stale and repeated versions): identical answers and identical rows,
+/// including the parked ones and the history order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_set_based_batch_matches_the_per_message_loop() {
+    let env = TestEnv::new("batchset").await;
+    let db = env.db().await;
+    let mut fast_paths = 0;
+    for seed in 0..60u64 {
+        let msgs = stream(seed, 6, 1 + (seed as usize * 7) % 40);
+        let with_marker = seed % 5 == 0;
+        let mut rows: Vec<(Option<String>, Option<String>, Option<i64>, Option<i64>)> = msgs
+            .iter()
+            .map(|m| {
+                let e = event(m);
+                (Some(e.message_id), Some(e.entity_id), Some(e.versi), None)
+            })
+            .collect();
+        if with_marker {
+            rows.insert(rows.len() / 2, (None, None, None, Some(3)));
+        }
+        let call = |function: &'static str| {
+            let rows = rows.clone();
+            let db = db.clone();
+            async move {
+                let sql = format!("SELECT {function}($1, $2, $3, $4, $5, $6, 0)");
+                let statuses: Vec<Option<String>> =
+                    rows.iter().map(|r| r.2.map(|v| format!("s{v}"))).collect();
+                let datas: Vec<Option<String>> = rows
+                    .iter()
+                    .map(|r| r.2.map(|v| format!(r#"{{"v":{v}}}"#)))
+                    .collect();
+                let answers: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .bind(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>())
+                    .bind(rows.iter().map(|r| r.1.clone()).collect::<Vec<_>>())
+                    .bind(statuses)
+                    .bind(rows.iter().map(|r| r.2).collect::<Vec<_>>())
+                    .bind(datas)
+                    .bind(rows.iter().map(|r| r.3).collect::<Vec<_>>())
+                    .fetch_one(&db)
+                    .await
+                    .unwrap_or_else(|e| panic!("{function}: {e}"));
+                (answers, full_state(&db).await)
+            }
+        };
+        seed_state(&db, seed).await;
+        let looped = call("urutan_terapkan_batch_urut").await;
+        seed_state(&db, seed).await;
+        let set = call("urutan_terapkan_batch").await;
+        assert_eq!(looped, set, "seed {seed}");
+        if !with_marker && !looped.0.iter().any(|a| a == "parked") {
+            fast_paths += 1;
+        }
+    }
+    assert!(
+        fast_paths > 10,
+        "the set-based path ran only {fast_paths} times"
+    );
+}
