@@ -135,4 +135,14 @@ mod tests {
         h.broker_down();
         assert!(!h.is_ready());
     }
+
+    #[test]
+    fn the_gauge_reports_what_readyz_answers() {
+        let h = Health::new(Role::Relay);
+        assert_eq!(h.role.label(), "relay");
+        assert!(!h.report());
+        h.set_database(true);
+        h.broker_up(0);
+        assert!(h.report());
+    }
 }
