@@ -64,10 +64,9 @@ done < <(find deploy -name '*.json' -type f -print0 | sort -z)
 # The dashboard's queries are valid PromQL: substitute Grafana's variables,
 # write each query as a recording rule and let promtool parse them.
 dashboard_promql() {
-    local rules
+    local rules status=0
     rules=$(mktemp --suffix=.yaml)
-    trap 'rm -f "$rules"' RETURN
-    python3 - "$1" >"$rules" <<'EOF'
+    python3 - "$1" >"$rules" <<'EOF' || status=$?
 import json, sys
 
 def exprs(node):
@@ -95,7 +94,9 @@ for n, expr in enumerate(exprs(dashboard)):
 if found == 0:
     sys.exit("no queries found")
 EOF
-    promtool check rules "$rules"
+    [[ $status -ne 0 ]] || promtool check rules "$rules" || status=$?
+    rm -f "$rules"
+    return "$status"
 }
 while IFS= read -r -d '' dash; do
     check "promtool parses every query of ${dash}" dashboard_promql "$dash"
