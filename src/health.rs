@@ -8,9 +8,29 @@ use std::time::Duration;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
+/// Which process this is: the `role` label of `urutan_ready`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `urutan run`.
+    #[default]
+    Worker,
+    /// `urutan relay`.
+    Relay,
+}
+
+impl Role {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Worker => "worker",
+            Self::Relay => "relay",
+        }
+    }
+}
+
 /// Shared, lock-light view of what the process can reach right now.
 #[derive(Debug, Default)]
 pub struct Health {
+    role: Role,
     database: AtomicBool,
     broker: AtomicBool,
     /// One flag per owned shard: true while its consumer is registered.
@@ -18,6 +38,25 @@ pub struct Health {
 }
 
 impl Health {
+    pub fn new(role: Role) -> Self {
+        Self {
+            role,
+            ..Self::default()
+        }
+    }
+
+    /// [`Self::is_ready`], also set as `urutan_ready{role}` (1 or 0), so the
+    /// gauge a scrape sees is what `/readyz` answers at that moment.
+    pub fn report(&self) -> bool {
+        let ready = self.is_ready();
+        metrics::gauge!(crate::metrics::READY, "role" => self.role.label()).set(if ready {
+            1.0
+        } else {
+            0.0
+        });
+        ready
+    }
+
     /// Ready means: database and broker up, and every owned shard consuming
     /// (a relay owns no shard).
     pub fn is_ready(&self) -> bool {
@@ -95,5 +134,15 @@ mod tests {
         h.set_database(true);
         h.broker_down();
         assert!(!h.is_ready());
+    }
+
+    #[test]
+    fn the_gauge_reports_what_readyz_answers() {
+        let h = Health::new(Role::Relay);
+        assert_eq!(h.role.label(), "relay");
+        assert!(!h.report());
+        h.set_database(true);
+        h.broker_up(0);
+        assert!(h.report());
     }
 }

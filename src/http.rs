@@ -36,12 +36,13 @@ pub async fn serve(
 }
 
 async fn render_metrics(State(state): State<AppState>) -> String {
+    state.health.report();
     state.metrics.run_upkeep();
     state.metrics.render()
 }
 
 async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.health.is_ready() {
+    if state.health.report() {
         (StatusCode::OK, "ready\n")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")

@@ -140,10 +140,12 @@ async fn run_relay(settings: Settings, relay: RelaySettings) -> anyhow::Result<(
     info!(http = %listener.local_addr()?, "urutan relay starting");
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    let health = std::sync::Arc::new(urutan::health::Health::default());
+    let health = std::sync::Arc::new(urutan::health::Health::new(urutan::health::Role::Relay));
+    let metrics = urutan::metrics::install();
+    urutan::metrics::register_relay();
     let http = tokio::spawn(urutan::http::serve(
         listener,
-        urutan::metrics::install(),
+        metrics,
         health.clone(),
         shutdown.clone(),
     ));

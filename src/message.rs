@@ -95,6 +95,28 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// Every rejection (a new variant belongs here too): the bounded label
+    /// set `urutan_dead_letters_total{reason}` is registered with at startup.
+    pub const ALL: [Rejection; 17] = [
+        Rejection::HeadersTooLarge,
+        Rejection::MissingMessageId,
+        Rejection::InvalidMessageId,
+        Rejection::MissingEntityHeader,
+        Rejection::EntityHeaderNotString,
+        Rejection::InvalidEntityHeader,
+        Rejection::NotPersistent,
+        Rejection::BodyTooLarge,
+        Rejection::BodyNotUtf8,
+        Rejection::InvalidJson,
+        Rejection::InvalidStatus,
+        Rejection::InvalidVersi,
+        Rejection::IdMismatch,
+        Rejection::NulCharacter,
+        Rejection::TooDeep,
+        Rejection::DeliveryLimit,
+        Rejection::DatabaseRefused,
+    ];
+
     /// The `reason` label of `urutan_dead_letters_total`.
     pub fn reason(self) -> &'static str {
         match self {
@@ -461,24 +483,7 @@ mod tests {
     #[test]
     fn every_reason_label_is_distinct() {
         use std::collections::HashSet;
-        let all = [
-            Rejection::MissingMessageId,
-            Rejection::InvalidMessageId,
-            Rejection::MissingEntityHeader,
-            Rejection::EntityHeaderNotString,
-            Rejection::InvalidEntityHeader,
-            Rejection::NotPersistent,
-            Rejection::BodyTooLarge,
-            Rejection::BodyNotUtf8,
-            Rejection::InvalidJson,
-            Rejection::InvalidStatus,
-            Rejection::InvalidVersi,
-            Rejection::IdMismatch,
-            Rejection::NulCharacter,
-            Rejection::TooDeep,
-            Rejection::DeliveryLimit,
-            Rejection::DatabaseRefused,
-        ];
+        let all = Rejection::ALL;
         let labels: HashSet<_> = all.iter().map(|r| r.reason()).collect();
         assert_eq!(labels.len(), all.len());
     }

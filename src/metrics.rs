@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::message::Rejection;
 use crate::outcome::Outcome;
 
 pub const MESSAGES_TOTAL: &str = "urutan_messages_total";
@@ -25,6 +26,20 @@ pub const SHARDS: &str = "urutan_shards";
 pub const RESHARDING: &str = "urutan_resharding";
 pub const RESHARDING_DURATION_SECONDS: &str = "urutan_resharding_duration_seconds";
 pub const OUTBOX_PUBLISH_DURATION_SECONDS: &str = "urutan_outbox_publish_duration_seconds";
+pub const READY: &str = "urutan_ready";
+
+/// Every `reason` of `urutan_retries_total` the code emits (see
+/// `StoreError::reason` and the handler's requeue reasons).
+pub const RETRY_REASONS: &[&str] = &[
+    "connection",
+    "pool_timeout",
+    "serialization",
+    "deadlock",
+    "database",
+    "refused",
+    "panic",
+    "lock_table_full",
+];
 
 /// The per-message metrics of one shard worker, registered once (a
 /// `counter!` with a `shard` label builds its key, formats the label and
@@ -37,6 +52,7 @@ pub struct ShardMetrics {
     applied: Counter,
     stale: Counter,
     duplicate: Counter,
+    dead_lettered: Counter,
     /// `urutan_handle_duration_seconds{shard}`.
     pub handle_duration: Histogram,
     /// `urutan_end_to_end_lag_seconds{shard}`.
@@ -46,13 +62,25 @@ pub struct ShardMetrics {
 }
 
 impl ShardMetrics {
+    /// Registers every bounded counter series of the shard at zero (each
+    /// outcome, each dead-letter reason, each retry reason), so `rate()` and
+    /// `increase()` see a series from the first scrape, not from its first event.
     pub fn new(shard: u16) -> Self {
         let label = shard.to_string();
         let outcome = |o: &'static str| metrics::counter!(MESSAGES_TOTAL, "shard" => label.clone(), "outcome" => o);
+        for reason in Rejection::ALL.map(Rejection::reason) {
+            metrics::counter!(DEAD_LETTERS_TOTAL, "shard" => label.clone(), "reason" => reason)
+                .increment(0);
+        }
+        for reason in RETRY_REASONS {
+            metrics::counter!(RETRIES_TOTAL, "shard" => label.clone(), "reason" => *reason)
+                .increment(0);
+        }
         Self {
             applied: outcome("applied"),
             stale: outcome("stale"),
             duplicate: outcome("duplicate"),
+            dead_lettered: outcome("dead_lettered"),
             handle_duration: metrics::histogram!(HANDLE_DURATION_SECONDS, "shard" => label.clone()),
             lag: metrics::histogram!(END_TO_END_LAG_SECONDS, "shard" => label.clone()),
             parked: metrics::counter!(PARKED_TOTAL, "shard" => label.clone()),
@@ -66,12 +94,26 @@ impl ShardMetrics {
             Outcome::Applied => self.applied.increment(1),
             Outcome::Stale => self.stale.increment(1),
             Outcome::Duplicate => self.duplicate.increment(1),
-            Outcome::DeadLettered(_) => metrics::counter!(
-                MESSAGES_TOTAL, "shard" => self.shard.clone(), "outcome" => outcome.label()
-            )
-            .increment(1),
+            Outcome::DeadLettered(_) => self.dead_lettered.increment(1),
         }
     }
+}
+
+/// Registers the process-wide series of `urutan run` at zero (histograms
+/// with empty buckets), so alerts and panels see them from the first scrape.
+pub fn register_worker() {
+    metrics::counter!(BROKER_RECONNECTS_TOTAL).increment(0);
+    metrics::counter!(HANDOFFS_TOTAL).increment(0);
+    metrics::counter!(EPOCHS_TOTAL).increment(0);
+    let _ = metrics::histogram!(HANDOFF_DURATION_SECONDS);
+    let _ = metrics::histogram!(RESHARDING_DURATION_SECONDS);
+}
+
+/// Registers the series of `urutan relay` at zero (see [`register_worker`]).
+pub fn register_relay() {
+    metrics::counter!(OUTBOX_PUBLISHED_TOTAL).increment(0);
+    metrics::counter!(EPOCHS_TOTAL).increment(0);
+    let _ = metrics::histogram!(OUTBOX_PUBLISH_DURATION_SECONDS);
 }
 
 /// Handling time of one message: sub-millisecond to tens of seconds (a held retry).
@@ -173,6 +215,32 @@ fn describe() {
         "Outbox rows published and confirmed."
     );
     describe_gauge!(OUTBOX_BACKLOG, "Outbox rows not yet sent.");
+    describe_gauge!(
+        READY,
+        "1 while /readyz answers 200 (broker and database reachable, every owned shard consuming), else 0."
+    );
+    describe_counter!(
+        HANDOFFS_TOTAL,
+        "Orders that waited for their old shard during a resharding, then went on."
+    );
+    describe_gauge!(
+        PARKED_MESSAGES,
+        "Messages parked until their old shard drains."
+    );
+    describe_counter!(PARKED_TOTAL, "Messages parked during a resharding.");
+    describe_histogram!(
+        HANDOFF_DURATION_SECONDS,
+        Unit::Seconds,
+        "How long a parked message waited."
+    );
+    describe_counter!(EPOCHS_TOTAL, "Epoch markers put into every shard.");
+    describe_gauge!(SHARDS, "Shards bound to the hash exchange.");
+    describe_gauge!(RESHARDING, "1 while a resharding is in progress.");
+    describe_histogram!(
+        RESHARDING_DURATION_SECONDS,
+        Unit::Seconds,
+        "Recorded ring change to resharding complete."
+    );
     describe_histogram!(
         OUTBOX_PUBLISH_DURATION_SECONDS,
         Unit::Seconds,

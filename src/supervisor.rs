@@ -17,7 +17,7 @@ use tracing::{error, info, warn};
 use crate::broker::{self, Names, ShardPlan, TopologyError, topology};
 use crate::config::{Settings, TopologyMode};
 use crate::handoff::{self, EpochError};
-use crate::health::{self, Health};
+use crate::health::{self, Health, Role};
 use crate::metrics as m;
 use crate::ring::{self, Decision, RingError};
 use crate::shard::{Hooks, ShardWorker};
@@ -67,12 +67,14 @@ impl Supervisor {
     /// Binds `METRICS_ADDR` (port 0 picks a free one, see [`Self::http_addr`]).
     pub async fn build(settings: Settings, hooks: Hooks) -> std::io::Result<Self> {
         let listener = TcpListener::bind(settings.metrics_addr).await?;
+        let metrics = m::install();
+        m::register_worker();
         Ok(Self {
             settings,
             hooks,
             listener,
-            metrics: m::install(),
-            health: Arc::new(Health::default()),
+            metrics,
+            health: Arc::new(Health::new(Role::Worker)),
         })
     }
 

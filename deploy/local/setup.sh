@@ -7,7 +7,9 @@
 #
 # Result: PostgreSQL 15+ accepting `psql -h 127.0.0.1 -U postgres` without a
 # password, database `urutan` present; RabbitMQ 3.10+ running with the plugin
-# rabbitmq_consistent_hash_exchange enabled (guest/guest on 127.0.0.1:5672).
+# rabbitmq_consistent_hash_exchange enabled (guest/guest on 127.0.0.1:5672),
+# and rabbitmq_prometheus serving the broker's metrics on 127.0.0.1:15692
+# (per-queue series on /metrics/per-object; see deploy/prometheus/README.md).
 set -euo pipefail
 
 readonly DB_NAME=urutan
@@ -15,7 +17,7 @@ readonly PG_PORT=5432
 readonly AMQP_PORT=5672
 readonly PG_WAIT_SECS=60
 readonly RMQ_WAIT_SECS=120
-readonly PLUGIN=rabbitmq_consistent_hash_exchange
+readonly PLUGINS=(rabbitmq_consistent_hash_exchange rabbitmq_prometheus)
 
 log() { printf 'setup: %s\n' "$*"; }
 warn() { printf 'setup: WARNING: %s\n' "$*" >&2; }
@@ -198,14 +200,16 @@ else
     log "rabbitmq ${rmq_ver} ok"
 fi
 
-if rabbitmq-plugins -q is_enabled "$PLUGIN" >/dev/null 2>&1; then
-    log "plugin ${PLUGIN} is enabled"
-else
-    log "enabling plugin ${PLUGIN}"
-    rabbitmq-plugins -q enable "$PLUGIN" >/dev/null
-    rabbitmq-plugins -q is_enabled "$PLUGIN" >/dev/null 2>&1 ||
-        die "plugin ${PLUGIN} is still not enabled"
-fi
+for plugin in "${PLUGINS[@]}"; do
+    if rabbitmq-plugins -q is_enabled "$plugin" >/dev/null 2>&1; then
+        log "plugin ${plugin} is enabled"
+    else
+        log "enabling plugin ${plugin}"
+        rabbitmq-plugins -q enable "$plugin" >/dev/null
+        rabbitmq-plugins -q is_enabled "$plugin" >/dev/null 2>&1 ||
+            die "plugin ${plugin} is still not enabled"
+    fi
+done
 
 if ! timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/${AMQP_PORT}" 2>/dev/null; then
     warn "nothing accepts TCP connections on 127.0.0.1:${AMQP_PORT} (check listeners in /etc/rabbitmq/rabbitmq.conf)"

@@ -4,6 +4,7 @@
 
 mod batch;
 mod common;
+mod deploy;
 mod handoff;
 mod pipeline;
 mod poison;
