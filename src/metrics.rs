@@ -113,6 +113,7 @@ pub fn register_worker() {
 pub fn register_relay() {
     metrics::counter!(OUTBOX_PUBLISHED_TOTAL).increment(0);
     metrics::counter!(EPOCHS_TOTAL).increment(0);
+    metrics::counter!(BROKER_RECONNECTS_TOTAL).increment(0);
     let _ = metrics::histogram!(OUTBOX_PUBLISH_DURATION_SECONDS);
 }
 

@@ -103,10 +103,14 @@ impl Relay {
     /// Relays until `shutdown`; the batch in progress is finished first.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = fresh_backoff();
+        // Whether an earlier session had relayed: its broker connection is
+        // gone, so the next one is a reconnect.
+        let mut was_active = false;
         while !shutdown.is_cancelled() {
             let mut active = false;
-            let result = self.session(&shutdown, &mut active).await;
+            let result = self.session(&shutdown, &mut active, was_active).await;
             if active {
+                was_active = true;
                 // It got through to relaying: the next failure is a new
                 // outage and starts from a short delay.
                 backoff = fresh_backoff();
@@ -128,11 +132,13 @@ impl Relay {
     }
 
     /// One life of the relay: become the active relay, then pump.
-    /// Sets `active` once connected to both and ready to relay.
+    /// Sets `active` once connected to both and ready to relay; counts the
+    /// broker connection in `urutan_broker_reconnects_total` if `reconnect`.
     async fn session(
         &self,
         shutdown: &CancellationToken,
         active: &mut bool,
+        reconnect: bool,
     ) -> Result<(), RelayError> {
         let url = &self.settings.database_url;
         let mut db = PgConnection::connect(url.expose()).await?;
@@ -142,6 +148,10 @@ impl Relay {
         }
         info!("active relay (holding the outbox lock)");
         let conn = broker::connect(&self.settings.amqp_url, "urutan relay").await?;
+        if reconnect {
+            metrics::counter!(crate::metrics::BROKER_RECONNECTS_TOTAL).increment(1);
+            info!("reconnected to the broker");
+        }
         // A broker restart may have changed the ring: mark every shard
         // before publishing anything routed by it (see `handoff`).
         let names = Names::new(&self.settings.topology_prefix);

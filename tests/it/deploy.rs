@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Msg, TestEnv, http_get, metric_sum};
+use crate::common::{Msg, TestEnv, http_get, metric_sum, sh};
 
 const DASHBOARD: &str = include_str!("../../deploy/grafana/urutan.json");
 const ALERTS: &str = include_str!("../../deploy/prometheus/alerts.yaml");
@@ -366,6 +366,32 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
                 && has_series(s, "urutan_outbox_backlog", &[])
         })
         .await;
+
+    // The broker drops both connections: each process reconnects and counts
+    // it (UrutanBrokerReconnectStorm), the relay too.
+    sh(
+        "rabbitmqctl",
+        &[
+            "-q",
+            "close_all_connections",
+            "--vhost",
+            &env.vhost,
+            "deploy test",
+        ],
+    );
+    for (process, role) in [(&mut worker, "worker"), (&mut relay, "relay")] {
+        let ready = format!("role=\"{role}\"");
+        process
+            .wait_scrape(
+                &format!("the {role} to count its reconnect and be ready again"),
+                limit,
+                |s| {
+                    metric_sum(s, "urutan_broker_reconnects_total", &[]) >= 1.0
+                        && metric_sum(s, "urutan_ready", &[&ready]) == 1.0
+                },
+            )
+            .await;
+    }
 
     // A second relay stands by (the first holds the outbox lock): not ready,
     // and its gauge says so as /readyz does.
