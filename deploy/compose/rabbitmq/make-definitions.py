@@ -33,7 +33,7 @@ USERS = {
     "admin": ("admin-local-only", ["administrator"], (".*", ".*", ".*")),
     "urutan-topology": ("topology-local-only", [], (
         f"^{P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{{3}})?$",
-        f"^{P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{{3}})$",
+        f"^({P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{{3}})|amq\\.default)$",
         f"^{P}(-hash|\\.dlx|\\.shard-\\d{{3}})?$")),
     "urutan-worker": ("worker-local-only", [], (
         "^$", "^amq\\.default$", f"^{P}\\.shard-\\d{{3}}$")),
