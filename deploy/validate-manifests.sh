@@ -184,9 +184,9 @@ for name, s in services.items():
             src = v["source"]
         else:
             continue
-        mounts += 1
         full = os.path.normpath(os.path.join(base, src))
         if os.path.exists(full):
+            mounts += 1
             continue
         if full in owned_elsewhere and not os.path.isdir(os.path.dirname(full)):
             pending.append(os.path.relpath(full, os.path.dirname(deploy)))
