@@ -55,11 +55,13 @@ P="${PREFIX//./\\.}"
 #   write      be the destination of a binding (hash exchange, DLQ, shard
 #              queues) and the x-dead-letter-exchange a queue names (DLX);
 #              the entry exchange is only ever a source: not needed;
+#              and amq.default: `urutan topology` opens an epoch, putting a
+#              marker into every shard queue through the default exchange;
 #   read       be the source of a binding (entry, hash, dead-letter
 #              exchanges) and own a queue that names a dead-letter exchange
 #              (shard queues); the DLQ names none: not needed.
 TOPOLOGY_CONFIGURE="^${P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{3})?\$"
-TOPOLOGY_WRITE="^${P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{3})\$"
+TOPOLOGY_WRITE="^(${P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{3})|amq\\.default)\$"
 TOPOLOGY_READ="^${P}(-hash|\\.dlx|\\.shard-\\d{3})?\$"
 SHARD_QUEUES="^${P}\\.shard-\\d{3}\$"
 DEFAULT_EXCHANGE='^amq\.default$'
