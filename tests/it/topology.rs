@@ -504,51 +504,48 @@ async fn serial_missing_plugin_is_reported_in_one_clear_line() {
     assert_eq!(ring(&env), [shard(0), shard(1)]);
 }
 
-/// A RabbitMQ user of the test vhost with the worker's least privileges.
-struct WorkerUser(String);
+/// RabbitMQ users made for one test (users are broker-wide), deleted at the end.
+struct Users(Vec<String>);
 
-impl Drop for WorkerUser {
+impl Drop for Users {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("rabbitmqctl")
-            .args(["-q", "delete_user", &self.0])
-            .output();
+        for user in &self.0 {
+            let _ = std::process::Command::new("rabbitmqctl")
+                .args(["-q", "delete_user", user])
+                .output();
+        }
     }
 }
 
+/// The users of `deploy/rabbitmq/least-privilege.sh`, made by the script
+/// itself in the test's vhost: `urutan topology` runs as its topology user,
+/// `urutan run` as its worker user (`TOPOLOGY_MODE=check`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_worker_checks_the_topology_passively() {
-    use std::io::Write;
     let env = TestEnv::new("leastpriv").await;
-    let user = WorkerUser(format!("worker-{}", env.name));
-    let mut add = std::process::Command::new("rabbitmqctl")
-        .args(["-q", "add_user", &user.0])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("rabbitmqctl");
-    add.stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"w0rker-pw\n")
-        .expect("password");
-    assert!(add.wait().expect("add_user").success());
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &user.0,
-            "^$",
-            r"^amq\.default$",
-            r"^pesanan\.shard-\d{3}$",
-        ],
+    let (topology_user, worker_user) =
+        (format!("topo-{}", env.name), format!("worker-{}", env.name));
+    let _users = Users(vec![topology_user.clone(), worker_user.clone()]);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/rabbitmq/least-privilege.sh"
     );
+    let made = std::process::Command::new("bash")
+        .arg(script)
+        .env("VHOST", &env.vhost)
+        .env("TOPOLOGY_USER", &topology_user)
+        .env("TOPOLOGY_PASSWORD", "t0pology-pw")
+        .env("WORKER_USER", &worker_user)
+        .env("WORKER_PASSWORD", "w0rker-pw")
+        .output()
+        .expect("least-privilege.sh");
+    assert!(made.status.success(), "least-privilege.sh: {made:?}");
+    let url = |user: &str, password: &str| {
+        format!("amqp://{user}:{password}@127.0.0.1:5672/{}", env.vhost)
+    };
     let mut settings = env.settings(3);
     settings.topology_mode = urutan::config::TopologyMode::Check;
-    settings.amqp_url = format!("amqp://{}:w0rker-pw@127.0.0.1:5672/{}", user.0, env.vhost)
-        .parse()
-        .expect("url");
+    settings.amqp_url = url(&worker_user, "w0rker-pw").parse().expect("url");
 
     // Nothing declared yet: a clear, fatal error naming what is missing.
     let pool = RunningPool::start(settings.clone()).await;
@@ -562,10 +559,12 @@ async fn a_least_privilege_worker_checks_the_topology_passively() {
         "{err}"
     );
 
-    // Declared by a stronger user, the least-privilege worker runs.
+    // Declared by the script's topology user (which also opens an epoch:
+    // markers through amq.default), the least-privilege worker runs.
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
         .arg("topology")
         .envs(env.process_env(3))
+        .env("AMQP_URL", url(&topology_user, "t0pology-pw"))
         .output()
         .expect("urutan topology");
     assert!(status.status.success(), "{status:?}");
