@@ -466,6 +466,10 @@ async fn seed_state(db: &PgPool, seed: u64) {
         .expect("diproses");
 }
 
+/// One batch item as the SQL function takes it: message id, order id,
+/// version (all NULL for a marker) and marker epoch.
+type Item = (Option<String>, Option<String>, Option<i64>, Option<i64>);
+
 /// The set-based `urutan_terapkan_batch` (migration 0006) against the
 /// per-message loop it replaces (`urutan_terapkan_batch_urut`), from the
 /// same random starting states (epochs in progress, parked orders, stored
@@ -480,7 +484,7 @@ async fn the_set_based_batch_matches_the_per_message_loop() {
     for seed in 0..60u64 {
         let msgs = stream(seed, 6, 1 + (seed as usize * 7) % 40);
         let with_marker = seed % 5 == 0;
-        let mut rows: Vec<(Option<String>, Option<String>, Option<i64>, Option<i64>)> = msgs
+        let mut rows: Vec<Item> = msgs
             .iter()
             .map(|m| {
                 let e = event(m);
