@@ -66,6 +66,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     let mut rng = StdRng::seed_from_u64(opts.seed);
     let plan = plan(opts.faults, &mut rng);
     let _restarter = services.restarter();
+    let _binary = crate::procs::freeze_binary()?;
     let tag = format!("{}_{:x}", std::process::id(), opts.seed & 0xff_ffff);
     let env = RunEnv::create(services, &tag).await?;
     std::fs::create_dir_all(&opts.log_dir).context("create the log directory")?;

@@ -8,12 +8,52 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-/// The `urutan` binary: `URUTAN_BIN`, else the one cargo built with this target
-/// (release under `cargo bench`, debug under `cargo test`).
-pub fn binary() -> PathBuf {
+/// The `urutan` binary as built: `URUTAN_BIN`, else the one cargo built with
+/// this target (release under `cargo bench`, debug under `cargo test`).
+fn built_binary() -> PathBuf {
     std::env::var_os("URUTAN_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_urutan")))
+}
+
+static FROZEN: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// The binary every process of the run is spawned from: the frozen one
+/// while a [`Frozen`] lives, else the built one.
+pub fn binary() -> PathBuf {
+    FROZEN
+        .lock()
+        .ok()
+        .and_then(|f| f.clone())
+        .unwrap_or_else(built_binary)
+}
+
+/// Pins the run to the binary as it is now: every restart spawns it again,
+/// and a build during a long soak must not swap the code (and its
+/// migrations) under the fleet half-way. A hard link keeps the old file when
+/// cargo replaces the built one; removed when dropped.
+pub struct Frozen(PathBuf);
+
+pub fn freeze_binary() -> anyhow::Result<Frozen> {
+    let built = built_binary();
+    let frozen = std::env::temp_dir().join(format!("urutan-faults-{}", std::process::id()));
+    let _ = std::fs::remove_file(&frozen);
+    std::fs::hard_link(&built, &frozen)
+        .or_else(|_| std::fs::copy(&built, &frozen).map(drop))
+        .with_context(|| format!("pin {} as {}", built.display(), frozen.display()))?;
+    if let Ok(mut f) = FROZEN.lock() {
+        *f = Some(frozen.clone());
+    }
+    Ok(Frozen(frozen))
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        if let Ok(mut f) = FROZEN.lock() {
+            *f = None;
+        }
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// One child process. Dropping it sends SIGKILL (tokio's `kill_on_drop`).

@@ -13,6 +13,11 @@ export RUST_BACKTRACE=1
 
 bash deploy/local/setup.sh
 
+# The deployment files (alert rules and their unit tests, dashboard queries,
+# Kubernetes manifests, Dockerfile, compose stack): offline checks.
+echo "test: deploy/validate.sh"
+bash deploy/validate.sh
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
