@@ -432,3 +432,33 @@ pub fn metric_sum(scrape: &str, name: &str, filter: &[&str]) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+pub fn status_of(versi: i64) -> String {
+    format!("status-{versi}")
+}
+
+/// Writes `events` through the outbox in ONE producer transaction and
+/// commits; returns the outbox ids.
+pub async fn enqueue_tx(db: &PgPool, events: &[(String, i64)]) -> Vec<i64> {
+    let mut tx = db.begin().await.expect("begin");
+    let mut ids = Vec::with_capacity(events.len());
+    for (entity, versi) in events {
+        let status = status_of(*versi);
+        let data = serde_json::json!({"kota": "jakarta", "versi": versi});
+        let id = urutan::outbox::enqueue(
+            &mut tx,
+            &urutan::outbox::NewEvent {
+                agregat_id: entity,
+                status: &status,
+                versi: *versi,
+                data: Some(&data),
+                routing_key: "pesanan.jakarta.diperbarui",
+            },
+        )
+        .await
+        .expect("enqueue");
+        ids.push(id);
+    }
+    tx.commit().await.expect("commit");
+    ids
+}

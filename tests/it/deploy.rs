@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{Msg, TestEnv, http_get, metric_sum, sh};
+use crate::common::{Msg, TestEnv, enqueue_tx, http_get, metric_sum, sh};
 
 const DASHBOARD: &str = include_str!("../../deploy/grafana/urutan.json");
 const ALERTS: &str = include_str!("../../deploy/prometheus/alerts.yaml");
@@ -335,20 +335,7 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
     // Traffic: an outbox event (relay → worker: applied) and a poison
     // message (dead-lettered).
     let db = env.db().await;
-    let mut tx = db.begin().await.expect("begin");
-    urutan::outbox::enqueue(
-        &mut tx,
-        &urutan::outbox::NewEvent {
-            agregat_id: "P-deploy-1",
-            status: "dibuat",
-            versi: 1,
-            data: None,
-            routing_key: "pesanan.jakarta.dibuat",
-        },
-    )
-    .await
-    .expect("enqueue");
-    tx.commit().await.expect("commit");
+    enqueue_tx(&db, &[("P-deploy-1".to_owned(), 1)]).await;
     let mut poison = Msg::event("P-deploy-2", 1);
     poison.body = b"{not json".to_vec();
     env.publisher().await.send(&poison).await;

@@ -123,36 +123,6 @@ fn interleaved_plan(prefix: &str, entities: usize, versions: i64) -> Vec<(String
     plan
 }
 
-fn status_of(versi: i64) -> String {
-    format!("status-{versi}")
-}
-
-/// Writes `events` through the outbox in ONE producer transaction and
-/// commits; returns the outbox ids.
-async fn enqueue_tx(db: &PgPool, events: &[(String, i64)]) -> Vec<i64> {
-    let mut tx = db.begin().await.expect("begin");
-    let mut ids = Vec::with_capacity(events.len());
-    for (entity, versi) in events {
-        let status = status_of(*versi);
-        let data = serde_json::json!({"kota": "jakarta", "versi": versi});
-        let id = enqueue(
-            &mut tx,
-            &NewEvent {
-                agregat_id: entity,
-                status: &status,
-                versi: *versi,
-                data: Some(&data),
-                routing_key: "pesanan.jakarta.diperbarui",
-            },
-        )
-        .await
-        .expect("enqueue");
-        ids.push(id);
-    }
-    tx.commit().await.expect("commit");
-    ids
-}
-
 /// Writes `plan` in order, 1..=`max_per_tx` events per transaction, pausing
 /// `pause` between transactions; bumps `progress` by the events committed.
 async fn produce(
