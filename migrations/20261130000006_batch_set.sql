@@ -9,12 +9,19 @@
 -- rows and history order (tests/it/batch.rs compares them on random streams).
 
 -- The per-message loop of migration 0004 keeps its body under a new name.
-ALTER FUNCTION urutan_terapkan_batch(TEXT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT[], INT)
-    RENAME TO urutan_terapkan_batch_urut;
+-- (Re-runnable, like every migration here: renamed only the first time.)
+DO $$
+BEGIN
+    IF to_regprocedure('urutan_terapkan_batch_urut(text[], text[], text[], bigint[], text[], bigint[], integer)') IS NULL THEN
+        ALTER FUNCTION urutan_terapkan_batch(TEXT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT[], INT)
+            RENAME TO urutan_terapkan_batch_urut;
+    END IF;
+END
+$$;
 
 -- Same arguments and answers as before ('marker', 'duplicate', 'applied',
 -- 'stale', 'parked', one per item, in order).
-CREATE FUNCTION urutan_terapkan_batch(
+CREATE OR REPLACE FUNCTION urutan_terapkan_batch(
     p_message_ids TEXT[], p_ids TEXT[], p_statuses TEXT[], p_versis BIGINT[],
     p_datas TEXT[], p_markers BIGINT[], p_shard INT)
 RETURNS TEXT[] LANGUAGE plpgsql AS $$
