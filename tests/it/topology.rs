@@ -451,7 +451,11 @@ async fn invalid_configuration_fails_at_start_with_one_line() {
         ),
     ];
     for (command, var, url, shown) in unreachable {
-        let (ok, stderr, took) = run_to_end(&[command], &[(var, url)]).await;
+        // The test's own vhost and database for the other service.
+        let mut vars: Vec<(&str, String)> = env.process_env(2);
+        vars.retain(|(name, _)| *name != var);
+        vars.push((var, url));
+        let (ok, stderr, took) = run_to_end(&[command], &vars).await;
         assert!(!ok, "`urutan {command}` succeeded without its service");
         assert!(took < Duration::from_secs(5), "took {took:?}");
         assert!(
