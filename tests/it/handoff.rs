@@ -280,11 +280,29 @@ async fn serial_broker_restart_with_a_backlog_and_two_replicas_keeps_order() {
     broker_restart_with_a_backlog(1, 2).await;
 }
 
+/// [`broker_restart_with_a_backlog_once`] until the restart moved some
+/// order (RabbitMQ 3.10 rebuilds the ring in an order of its own, which now
+/// and then is the old one: then nothing moved and the run proved nothing),
+/// at most three times.
+async fn broker_restart_with_a_backlog(prefetch: u16, replicas: usize) {
+    for attempt in 1..=3 {
+        if broker_restart_with_a_backlog_once(prefetch, replicas, attempt).await > 0 {
+            return;
+        }
+        eprintln!("attempt {attempt}: the restart rebuilt the same ring; again");
+    }
+    panic!("three broker restarts moved no entity: the test proved nothing");
+}
+
 /// 300 orders, 16 versions each, published by the relay through a broker
 /// restart while the pool is down (a backlog on the old ring), then drained
-/// by `replicas` pools.
-async fn broker_restart_with_a_backlog(prefetch: u16, replicas: usize) {
-    let env = TestEnv::new(&format!("handoff_restart_p{prefetch}_r{replicas}")).await;
+/// by `replicas` pools. Every check but "something moved"; returns how many
+/// orders changed shard.
+async fn broker_restart_with_a_backlog_once(prefetch: u16, replicas: usize, attempt: u32) -> i64 {
+    let env = TestEnv::new(&format!(
+        "handoff_restart_p{prefetch}_r{replicas}_{attempt}"
+    ))
+    .await;
     let _broker = BrokerStarter;
     let mut settings = env.settings(12);
     settings.prefetch = prefetch;
@@ -325,13 +343,10 @@ async fn broker_restart_with_a_backlog(prefetch: u16, replicas: usize) {
                                GROUP BY pesanan_id HAVING count(DISTINCT shard) > 1) m",
     )
     .await;
-    assert!(
-        moved > 0,
-        "the restart moved no entity: the test proved nothing"
-    );
     let conn = env.broker().await;
     assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
     eprintln!("{written} versions, {moved} of 300 entities changed shard, all in order");
+    moved
 }
 
 /// Starts the broker app again if a test stopped it and then failed.
