@@ -1,5 +1,5 @@
 //! Settings: one validated struct, read from environment variables and flags
-//! (contract section 5). A bad value stops the process at start with one line
+//! (docs/contract.md, section 5). A bad value stops the process at start with one line
 //! that names the setting; secrets inside URLs never reach `Debug` or logs.
 
 use std::fmt;

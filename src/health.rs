@@ -1,4 +1,4 @@
-//! Readiness as the contract defines it (section 7): broker and database
+//! Readiness as the contract defines it (docs/contract.md, section 7): broker and database
 //! reachable, and every owned shard has a registered consumer.
 
 use std::sync::Mutex;

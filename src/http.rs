@@ -1,4 +1,4 @@
-//! HTTP endpoints (contract section 7): `/metrics`, `/healthz`, `/readyz`.
+//! HTTP endpoints (docs/contract.md, section 7): `/metrics`, `/healthz`, `/readyz`.
 
 use std::sync::Arc;
 

@@ -16,6 +16,10 @@
 //! Around it: [`config`] (validated settings), [`supervisor`] (starts the
 //! workers, reconnects, owns shutdown), [`health`] + [`http`] + [`metrics`]
 //! (what operators see), [`telemetry`] (logs).
+//!
+//! The external contract (names, message format, outcomes, tables, settings,
+//! commands, metrics, endpoints) is `docs/contract.md`; "section N" in the
+//! doc comments refers to it.
 
 pub mod broker;
 pub mod config;

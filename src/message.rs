@@ -1,4 +1,4 @@
-//! The contract's message (contract section 2): a delivery's envelope in,
+//! The contract's message (docs/contract.md, section 2): a delivery's envelope in,
 //! a typed [`Event`] or a [`Rejection`] out. Pure code: no broker, no database.
 
 use std::time::{Duration, SystemTime};
@@ -152,7 +152,7 @@ struct Body<'a> {
     data: Option<Box<RawValue>>,
 }
 
-/// Checks every rule of contract section 2, cheapest first.
+/// Checks every rule of docs/contract.md section 2, cheapest first.
 pub fn decode(env: &Envelope<'_>, max_body_bytes: usize) -> Result<Event, Rejection> {
     if env.headers_bytes > MAX_HEADERS_BYTES {
         return Err(Rejection::HeadersTooLarge);

@@ -1,4 +1,4 @@
-//! Metric names (contract section 8) and the Prometheus recorder. Every metric
+//! Metric names (docs/contract.md, section 8) and the Prometheus recorder. Every metric
 //! the code emits is named here; labels are bounded (never an entity or message id).
 
 use std::sync::OnceLock;

@@ -1,4 +1,4 @@
-//! How a delivery ends (contract section 3), and what each ending asks of the
+//! How a delivery ends (docs/contract.md, section 3), and what each ending asks of the
 //! broker. `shard` turns a [`Settle`] into the one broker call.
 
 use crate::message::Rejection;

@@ -1,4 +1,4 @@
-//! RabbitMQ: connecting, the topology (contract section 1), and lifting a
+//! RabbitMQ: connecting, the topology (docs/contract.md, section 1), and lifting a
 //! delivery into the contract's [`Envelope`](crate::message::Envelope).
 
 pub mod delivery;

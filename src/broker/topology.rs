@@ -1,4 +1,4 @@
-//! The broker topology (contract section 1), declared idempotently:
+//! The broker topology (docs/contract.md, section 1), declared idempotently:
 //! `pesanan` (topic) → `pesanan-hash` (x-consistent-hash on `x-pesanan-id`)
 //! → shard quorum queues bound with weight "1" in index order → dead letters
 //! to `pesanan.dlx` → `pesanan.dlq`.

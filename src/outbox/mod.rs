@@ -74,7 +74,7 @@ pub async fn enqueue(conn: &mut PgConnection, event: &NewEvent<'_>) -> Result<i6
     Ok(id)
 }
 
-/// The contract rules a producer can break (contract section 2), checked
+/// The contract rules a producer can break (docs/contract.md, section 2), checked
 /// before the row exists so a bad event never reaches the broker.
 fn validate(event: &NewEvent<'_>) -> Result<(), EnqueueError> {
     let id_len = event.agregat_id.len();

@@ -224,7 +224,7 @@ async fn assert_outbox_fully_applied(env: &TestEnv, db: &PgPool, total: i64) {
         total,
         "no message id other than the outbox ids was processed"
     );
-    // message_id = outbox.id and x-pesanan-id = agregat_id (contract §4): the
+    // message_id = outbox.id and x-pesanan-id = agregat_id (docs/contract.md section 4): the
     // history row of each version names the outbox row that carried it.
     assert_eq!(
         count(

@@ -1,4 +1,4 @@
-//! Secrets and payloads never reach the logs (contract section 5; style
+//! Secrets and payloads never reach the logs (docs/contract.md section 5; style
 //! rule 7): the real `urutan run` binary, at `RUST_LOG=debug`, in both log
 //! formats, with passwords in both URLs and a unique marker in every
 //! payload, handling valid, duplicate, contract-breaking and poison

@@ -1,4 +1,4 @@
-//! The broker topology of contract section 1, as the broker itself reports it
+//! The broker topology of docs/contract.md section 1, as the broker itself reports it
 //! (`rabbitmqctl`), and the ways declaring it refuses to go on: fewer shards
 //! than exist, a queue declared with other arguments, a missing plugin, and
 //! invalid settings at start.
