@@ -167,27 +167,40 @@ pub async fn resume_publishing(db: PgConnection) {
     }
 }
 
-/// Records, under the pause, that the bindings are about to change: until
-/// [`ring_change_done`], whoever publishes next must open an epoch first.
-pub async fn ring_change_begins(db: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO urutan_ring_berubah DEFAULT VALUES ON CONFLICT DO NOTHING")
+/// Opens a *window* (see `migrations/…_windows.sql`): from now until every
+/// shard has passed the epoch opened after the ring change, a message that
+/// is not its order's next version waits for its order's older messages
+/// wherever they are queued. Called before a ring change can route anything
+/// past the markers: under the pause, before a resharding touches the
+/// bindings, and after a broker restart, before anything is consumed. Until
+/// [`close_windows`], whoever publishes next through the relay must open an
+/// epoch first.
+pub async fn open_window(db: &mut PgConnection, reason: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO urutan_jendela (sebab) VALUES ($1)")
+        .bind(reason)
+        .execute(db)
+        .await?;
+    info!(reason, "ring may change: window opened");
+    Ok(())
+}
+
+/// The epoch after the last ring change is open: every window still without
+/// an epoch (this one's, or one whose process died before it got this far)
+/// closes once every shard has passed `epoch`. Only called under the pause
+/// (a ring change in progress holds it), so no window of a change still
+/// under way is closed by an epoch opened before that change.
+pub async fn close_windows(db: &mut PgConnection, epoch: i64) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE urutan_jendela SET epoch = $1 WHERE epoch IS NULL")
+        .bind(epoch)
         .execute(db)
         .await?;
     Ok(())
 }
 
-/// The epoch after the last ring change is open.
-pub async fn ring_change_done(db: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM urutan_ring_berubah")
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
-/// Whether a ring change was cut short (its process died between changing
-/// the bindings and opening the epoch after them).
+/// Whether a ring change was cut short: a window whose epoch is not open,
+/// seen by someone holding the pause shared (so its opener is gone).
 pub async fn ring_change_unfinished(db: &mut PgConnection) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM urutan_ring_berubah)")
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM urutan_jendela WHERE epoch IS NULL)")
         .fetch_one(db)
         .await
 }

@@ -295,7 +295,25 @@ pub async fn prepare_topology(
                  the recorded ring; set SHARD_COUNT to the recorded count on this replica"
             );
         }
-        handoff::ring_change_begins(&mut db).await?;
+        // Before anything the new ring routes can be consumed: a resharding
+        // changes the bindings below, and a broker restart may have rebuilt
+        // the ring already.
+        let restarted = broker::restart::restarted(conn, names).await?;
+        if restarted {
+            handoff::open_window(&mut db, "broker restarted").await?;
+        }
+        if let Decision::Change { from, to } = decision {
+            // A first record changes the bindings only if the broker has
+            // another number of shards (a deployment from before the record).
+            let from = match from {
+                Some(from) => Some(from),
+                None => Some(topology::count_existing_shards(conn, names).await?)
+                    .filter(|&existing| existing != 0 && existing != to),
+            };
+            if let Some(from) = from {
+                handoff::open_window(&mut db, &format!("resharding {from} -> {to}")).await?;
+            }
+        }
         let (target, allow_shrink) = (
             decision.target(),
             decision.allows_shrink(settings.allow_shrink),
@@ -311,9 +329,12 @@ pub async fn prepare_topology(
             Err(TopologyError::Broker(e)) => return Err(EpochError::Broker(e)),
             Err(fatal) => return Ok(Err(fatal.into())),
         };
+        if restarted && settings.topology_mode == TopologyMode::Check {
+            mark_broker_alive(conn, names).await?;
+        }
         handoff::register_shards(&mut db, plan.consumed).await?;
         let epoch = handoff::open_epoch(&mut db, conn, names, "topology prepared").await?;
-        handoff::ring_change_done(&mut db).await?;
+        handoff::close_windows(&mut db, epoch).await?;
         let ring = match decision {
             Decision::Change { from, to } => {
                 let who = ring::requester(if explicit { "topology" } else { "run" });
@@ -335,6 +356,33 @@ pub async fn prepare_topology(
     .await;
     handoff::resume_publishing(db).await;
     marked
+}
+
+/// Declares the restart sentinel once the window for the restart it
+/// revealed is recorded (in check mode: `topology::declare` does it
+/// otherwise). A user without configure permission on it (a
+/// least-privilege worker, `TOPOLOGY_MODE=check`) cannot: then every
+/// connection looks like the first after a restart, which is safe (a window
+/// each time: messages that are not their order's next version wait for the
+/// epoch) but slower; say once how to fix it.
+async fn mark_broker_alive(conn: &lapin::Connection, names: &Names) -> Result<(), EpochError> {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    match broker::restart::declare_sentinel(conn, names).await {
+        Ok(()) => Ok(()),
+        Err(broker::BrokerError::Amqp(e)) if broker::topology::is_access_refused(&e) => {
+            WARNED.call_once(|| {
+                warn!(
+                    exchange = %names.restart_sentinel(),
+                    "cannot declare the restart sentinel (ACCESS_REFUSED): every reconnect is \
+                     treated as a broker restart (safe, but messages that skip a version wait \
+                     for the epoch each time); grant this user configure permission on it \
+                     (deploy/rabbitmq/least-privilege.sh does)"
+                );
+            });
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Runs the workers of one connection until they all end (shutdown or loss).

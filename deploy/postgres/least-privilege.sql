@@ -88,10 +88,12 @@ GRANT SELECT, INSERT, DELETE ON urutan_parkir TO :"worker_role";
 GRANT USAGE ON SEQUENCE urutan_parkir_seq_seq TO :"worker_role";
 GRANT SELECT, INSERT, UPDATE ON urutan_ring TO :"worker_role";
 GRANT USAGE ON SEQUENCE urutan_ring_versi_seq TO :"worker_role";
--- The "ring change under way" flag: set and cleared around a ring change;
--- the relay clears it after opening the epoch of a change cut short.
-GRANT SELECT, INSERT, DELETE ON urutan_ring_berubah TO :"worker_role";
-GRANT SELECT, DELETE ON urutan_ring_berubah TO :"relay_role";
+-- Windows (ring changes not yet behind every shard): opened by the pool
+-- before a resharding or after a broker restart, given their epoch once it
+-- is open (by the relay too, for a change cut short), marked closed.
+GRANT SELECT, INSERT, UPDATE ON urutan_jendela TO :"worker_role";
+GRANT USAGE ON SEQUENCE urutan_jendela_jendela_seq TO :"worker_role";
+GRANT SELECT, UPDATE ON urutan_jendela TO :"relay_role";
 
 -- Relay: the outbox (UPDATE: it locks rows FOR UPDATE and marks them sent;
 -- DELETE: it purges sent rows).

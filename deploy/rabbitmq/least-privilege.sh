@@ -50,8 +50,8 @@ P="${PREFIX//./\\.}"
 # RabbitMQ permissions are regular expressions matched against object names
 # (`^$` matches nothing). What `urutan topology` touches, each part verified
 # against RabbitMQ 3.10 (taking any one away makes it fail with 403):
-#   configure  declare: the entry, hash and dead-letter exchanges, the DLQ
-#              and the shard queues;
+#   configure  declare: the entry, hash and dead-letter exchanges, the DLQ,
+#              the shard queues and the restart sentinel (`<prefix>.alive`);
 #   write      be the destination of a binding (hash exchange, DLQ, shard
 #              queues) and the x-dead-letter-exchange a queue names (DLX);
 #              the entry exchange is only ever a source: not needed;
@@ -60,10 +60,11 @@ P="${PREFIX//./\\.}"
 #   read       be the source of a binding (entry, hash, dead-letter
 #              exchanges) and own a queue that names a dead-letter exchange
 #              (shard queues); the DLQ names none: not needed.
-TOPOLOGY_CONFIGURE="^${P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{3})?\$"
+TOPOLOGY_CONFIGURE="^${P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{3}|\\.alive)?\$"
 TOPOLOGY_WRITE="^(${P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{3})|amq\\.default)\$"
 TOPOLOGY_READ="^${P}(-hash|\\.dlx|\\.shard-\\d{3})?\$"
 SHARD_QUEUES="^${P}\\.shard-\\d{3}\$"
+SENTINEL="^${P}\\.alive\$"
 DEFAULT_EXCHANGE='^amq\.default$'
 NOTHING='^$'
 
@@ -103,10 +104,13 @@ ensure_user "$TOPOLOGY_USER" "$TOPOLOGY_PASSWORD"
 grant "$TOPOLOGY_USER" "$TOPOLOGY_CONFIGURE" "$TOPOLOGY_WRITE" "$TOPOLOGY_READ"
 
 ensure_user "$WORKER_USER" "$WORKER_PASSWORD"
-# write amq.default: epoch markers go straight into shard queues through the
+# configure the restart sentinel only: the pool re-declares it after a
+# broker restart (without it every reconnect counts as a restart: safe, but
+# messages that skip a version wait for an epoch each time); write
+# amq.default: epoch markers go straight into shard queues through the
 # default exchange; read: consume the shard queues. Acks and rejects need no
 # permission, and the broker dead-letters on its own.
-grant "$WORKER_USER" "$NOTHING" "$DEFAULT_EXCHANGE" "$SHARD_QUEUES"
+grant "$WORKER_USER" "$SENTINEL" "$DEFAULT_EXCHANGE" "$SHARD_QUEUES"
 
 if [ -n "${RELAY_PASSWORD:-}" ]; then
     ensure_user "$RELAY_USER" "$RELAY_PASSWORD"

@@ -46,6 +46,11 @@ impl Names {
     pub fn entry_binding_key(&self) -> String {
         format!("{}.#", self.prefix)
     }
+    /// The non-durable exchange whose absence tells that the broker
+    /// restarted (see [`crate::broker::restart`]).
+    pub fn restart_sentinel(&self) -> String {
+        format!("{}.alive", self.prefix)
+    }
 }
 
 /// Which shard queues exist after declaring, and which receive new messages.
@@ -209,6 +214,9 @@ pub async fn declare(
         }
     }
     let _ = ch.close(200, "topology declared".into()).await;
+    // Last: whoever probes it next knows the ring has not been rebuilt by a
+    // restart since this declaration (see `restart`).
+    super::restart::declare_sentinel(conn, names).await?;
     if existing != 0 && existing < shard_count {
         info!(
             from = existing,
@@ -376,8 +384,13 @@ fn amqp_reply_code(e: &lapin::Error) -> Option<u16> {
     }
 }
 
-fn is_not_found(e: &lapin::Error) -> bool {
+pub(crate) fn is_not_found(e: &lapin::Error) -> bool {
     amqp_reply_code(e) == Some(404)
+}
+
+/// 403 ACCESS_REFUSED: the user lacks the permission.
+pub(crate) fn is_access_refused(e: &lapin::Error) -> bool {
+    amqp_reply_code(e) == Some(403)
 }
 
 /// 406 PRECONDITION_FAILED on a declare: the object exists with other arguments.

@@ -212,8 +212,8 @@ impl Relay {
         handoff::hold_publishing(&mut tx, names).await?;
         if handoff::ring_change_unfinished(&mut tx).await? {
             let reason = "a ring change was cut short";
-            handoff::open_epoch(&mut tx, conn, names, reason).await?;
-            handoff::ring_change_done(&mut tx).await?;
+            let epoch = handoff::open_epoch(&mut tx, conn, names, reason).await?;
+            handoff::close_windows(&mut tx, epoch).await?;
         }
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, agregat_id, routing_key, payload::text AS payload, dibuat_pada

@@ -105,7 +105,7 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
     pool.wait_ready().await;
     // A ring change cut short: the relay role must open the epoch and clear
     // the flag before it publishes.
-    sqlx::query("INSERT INTO urutan_ring_berubah DEFAULT VALUES")
+    sqlx::query("INSERT INTO urutan_jendela (sebab) VALUES ('a test cut it short')")
         .execute(&admin)
         .await
         .expect("flag");
@@ -139,7 +139,11 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
         "the grow was recorded"
     );
     assert_eq!(
-        count(&admin, "SELECT count(*) FROM urutan_ring_berubah").await,
+        count(
+            &admin,
+            "SELECT count(*) FROM urutan_jendela WHERE epoch IS NULL"
+        )
+        .await,
         0,
         "the flag was cleared"
     );
