@@ -85,14 +85,12 @@ pub async fn register_shards(db: &mut PgConnection, count: u16) -> Result<(), sq
     Ok(())
 }
 
-/// Opens a new epoch: records it, then puts its marker into every active
-/// shard queue and waits for the broker's confirms. Returns the epoch.
-pub async fn open_epoch(
+/// Records a new epoch and returns it with the active shards, whose queues
+/// must each get its marker (the database half of [`open_epoch`]).
+pub async fn record_epoch(
     db: &mut PgConnection,
-    conn: &Connection,
-    names: &Names,
     reason: &str,
-) -> Result<i64, EpochError> {
+) -> Result<(i64, Vec<i32>), sqlx::Error> {
     let epoch: i64 =
         sqlx::query_scalar("INSERT INTO urutan_epoch (alasan) VALUES ($1) RETURNING epoch")
             .bind(reason)
@@ -102,6 +100,18 @@ pub async fn open_epoch(
         sqlx::query_scalar("SELECT shard FROM urutan_shard WHERE aktif ORDER BY shard")
             .fetch_all(&mut *db)
             .await?;
+    Ok((epoch, shards))
+}
+
+/// Opens a new epoch: records it, then puts its marker into every active
+/// shard queue and waits for the broker's confirms. Returns the epoch.
+pub async fn open_epoch(
+    db: &mut PgConnection,
+    conn: &Connection,
+    names: &Names,
+    reason: &str,
+) -> Result<i64, EpochError> {
+    let (epoch, shards) = record_epoch(db, reason).await?;
     let ch = call("channel.open", conn.create_channel()).await?;
     call(
         "confirm.select",
