@@ -353,7 +353,7 @@ async fn broker_restart_with_a_backlog_once(prefetch: u16, replicas: usize, atte
 }
 
 /// Starts the broker app again if a test stopped it and then failed.
-struct BrokerStarter;
+pub(crate) struct BrokerStarter;
 
 impl Drop for BrokerStarter {
     fn drop(&mut self) {

@@ -5,6 +5,7 @@
 mod batch;
 mod common;
 mod deploy;
+mod direct;
 mod handoff;
 mod pipeline;
 mod poison;
