@@ -12,17 +12,31 @@
 //! re-registers what is left and retires it again (a shard whose queue is
 //! gone is made inactive by `handoff::register_shards`). Whether the whole
 //! resharding is complete is `ring`'s call.
+//!
+//! The delete and the mark run under the lock a ring change holds
+//! (`handoff::pause_publishing`), so they never interleave with another
+//! replica's `topology::declare`. Without it, a replica that counted the
+//! shard queues just before a delete declared the deleted queue again, and
+//! a second retirer deleted that new queue milliseconds later, before its
+//! leader had started its dead-letter worker: on RabbitMQ 3.10 the orphaned
+//! worker crashes twice and takes `rabbit_fifo_dlx_sup` down, after which
+//! the node declares no at-least-once queue until `rabbitmqctl stop_app &&
+//! rabbitmqctl start_app` (deploy/rabbitmq/README.md). Under the lock a
+//! queue is only deleted after its leader carried this connection's marker
+//! to a consumer (so it has long been up), and a shard another replica
+//! already retired is left alone.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::Connection;
 use lapin::options::QueueDeleteOptions;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::broker::{Names, call};
+use crate::handoff;
 use crate::health::Health;
 
 /// Retires shards `from..to` (top first) once each has passed `epoch`.
@@ -71,16 +85,34 @@ async fn retire_when_drained(
     shard: u16,
     epoch: i64,
 ) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
-    let passed: Option<bool> =
-        sqlx::query_scalar("SELECT epoch >= $2 FROM urutan_shard WHERE shard = $1")
-            .bind(i32::from(shard))
-            .bind(epoch)
-            .fetch_optional(pool)
-            .await?;
-    if passed == Some(false) {
-        return Ok(false);
+    match progress(pool, shard, epoch).await? {
+        Progress::Draining => return Ok(false),
+        Progress::Retired => return Ok(true),
+        Progress::Drained => {}
     }
-    // Deleting an already deleted queue (another replica was faster) is ok.
+    // A session of its own for the lock (see `handoff::resume_publishing`).
+    let mut db = pool.acquire().await?.detach();
+    handoff::pause_publishing(&mut db, names).await?;
+    let retired = retire_locked(&mut db, conn, names, shard, epoch).await;
+    handoff::resume_publishing(db).await;
+    retired
+}
+
+/// Deletes the queue and marks the shard inactive, under the ring-change
+/// lock (checking again under it).
+async fn retire_locked(
+    db: &mut PgConnection,
+    conn: &Connection,
+    names: &Names,
+    shard: u16,
+    epoch: i64,
+) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
+    match progress(&mut *db, shard, epoch).await? {
+        Progress::Draining => return Ok(false),
+        Progress::Retired => return Ok(true),
+        Progress::Drained => {}
+    }
+    // Deleting an already deleted queue is ok.
     let ch = call("channel.open", conn.create_channel()).await?;
     let queue = names.shard_queue(shard);
     call(
@@ -91,9 +123,38 @@ async fn retire_when_drained(
     let _ = ch.close(200, "retired".into()).await;
     sqlx::query("UPDATE urutan_shard SET aktif = false WHERE shard = $1")
         .bind(i32::from(shard))
-        .execute(pool)
+        .execute(&mut *db)
         .await?;
     Ok(true)
+}
+
+enum Progress {
+    /// Not past the epoch marker yet.
+    Draining,
+    /// Past it: the queue holds no message any more.
+    Drained,
+    /// Already inactive (retired by another replica, or before a crash):
+    /// its queue is gone, and only a ring change declares it again, marking
+    /// the shard active under the same lock.
+    Retired,
+}
+
+async fn progress(
+    db: impl sqlx::PgExecutor<'_>,
+    shard: u16,
+    epoch: i64,
+) -> Result<Progress, sqlx::Error> {
+    let state: Option<(bool, bool)> =
+        sqlx::query_as("SELECT epoch >= $2, aktif FROM urutan_shard WHERE shard = $1")
+            .bind(i32::from(shard))
+            .bind(epoch)
+            .fetch_optional(db)
+            .await?;
+    Ok(match state {
+        Some((_, false)) => Progress::Retired,
+        Some((false, true)) => Progress::Draining,
+        Some((true, true)) | None => Progress::Drained,
+    })
 }
 
 /// False once `shard` was retired (its worker then stops for good).

@@ -16,4 +16,5 @@ mod relay;
 mod replicas;
 mod ring;
 mod secrets;
+mod shrink_race;
 mod topology;
