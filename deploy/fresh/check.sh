@@ -293,6 +293,16 @@ Acquire::http::Proxy "http://${HOST_IP}:${PROXY_PORT}";
 Acquire::https::Proxy "http://${HOST_IP}:${PROXY_PORT}";
 EOF
 cp /etc/hosts /etc/resolv.conf "$ROOT/etc/"
+# A network that inspects TLS (as this sandbox's egress does) needs its CA on
+# every machine: install the host's local CAs where an administrator would.
+# ca-certificates (installed by setup.sh) adds them to the system bundle;
+# pip reads that bundle through REQUESTS_CA_BUNDLE.
+if compgen -G '/usr/local/share/ca-certificates/*' >/dev/null; then
+    mkdir -p "$ROOT/usr/local/share/ca-certificates"
+    cp -a /usr/local/share/ca-certificates/. "$ROOT/usr/local/share/ca-certificates/"
+    ROOT_ENV+=(REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt)
+    log "note: copied the host's local CAs into the root: $(cd /usr/local/share/ca-certificates && echo *)"
+fi
 getent hosts "$(hostname -s)" >/dev/null ||
     log "note: $(hostname -s) does not resolve on the host; RabbitMQ in the root may not start"
 
