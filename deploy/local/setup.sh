@@ -116,7 +116,9 @@ if ((${#plan[@]} == 0)); then
 else
     log "about to change this machine:"
     for item in "${plan[@]}"; do log "  - ${item}"; done
-    log "services started here do not come back after a reboot: run this script again"
+    if [[ "${plan[*]}" == *"without systemd"* ]]; then
+        log "services started without systemd do not come back after a reboot: run this script again"
+    fi
 fi
 
 if ((${#packages[@]} > 0)); then
