@@ -6,6 +6,9 @@
 #
 #   deploy/fresh/check.sh           set-up, build, demo, set-up after a "reboot"
 #   deploy/fresh/check.sh --full    and then deploy/local/test.sh (30+ minutes)
+#   deploy/fresh/check.sh --validate-only
+#                                   only deploy/validate.sh (its Debian and PyPI
+#                                   installs, no Rust build): a few minutes
 #
 # Runs as root, on the host (Debian/Ubuntu with apt, iproute2, git, python3).
 # The root runs in its own network namespace: its RabbitMQ and PostgreSQL on
@@ -40,15 +43,17 @@ readonly VETH_HOST=ufh$$ VETH_NS=ufn$$ # interface names: at most 15 characters
 readonly DEBOOTSTRAP_SECS=1200 DEMO_SECS=3600 SETUP_SECS=900 TEST_SECS=7200 STOP_SECS=60
 
 FULL=0
+VALIDATE_ONLY=0
 for arg in "$@"; do
     case $arg in
     --full) FULL=1 ;;
+    --validate-only) VALIDATE_ONLY=1 ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
-        echo "usage: deploy/fresh/check.sh [--full]" >&2
+        echo "usage: deploy/fresh/check.sh [--full | --validate-only]" >&2
         exit 2
         ;;
     esac
@@ -357,6 +362,14 @@ git -C "$ROOT/root/urutan" fetch -q "$REPO" "$COMMIT" 2>/dev/null || true
 git -C "$ROOT/root/urutan" -c advice.detachedHead=false checkout -q --detach "$COMMIT" ||
     fail "cannot check out ${COMMIT} in the clone"
 phase_done
+
+if ((VALIDATE_ONLY)); then
+    phase validate
+    in_root 1800 bash -c 'cd /root/urutan && exec deploy/validate.sh' 2>&1 || fail "deploy/validate.sh failed"
+    phase_done
+    RESULT="${SUITE} minbase (commit ${COMMIT:0:12}): debootstrap ${T[debootstrap]}s, deploy/validate.sh ok ${T[validate]}s"
+    exit 0
+fi
 
 # ---------------------------------------------------------------------------
 # demo.sh: set-up, release build, demo (phases told apart by their output)
