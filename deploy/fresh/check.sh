@@ -7,8 +7,8 @@
 #   deploy/fresh/check.sh           set-up, build, demo, set-up after a "reboot"
 #   deploy/fresh/check.sh --full    and then deploy/local/test.sh (30+ minutes)
 #   deploy/fresh/check.sh --validate-only
-#                                   only deploy/validate.sh (its Debian and PyPI
-#                                   installs, no Rust build): a few minutes
+#                                   setup.sh, then deploy/validate.sh (its Debian
+#                                   and PyPI installs, no Rust build): minutes
 #
 # Runs as root, on the host (Debian/Ubuntu with apt, iproute2, git, python3).
 # The root runs in its own network namespace: its RabbitMQ and PostgreSQL on
@@ -364,10 +364,15 @@ git -C "$ROOT/root/urutan" -c advice.detachedHead=false checkout -q --detach "$C
 phase_done
 
 if ((VALIDATE_ONLY)); then
+    # As test.sh does: setup.sh first (ca-certificates among others).
+    phase setup
+    in_root "$SETUP_SECS" bash -c 'cd /root/urutan && exec deploy/local/setup.sh' 2>&1 | grep '^setup:' ||
+        fail "deploy/local/setup.sh failed"
+    phase_done
     phase validate
     in_root 1800 bash -c 'cd /root/urutan && exec deploy/validate.sh' 2>&1 || fail "deploy/validate.sh failed"
     phase_done
-    RESULT="${SUITE} minbase (commit ${COMMIT:0:12}): debootstrap ${T[debootstrap]}s, deploy/validate.sh ok ${T[validate]}s"
+    RESULT="${SUITE} minbase (commit ${COMMIT:0:12}): debootstrap ${T[debootstrap]}s, setup ${T[setup]}s, deploy/validate.sh ok ${T[validate]}s"
     exit 0
 fi
 
