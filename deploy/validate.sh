@@ -6,7 +6,9 @@
 #
 # One line per check ("validate: ok|FAIL <check>"), exit 1 if any failed.
 # Re-runnable; installs only what is missing (Debian `prometheus` for
-# promtool), so it needs root (or sudo) only the first time.
+# promtool, python3; validate-manifests.sh adds kubernetes-client,
+# python3-venv and its Python tools in target/validate-venv, never in the
+# system Python), so it needs root (or sudo) only the first time.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

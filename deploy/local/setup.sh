@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Make the local RabbitMQ and PostgreSQL ready for urutan (Debian bookworm).
+# Make this Debian machine ready to build and run urutan: a C toolchain, the
+# local RabbitMQ and PostgreSQL (Debian bookworm or later).
 #
 # Idempotent: installs only what is missing, starts only what is stopped, and
-# takes a few seconds when everything is already up. Needs root; re-runs itself
-# through sudo otherwise.
+# takes a few seconds when everything is already up. Services are started
+# without systemd, so they do not come back by themselves after a reboot:
+# run this script again (demo.sh and test.sh do) and it starts what is stopped.
+# Needs root; re-runs itself through sudo otherwise. Before it changes the
+# machine it prints what it is about to change.
 #
-# Result: PostgreSQL 15+ accepting `psql -h 127.0.0.1 -U postgres` without a
-# password, database `urutan` present; RabbitMQ 3.10+ running with the plugin
-# rabbitmq_consistent_hash_exchange enabled (guest/guest on 127.0.0.1:5672),
-# and rabbitmq_prometheus serving the broker's metrics on 127.0.0.1:15692
-# (per-queue series on /metrics/per-object; see deploy/prometheus/README.md).
+# Result:
+# - gcc, libc6-dev (the C compiler and linker that rustc and the `ring` crate
+#   need; rustup does not bring one) and ca-certificates (cargo's HTTPS to
+#   crates.io) installed;
+# - PostgreSQL 15+ accepting `psql -h 127.0.0.1 -U postgres` without a
+#   password (loopback logins switched to `trust` in pg_hba.conf), database
+#   `urutan` present;
+# - RabbitMQ 3.10+ running with the plugin rabbitmq_consistent_hash_exchange
+#   enabled (guest/guest on 127.0.0.1:5672), and rabbitmq_prometheus serving
+#   the broker's metrics on 127.0.0.1:15692 (per-queue series on
+#   /metrics/per-object; see deploy/prometheus/README.md).
 set -euo pipefail
 
 readonly DB_NAME=urutan
@@ -43,16 +53,23 @@ unset PGPASSWORD PGHOST PGPORT PGUSER PGDATABASE PGSERVICE
 version_ge() { [[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" == "$2" ]]; }
 
 # ---------------------------------------------------------------------------
-# 1. packages: install only what is missing
+# 1. what is missing, and what this run is about to change
 # ---------------------------------------------------------------------------
 have() { command -v "$1" >/dev/null 2>&1; }
+pkg_installed() { [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]; }
 
 pg_server_installed() {
     have pg_ctlcluster && [[ -d /etc/postgresql ]] &&
         compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null
 }
 
+# Building: rustc links through `cc`, and `ring` compiles C and assembly.
 packages=()
+have cc || packages+=(gcc)
+pkg_installed libc6-dev || packages+=(libc6-dev)
+# cargo fetches crates.io over HTTPS and needs the CA bundle.
+[[ -s /etc/ssl/certs/ca-certificates.crt ]] || packages+=(ca-certificates)
+# Running: the two services and psql.
 if ! have rabbitmq-server || ! have rabbitmqctl || ! have rabbitmq-plugins; then
     packages+=(rabbitmq-server)
 fi
@@ -62,21 +79,59 @@ fi
 if ! have psql || ! have pg_isready; then
     packages+=(postgresql-client)
 fi
+
+pg_ready() { pg_isready -q -h 127.0.0.1 -p "$PG_PORT" -t 2; }
+# psql as postgres over TCP on 127.0.0.1, never prompting (-w).
+pg_tcp() { psql -w -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
+readonly HBA_MARKER='# urutan deploy/local/setup.sh: password-less loopback access'
+rmq_running() { timeout 30 rabbitmqctl -q status >/dev/null 2>&1; }
+plugin_file_has() { grep -qs -- "$1" /etc/rabbitmq/enabled_plugins; }
+
+# The plan: one line per change, printed before any of them is made. Checks
+# that need a running service assume the worst when it is not running yet.
+plan=()
+((${#packages[@]} == 0)) || plan+=("install Debian packages: ${packages[*]} (apt-get)")
+if ! have pg_isready || ! pg_ready; then
+    plan+=("start PostgreSQL on 127.0.0.1:${PG_PORT} with pg_ctlcluster, without systemd (creating the cluster if there is none)")
+fi
+if ! have psql || ! pg_ready || ! pg_tcp -tAc 'select 1' >/dev/null 2>&1; then
+    if ! grep -qsxF "$HBA_MARKER" /etc/postgresql/*/*/pg_hba.conf; then
+        plan+=("switch PostgreSQL logins from 127.0.0.1 and ::1 to 'trust' (no password, any user) at the top of pg_hba.conf")
+    fi
+fi
+if ! have psql || ! pg_ready ||
+    [[ "$(pg_tcp -tAc "select 1 from pg_database where datname = '${DB_NAME}'" 2>/dev/null)" != 1 ]]; then
+    plan+=("create the database ${DB_NAME} if it does not exist")
+fi
+rmq_was_running=0
+have rabbitmqctl && rmq_running && rmq_was_running=1
+if ((!rmq_was_running)); then
+    plan+=("start RabbitMQ with rabbitmq-server -detached, without systemd")
+fi
+for plugin in "${PLUGINS[@]}"; do
+    plugin_file_has "$plugin" || plan+=("enable the RabbitMQ plugin ${plugin}")
+done
+if ((${#plan[@]} == 0)); then
+    log "nothing to change"
+else
+    log "about to change this machine:"
+    for item in "${plan[@]}"; do log "  - ${item}"; done
+    if [[ "${plan[*]}" == *"without systemd"* ]]; then
+        log "services started without systemd do not come back after a reboot: run this script again"
+    fi
+fi
+
 if ((${#packages[@]} > 0)); then
     log "installing ${packages[*]}"
     apt-get update -q
     apt-get install -y -q "${packages[@]}"
 else
-    log "rabbitmq-server and postgresql are installed"
+    log "the C toolchain, ca-certificates, rabbitmq-server and postgresql are installed"
 fi
 
 # ---------------------------------------------------------------------------
 # 2. PostgreSQL
 # ---------------------------------------------------------------------------
-# psql as postgres over TCP on 127.0.0.1, never prompting (-w).
-pg_tcp() { psql -w -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 "$@"; }
-pg_ready() { pg_isready -q -h 127.0.0.1 -p "$PG_PORT" -t 2; }
-
 # The cluster serving port 5432: "version name status", or empty.
 pg_cluster_line() { pg_lsclusters -h 2>/dev/null | awk -v p="$PG_PORT" '$3 == p { print $1, $2, $4; exit }'; }
 
@@ -118,15 +173,14 @@ if ! pg_tcp -tAc 'select 1' >/dev/null 2>&1; then
     hba=$(runuser -u postgres -- psql -X -p "$PG_PORT" -tAc 'show hba_file' 2>/dev/null || true)
     [[ -n "$hba" ]] || hba="/etc/postgresql/${pg_ver}/${pg_name}/pg_hba.conf"
     [[ -f "$hba" ]] || die "pg_hba.conf not found at ${hba}"
-    marker='# urutan deploy/local/setup.sh: password-less loopback access'
-    if grep -qxF "$marker" "$hba"; then
+    if grep -qxF "$HBA_MARKER" "$hba"; then
         log "trust lines already in ${hba}; reloading"
     else
         log "adding loopback trust entries at the top of ${hba}"
         cp -p "$hba" "${hba}.urutan.bak"
         tmp=$(mktemp)
         {
-            printf '%s\n' "$marker" \
+            printf '%s\n' "$HBA_MARKER" \
                 'host    all             all             127.0.0.1/32            trust' \
                 'host    all             all             ::1/128                 trust' ''
             cat "$hba"
@@ -165,7 +219,7 @@ fi
 # ---------------------------------------------------------------------------
 rmq_log=/var/log/rabbitmq/urutan-setup-start.log
 
-if timeout 30 rabbitmqctl -q status >/dev/null 2>&1; then
+if ((rmq_was_running)) || rmq_running; then
     log "rabbitmq node is running"
 else
     # The default node name is rabbit@<short hostname>, which must resolve.
