@@ -11,6 +11,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 export RUST_BACKTRACE=1
 
+if [[ $(id -u) -ne 0 ]]; then
+    echo "test: run this as root (with Rust installed for root): the tests create and delete vhosts and restart the broker with rabbitmqctl" >&2
+    exit 1
+fi
+
 bash deploy/local/setup.sh
 
 # The deployment files (alert rules and their unit tests, dashboard queries,
