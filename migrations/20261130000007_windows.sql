@@ -41,16 +41,12 @@ CREATE INDEX IF NOT EXISTS urutan_jendela_terbuka_idx ON urutan_jendela (epoch)
     WHERE ditutup_pada IS NULL;
 
 -- Migration 0005's "ring change cut short" flag is a window whose epoch is
--- not open yet: carry it over, then drop it.
-DO $$
-BEGIN
-    IF to_regclass('urutan_ring_berubah') IS NOT NULL THEN
-        INSERT INTO urutan_jendela (sebab, dibuka_pada)
-        SELECT 'ring change cut short', sejak FROM urutan_ring_berubah;
-        DROP TABLE urutan_ring_berubah;
-    END IF;
-END
-$$;
+-- not open yet: carry it over. The table stays (empty, no longer read by
+-- this version) so that replicas of the previous version keep working during
+-- a rolling upgrade; a later migration drops it.
+WITH flag AS (DELETE FROM urutan_ring_berubah RETURNING sejak)
+INSERT INTO urutan_jendela (sebab, dibuka_pada)
+SELECT 'ring change cut short', sejak FROM flag;
 
 -- Is a ring change not yet behind a message at position p_posisi? True while
 -- a window's epoch is not open, or is above p_posisi (the message may sit

@@ -94,6 +94,10 @@ GRANT USAGE ON SEQUENCE urutan_ring_versi_seq TO :"worker_role";
 GRANT SELECT, INSERT, UPDATE ON urutan_jendela TO :"worker_role";
 GRANT USAGE ON SEQUENCE urutan_jendela_jendela_seq TO :"worker_role";
 GRANT SELECT, UPDATE ON urutan_jendela TO :"relay_role";
+-- The previous version's "ring change under way" flag, for its replicas
+-- during a rolling upgrade (this version no longer uses it).
+GRANT SELECT, INSERT, DELETE ON urutan_ring_berubah TO :"worker_role";
+GRANT SELECT, DELETE ON urutan_ring_berubah TO :"relay_role";
 
 -- Relay: the outbox (UPDATE: it locks rows FOR UPDATE and marks them sent;
 -- DELETE: it purges sent rows).
