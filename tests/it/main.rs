@@ -6,6 +6,7 @@ mod batch;
 mod common;
 mod deploy;
 mod handoff;
+mod interleave;
 mod pipeline;
 mod poison;
 mod privilege;
