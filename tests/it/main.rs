@@ -7,6 +7,7 @@ mod common;
 mod deploy;
 mod direct;
 mod handoff;
+mod interleave;
 mod pipeline;
 mod poison;
 mod privilege;
