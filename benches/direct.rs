@@ -227,6 +227,10 @@ async fn scenario(o: &Options, broker_restart: bool, step: i64) -> anyhow::Resul
 
     let (before, last) = if broker_restart { (5, 8) } else { (4, 7) };
     let pool = Pool::start(&settings).await?;
+    // The topology is declared once the ring is recorded.
+    while scalar(&db, "SELECT count(*) FROM urutan_ring").await? == 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut producer = Producer::connect(&env).await?;
     for round in 1..=before {
         producer.round(o.orders, round * step).await?;
@@ -258,7 +262,7 @@ async fn scenario(o: &Options, broker_restart: bool, step: i64) -> anyhow::Resul
         "SELECT count(*),
                 percentile_cont(0.5) WITHIN GROUP (ORDER BY w),
                 max(w)
-         FROM (SELECT extract(epoch FROM released_at - parked_at) * 1000 AS w
+         FROM (SELECT extract(epoch FROM released_at - parked_at)::float8 * 1000 AS w
                FROM bench_park_log) l",
     )
     .fetch_one(&db)

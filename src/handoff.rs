@@ -32,7 +32,7 @@ use std::time::Duration;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Connection};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use tracing::info;
 
 use crate::broker::{BrokerError, Names, call};
@@ -213,6 +213,19 @@ pub async fn ring_change_unfinished(db: &mut PgConnection) -> Result<bool, sqlx:
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM urutan_jendela WHERE epoch IS NULL)")
         .fetch_one(db)
         .await
+}
+
+/// Whether a window has been waiting for its epoch longer than any prepare
+/// takes: its opener (`urutan topology`, or a replica) died half-way. A
+/// pool then prepares again, which opens the epoch after it and closes it,
+/// so a deployment without a relay does not keep it open forever.
+pub async fn window_abandoned(db: &PgPool) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM urutan_jendela
+                        WHERE epoch IS NULL AND dibuka_pada < now() - interval '30 seconds')",
+    )
+    .fetch_one(db)
+    .await
 }
 
 /// Called by a relay batch inside its transaction: waits while a ring change

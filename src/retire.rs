@@ -128,8 +128,11 @@ async fn retire_locked(
     Ok(true)
 }
 
-enum Progress {
-    /// Not past the epoch marker yet.
+/// Where a removed shard is on its way out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Not past the epoch marker yet, or messages it parked still wait (its
+    /// worker keeps releasing them; once it stops, nobody would).
     Draining,
     /// Past it: the queue holds no message any more.
     Drained,
@@ -139,17 +142,22 @@ enum Progress {
     Retired,
 }
 
-async fn progress(
+/// Whether removed `shard` may be retired now (it passed the marker of
+/// `epoch` and nothing it parked still waits).
+pub async fn progress(
     db: impl sqlx::PgExecutor<'_>,
     shard: u16,
     epoch: i64,
 ) -> Result<Progress, sqlx::Error> {
-    let state: Option<(bool, bool)> =
-        sqlx::query_as("SELECT epoch >= $2, aktif FROM urutan_shard WHERE shard = $1")
-            .bind(i32::from(shard))
-            .bind(epoch)
-            .fetch_optional(db)
-            .await?;
+    let state: Option<(bool, bool)> = sqlx::query_as(
+        "SELECT epoch >= $2 AND NOT EXISTS (SELECT 1 FROM urutan_parkir WHERE shard = $1),
+                aktif
+         FROM urutan_shard WHERE shard = $1",
+    )
+    .bind(i32::from(shard))
+    .bind(epoch)
+    .fetch_optional(db)
+    .await?;
     Ok(match state {
         Some((_, false)) => Progress::Retired,
         Some((false, true)) => Progress::Draining,

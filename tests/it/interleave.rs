@@ -886,13 +886,10 @@ impl<'a> Sim<'a> {
             return Ok(false);
         }
         let shard = r.top - 1;
-        let passed: Option<bool> =
-            sqlx::query_scalar("SELECT epoch >= $2 FROM urutan_shard WHERE shard = $1")
-                .bind(shard as i32)
-                .bind(r.epoch)
-                .fetch_optional(self.db)
-                .await?;
-        if passed == Some(false) {
+        // The real decision: past the marker, and nothing it parked waits.
+        if urutan::retire::progress(self.db, shard as u16, r.epoch).await?
+            == urutan::retire::Progress::Draining
+        {
             return Ok(false);
         }
         // queue.delete: whatever is still in it is gone.
