@@ -32,11 +32,11 @@ P = PREFIX.replace(".", "\\.")
 USERS = {
     "admin": ("admin-local-only", ["administrator"], (".*", ".*", ".*")),
     "urutan-topology": ("topology-local-only", [], (
-        f"^{P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{{3}})?$",
+        f"^{P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{{3}}|\\.alive)?$",
         f"^({P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{{3}})|amq\\.default)$",
         f"^{P}(-hash|\\.dlx|\\.shard-\\d{{3}})?$")),
     "urutan-worker": ("worker-local-only", [], (
-        "^$", "^amq\\.default$", f"^{P}\\.shard-\\d{{3}}$")),
+        f"^{P}\\.alive$", "^amq\\.default$", f"^{P}\\.shard-\\d{{3}}$")),
     "urutan-relay": ("relay-local-only", [], (
         "^$", f"^({P}|amq\\.default)$", "^$")),
 }
