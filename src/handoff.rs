@@ -1,31 +1,44 @@
-//! Per-entity order across hash-ring changes.
+//! Per-entity order across hash-ring changes, for every producer.
 //!
 //! The consistent-hash ring can change under us (a broker restart rebuilds it
-//! in another order; a new `SHARD_COUNT` appends buckets), so an entity can
-//! move to another shard while its older messages still wait on the old one.
-//! urutan keeps per-entity order anyway with *epochs*:
+//! in another order up to RabbitMQ 4.1; a new `SHARD_COUNT` appends or
+//! removes buckets), so an entity can move to another shard while its older
+//! messages still wait on the old one. urutan keeps per-entity order anyway:
 //!
-//! - Whoever may have seen the ring change opens an epoch: it records epoch
-//!   `n` in PostgreSQL and puts a marker carrying `n` into every shard queue
-//!   (through the default exchange). The worker pool does it on every
-//!   (re)connect before consuming, the relay on every (re)connect before
-//!   publishing, so every message routed by a new ring sits behind the marker.
-//! - A shard worker that reaches marker `n` records that its shard *passed*
-//!   epoch `n`: everything queued on it before the marker is done.
-//! - A message carries the epoch its shard has passed when it arrives. If its
-//!   entity was last applied in that same epoch, it came from the same shard
-//!   (one ring per epoch) and is applied at once. Otherwise older messages of
-//!   the entity may still wait on another shard: the message is *parked* (in
-//!   the transaction that records its id, then acked) and the shard goes on
-//!   with other entities. Once every shard has passed the message's epoch,
-//!   the parked messages of the entity are applied in arrival order, before
-//!   any later message of it (later ones park behind them meanwhile).
+//! - *The next version never waits.* A message whose version is the stored
+//!   one + 1 (1 for a new entity), or older (stale), is applied at once:
+//!   nothing it could overtake exists.
+//! - *Epochs.* Whoever may have seen the ring change opens an epoch: it
+//!   records epoch `n` in PostgreSQL and puts a marker carrying `n` into
+//!   every shard queue (through the default exchange). The worker pool does
+//!   it on every (re)connect before consuming, the relay on every (re)connect
+//!   before publishing. A shard worker that reaches marker `n` records that
+//!   its shard *passed* epoch `n`: everything queued on it before is done.
+//!   A message carries the epoch its shard has passed when it arrives; if
+//!   its entity was last applied in another epoch, older messages may still
+//!   wait elsewhere, so unless it is the next version it is *parked* (in the
+//!   transaction that records its id, then acked; the shard goes on) until
+//!   every shard has passed its epoch.
+//! - *Windows.* A producer that publishes straight to the exchange does not
+//!   wait for markers: after a ring change its messages can sit *ahead* of
+//!   them, among the old ring's. So the pool opens a window ([`open_window`])
+//!   before anything a changed ring routes can be consumed (under the pause,
+//!   before a resharding changes the bindings; after a broker restart, seen
+//!   by `broker::restart`, before consuming) and closes it with the epoch it
+//!   opens after the change ([`close_windows`]). While a window is open for
+//!   its position, a message that is not the next version waits for that
+//!   epoch too.
 //!
-//! The decision runs inside PostgreSQL (`urutan_terapkan`, `urutan_lepas` in
-//! `migrations/`), under a per-entity advisory lock, so replicas and shards
-//! agree and a crash at any step leaves a consistent state: a marker seen
-//! twice or late only moves a shard's position forward, a parked message's
-//! id is already recorded, a release is one transaction.
+//! Parked messages are released in version order, each as soon as it is its
+//! entity's next version, or once every shard has passed its epoch and no
+//! window is open. The decisions run inside PostgreSQL (`urutan_terapkan`,
+//! `urutan_lepas`; the rules are spelled out in
+//! `migrations/20261130000007_windows.sql`), under a per-entity advisory
+//! lock, so replicas and shards agree and a crash at any step leaves a
+//! consistent state: a marker seen twice or late only moves a shard's
+//! position forward, a parked message's id is already recorded, a release
+//! is one transaction, a window whose opener died is closed by the next
+//! epoch opened under the pause.
 
 use std::time::Duration;
 
