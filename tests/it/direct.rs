@@ -283,3 +283,100 @@ async fn resharding_under_a_continuous_direct_producer_keeps_order() {
         ORDERS as i64 * versions
     );
 }
+
+/// A worker user that may not declare the restart sentinel (configure `^$`,
+/// `TOPOLOGY_MODE=check`) still becomes ready and keeps order: it cannot
+/// tell a reconnect from a restart, so every connection opens a window,
+/// closed by the epoch it opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refused_the_sentinel_treats_each_connection_as_a_restart() {
+    let env = TestEnv::new("direct_nosentinel").await;
+    let user = format!("nosentinel-{}", env.name);
+    let _users = crate::topology::Users(vec![user.clone()]);
+    sh("rabbitmqctl", &["-q", "add_user", &user, "pw-nosentinel"]);
+    sh(
+        "rabbitmqctl",
+        &[
+            "-q",
+            "set_permissions",
+            "-p",
+            &env.vhost,
+            &user,
+            "^$",
+            "^amq\\.default$",
+            "^pesanan\\.shard-\\d{3}$",
+        ],
+    );
+    let conn = env.broker().await;
+    urutan::broker::topology::declare(&conn, &urutan::broker::Names::new("pesanan"), 3, 5, false)
+        .await
+        .expect("declare");
+    conn.create_channel()
+        .await
+        .expect("channel")
+        .exchange_delete("pesanan.alive".into(), ExchangeDeleteOptions::default())
+        .await
+        .expect("delete the sentinel");
+    let mut settings = env.settings(3);
+    settings.topology_mode = urutan::config::TopologyMode::Check;
+    settings.amqp_url = format!("amqp://{user}:pw-nosentinel@127.0.0.1:5672/{}", env.vhost)
+        .parse()
+        .expect("url");
+    let db = env.db().await;
+    for connection in 1..=2 {
+        let pool = RunningPool::start(settings.clone()).await;
+        pool.wait_ready().await;
+        let publisher = env.publisher().await;
+        publish_round(&publisher, 20, connection).await;
+        wait_until_applied(&db, 20, connection).await;
+        pool.stop().await;
+        let (windows, open): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE epoch IS NULL)
+             FROM urutan_jendela WHERE sebab = 'broker restarted'",
+        )
+        .fetch_one(&db)
+        .await
+        .expect("windows");
+        assert_eq!(
+            (windows, open),
+            (connection, 0),
+            "one window per connection, each closed by its epoch"
+        );
+    }
+    check(&env, &db, 20, 2).await;
+}
+
+/// A window whose opener died before opening the epoch after it (say a
+/// `urutan topology` killed half-way, with no relay running to close it) is
+/// closed by a running pool within about a minute: it prepares again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_pool_closes_a_window_its_opener_abandoned() {
+    let env = TestEnv::new("direct_abandoned").await;
+    let db = env.db().await;
+    let pool = RunningPool::start(env.settings(2)).await;
+    pool.wait_ready().await;
+    sqlx::query(
+        "INSERT INTO urutan_jendela (sebab, dibuka_pada)
+         VALUES ('a test abandoned it', now() - interval '1 minute')",
+    )
+    .execute(&db)
+    .await
+    .expect("window");
+    wait_for("the pool closed the window", Duration::from_secs(60), || {
+        let db = db.clone();
+        async move {
+            count(
+                &db,
+                "SELECT count(*) FROM urutan_jendela WHERE sebab = 'a test abandoned it' AND epoch IS NOT NULL",
+            )
+            .await
+                == 1
+        }
+    })
+    .await;
+    pool.wait_ready().await;
+    let publisher = env.publisher().await;
+    publish_round(&publisher, 10, 1).await;
+    wait_until_applied(&db, 10, 1).await;
+    pool.stop().await;
+}

@@ -509,7 +509,7 @@ async fn serial_missing_plugin_is_reported_in_one_clear_line() {
 }
 
 /// RabbitMQ users made for one test (users are broker-wide), deleted at the end.
-struct Users(Vec<String>);
+pub(crate) struct Users(pub(crate) Vec<String>);
 
 impl Drop for Users {
     fn drop(&mut self) {
