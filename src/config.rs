@@ -12,13 +12,15 @@ use clap::Args;
 /// Everything the worker pool and the other commands need to know.
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
-    /// Broker URL (`amqp://` or `amqps://`); the password is never logged.
+    /// Broker URL (`amqp://` or `amqps://`), or a cluster's nodes as several
+    /// URLs separated by commas (same vhost in each): every connection goes
+    /// to a live node and moves on when one fails. Passwords are never logged.
     #[arg(
         long,
         env = "AMQP_URL",
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
     )]
-    pub amqp_url: SecretUrl,
+    pub amqp_url: BrokerUrls,
 
     /// PostgreSQL URL; the database is created if it does not exist.
     #[arg(
@@ -214,6 +216,71 @@ impl fmt::Display for SecretUrl {
     }
 }
 
+/// The broker's nodes (docs/contract.md, section 5): one `amqp://` or
+/// `amqps://` URL, or a cluster's nodes as several URLs separated by commas.
+/// Every URL names the same vhost, since the topology lives in one vhost.
+/// Printed as the list with every password replaced by `***`.
+#[derive(Clone)]
+pub struct BrokerUrls(Vec<SecretUrl>);
+
+impl BrokerUrls {
+    /// The node URLs in the order given (never empty).
+    pub fn nodes(&self) -> &[SecretUrl] {
+        &self.0
+    }
+}
+
+impl From<SecretUrl> for BrokerUrls {
+    fn from(url: SecretUrl) -> Self {
+        Self(vec![url])
+    }
+}
+
+impl FromStr for BrokerUrls {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut nodes = Vec::new();
+        for (n, part) in s.split(',').map(str::trim).enumerate() {
+            let which = || format!("URL {} of the list", n + 1);
+            if part.is_empty() {
+                return Err(format!("{} is empty", which()));
+            }
+            let url: SecretUrl = part.parse().map_err(|e| format!("{}: {e}", which()))?;
+            if !matches!(url.parsed().scheme(), "amqp" | "amqps") {
+                return Err(format!("{}: use amqp:// or amqps:// ({url})", which()));
+            }
+            nodes.push(url);
+        }
+        let vhost = |u: &SecretUrl| u.parsed().path().to_owned();
+        if let Some(other) = nodes.iter().find(|u| vhost(u) != vhost(&nodes[0])) {
+            return Err(format!(
+                "every node URL must name the same vhost: {} and {other} differ",
+                nodes[0]
+            ));
+        }
+        Ok(Self(nodes))
+    }
+}
+
+impl fmt::Debug for BrokerUrls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for BrokerUrls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, url) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            fmt::Display::fmt(url, f)?;
+        }
+        Ok(())
+    }
+}
+
 /// `30d`, `12h`, `15m`, `90s` (anything `humantime` reads); zero is refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. `30d`, `12h`)"))?;
@@ -285,6 +352,35 @@ mod tests {
         assert!(parse(&["--database-url", "postgres://"]).is_err());
         assert!(parse(&["--dedup-retention", "0s"]).is_err());
         assert!(parse(&["--log-format", "xml"]).is_err());
+        assert!(parse(&["--amqp-url", "postgres://db/x"]).is_err());
+    }
+
+    #[test]
+    fn several_broker_nodes_are_one_setting() {
+        let s = parse(&[
+            "--amqp-url",
+            "amqp://u:pw-a@n1:5672/vh, amqp://u:pw-b@n2:5672/vh,amqps://u:pw-c@n3:5671/vh",
+        ])
+        .expect("three nodes");
+        let nodes: Vec<&str> = s.amqp_url.nodes().iter().map(|u| u.expose()).collect();
+        assert_eq!(
+            nodes,
+            [
+                "amqp://u:pw-a@n1:5672/vh",
+                "amqp://u:pw-b@n2:5672/vh",
+                "amqps://u:pw-c@n3:5671/vh"
+            ]
+        );
+        let shown = format!("{} {:?}", s.amqp_url, s.amqp_url);
+        assert!(!shown.contains("pw-"), "{shown}");
+        assert!(
+            shown.contains("amqp://u:***@n1:5672/vh,amqp://u:***@n2:5672/vh"),
+            "{shown}"
+        );
+        let err = parse(&["--amqp-url", "amqp://n1/a,amqp://n2/b"]).expect_err("vhosts differ");
+        assert!(err.contains("same vhost"), "{err}");
+        let err = parse(&["--amqp-url", "amqp://n1/a,"]).expect_err("empty entry");
+        assert!(err.contains("URL 2 of the list is empty"), "{err}");
     }
 
     #[test]
@@ -313,6 +409,9 @@ mod tests {
             "{shown_q}"
         );
         assert!(shown_q.contains("sslmode=require"), "{shown_q}");
-        assert_eq!(s.amqp_url.expose(), "amqp://user:hunter2@broker:5672/%2f");
+        assert_eq!(
+            s.amqp_url.nodes()[0].expose(),
+            "amqp://user:hunter2@broker:5672/%2f"
+        );
     }
 }
