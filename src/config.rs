@@ -22,6 +22,14 @@ pub struct Settings {
     )]
     pub amqp_url: BrokerUrls,
 
+    /// AMQP heartbeat in seconds (0: the broker's, 60 s by default). A silent
+    /// broker link (no FIN, no RST) is noticed after about two heartbeats on
+    /// both sides: the broker then hands this process's shards to a standby
+    /// replica, and this process reconnects. A `heartbeat=` in a node URL wins.
+    #[arg(long, env = "AMQP_HEARTBEAT", default_value_t = 10,
+          value_parser = clap::value_parser!(u16).range(0..=600))]
+    pub amqp_heartbeat: u16,
+
     /// PostgreSQL URL; the database is created if it does not exist.
     #[arg(
         long,
@@ -115,6 +123,11 @@ impl Settings {
     /// else BATCH_MAX (default PREFETCH), never more than PREFETCH.
     pub fn batch_size(&self) -> u16 {
         self.batch_max.unwrap_or(self.prefetch).min(self.prefetch)
+    }
+
+    /// The broker nodes to connect to, with the heartbeat setting applied.
+    pub fn broker(&self) -> BrokerUrls {
+        self.amqp_url.with_heartbeat(self.amqp_heartbeat)
     }
 
     /// Connections the database pool may open.
@@ -227,6 +240,24 @@ impl BrokerUrls {
     /// The node URLs in the order given (never empty).
     pub fn nodes(&self) -> &[SecretUrl] {
         &self.0
+    }
+
+    /// The same nodes asking for a heartbeat of `seconds` (0: leave it to the
+    /// broker), except those whose URL already names one.
+    pub fn with_heartbeat(&self, seconds: u16) -> BrokerUrls {
+        if seconds == 0 {
+            return self.clone();
+        }
+        let nodes = self.0.iter().map(|node| {
+            if node.parsed().query_pairs().any(|(k, _)| k == "heartbeat") {
+                return node.clone();
+            }
+            node.with(|u| {
+                u.query_pairs_mut()
+                    .append_pair("heartbeat", &seconds.to_string());
+            })
+        });
+        BrokerUrls(nodes.collect())
     }
 }
 
@@ -377,6 +408,23 @@ mod tests {
             shown.contains("amqp://u:***@n1:5672/vh,amqp://u:***@n2:5672/vh"),
             "{shown}"
         );
+        let with_heartbeat: Vec<String> = s
+            .broker()
+            .nodes()
+            .iter()
+            .map(|u| u.expose().to_owned())
+            .collect();
+        assert_eq!(with_heartbeat[0], "amqp://u:pw-a@n1:5672/vh?heartbeat=10");
+        let s = parse(&[
+            "--amqp-url",
+            "amqp://n1/vh?heartbeat=3",
+            "--amqp-heartbeat",
+            "7",
+        ])
+        .expect("valid");
+        assert_eq!(s.broker().nodes()[0].expose(), "amqp://n1/vh?heartbeat=3");
+        let s = parse(&["--amqp-url", "amqp://n1/vh", "--amqp-heartbeat", "0"]).expect("valid");
+        assert_eq!(s.broker().nodes()[0].expose(), "amqp://n1/vh");
         let err = parse(&["--amqp-url", "amqp://n1/a,amqp://n2/b"]).expect_err("vhosts differ");
         assert!(err.contains("same vhost"), "{err}");
         let err = parse(&["--amqp-url", "amqp://n1/a,"]).expect_err("empty entry");

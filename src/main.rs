@@ -95,7 +95,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             let pool = store::prepare(&settings.database_url, 2)
                 .await
                 .with_context(|| format!("cannot open {}", settings.database_url))?;
-            let conn = broker::connect(&settings.amqp_url, "urutan topology")
+            let conn = broker::connect(&settings.broker(), "urutan topology")
                 .await
                 .with_context(|| format!("cannot connect to {}", settings.amqp_url))?;
             let names = Names::new(&settings.topology_prefix);
@@ -235,7 +235,7 @@ fn fault_hooks() -> anyhow::Result<Hooks> {
 /// Messages in the dead-letter queue, if the broker answers.
 async fn dead_letter_depth(settings: &Settings) -> Option<u32> {
     use lapin::options::QueueDeclareOptions;
-    let conn = broker::connect(&settings.amqp_url, "urutan verify")
+    let conn = broker::connect(&settings.broker(), "urutan verify")
         .await
         .ok()?;
     let ch = conn.create_channel().await.ok()?;

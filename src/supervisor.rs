@@ -228,7 +228,7 @@ async fn connect_and_mark(
     names: &Names,
     pool: &PgPool,
 ) -> Result<Result<(lapin::Connection, Prepared), Refused>, EpochError> {
-    let conn = broker::connect(&settings.amqp_url, "urutan run").await?;
+    let conn = broker::connect(&settings.broker(), "urutan run").await?;
     let prepared = prepare_topology(settings, names, pool, &conn, false).await?;
     Ok(prepared.map(|prepared| (conn, prepared)))
 }

@@ -147,7 +147,7 @@ impl Relay {
             return Ok(()); // shutdown while standby
         }
         info!("active relay (holding the outbox lock)");
-        let conn = broker::connect(&self.settings.amqp_url, "urutan relay").await?;
+        let conn = broker::connect(&self.settings.broker(), "urutan relay").await?;
         if reconnect {
             metrics::counter!(crate::metrics::BROKER_RECONNECTS_TOTAL).increment(1);
             info!("reconnected to the broker");

@@ -1,7 +1,8 @@
 //! Several broker nodes in `AMQP_URL` (docs/contract.md, section 5): every
 //! connection goes to a live node, and a process whose node dies moves on to
 //! another. The "nodes" here are TCP proxies in front of the one local broker,
-//! so a node can die (reset) or freeze (accept, never answer) on demand.
+//! so a node can die (reset), freeze (accept, never answer) or go silent
+//! (blackhole) on demand.
 
 use std::time::Duration;
 
@@ -132,23 +133,112 @@ async fn the_pool_moves_to_another_node_when_its_node_dies() {
     pool.stop().await;
 }
 
-/// Blackholing a node is a separate fault (issue 16); here only check that
-/// the proxy's blackhole really stops traffic, so tests built on it mean it.
+/// The broker link of the active replica goes silent (no FIN, no RST): with
+/// `AMQP_HEARTBEAT=2` both sides give it up after about two heartbeats, a
+/// standby replica takes the shards over, the silent replica applies nothing
+/// after that, and order per order holds.
 #[tokio::test]
-async fn the_proxy_blackhole_stops_traffic() {
+async fn a_blackholed_replica_is_given_up_and_a_standby_takes_over() {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+    use urutan::shard::Hooks;
+
     let env = TestEnv::new("nodes_blackhole").await;
-    let node = Proxy::start(BROKER.parse().expect("addr")).await;
-    node.set(Mode::Blackhole);
-    let list = nodes(&[url_on(&env, node.addr.port())]);
-    let attempt = tokio::time::timeout(
-        Duration::from_secs(3),
-        urutan::broker::connect(&list, "nodes-test"),
+    let link = Proxy::start(BROKER.parse().expect("addr")).await;
+    let heartbeat = 2u16;
+    let outcomes = |log: &Arc<Mutex<Vec<Instant>>>| {
+        let log = log.clone();
+        Hooks {
+            on_outcome: Some(Arc::new(move |_| {
+                log.lock().expect("log").push(Instant::now())
+            })),
+            ..Hooks::default()
+        }
+    };
+    let (silent_log, standby_log) = (Arc::default(), Arc::default());
+    let mut silent = env.settings(2);
+    silent.amqp_url = nodes(&[url_on(&env, link.addr.port())]);
+    silent.amqp_heartbeat = heartbeat;
+    let silent = RunningPool::start_with(silent, outcomes(&silent_log)).await;
+    silent.wait_ready().await;
+    let mut standby = env.settings(2);
+    standby.amqp_heartbeat = heartbeat;
+    let standby = RunningPool::start_with(standby, outcomes(&standby_log)).await;
+    standby.wait_ready().await;
+
+    let (entities, versions) = (10, 20);
+    let batch = |range: std::ops::RangeInclusive<i64>| -> Vec<Msg> {
+        range
+            .flat_map(|v| (0..entities).map(move |e| Msg::event(&format!("order-{e}"), v)))
+            .collect()
+    };
+    let publisher = env.publisher().await;
+    publisher.send_all(&batch(1..=versions / 2)).await;
+    let db = env.db().await;
+    let applied = |n: i64| {
+        let db = db.clone();
+        move || {
+            let db = db.clone();
+            async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == n }
+        }
+    };
+    let half = (entities * versions as usize / 2) as i64;
+    wait_for(
+        "the first half applied",
+        Duration::from_secs(30),
+        applied(half),
     )
     .await;
-    assert!(attempt.is_err(), "a handshake went through a blackhole");
-    node.set(Mode::Pass);
-    let conn = urutan::broker::connect(&list, "nodes-test")
-        .await
-        .expect("connect after the blackhole lifted");
-    let _ = conn.close(200, "done".into()).await;
+    assert!(
+        standby_log.lock().expect("log").is_empty(),
+        "the standby was idle"
+    );
+
+    let silenced = Instant::now();
+    link.set(Mode::Blackhole);
+    publisher
+        .send_all(&batch(versions / 2 + 1..=versions))
+        .await;
+    let http = silent.http;
+    wait_for(
+        "the silent replica's /readyz 503",
+        Duration::from_secs(20),
+        || async move { http_get(http, "/readyz").await.0 == 503 },
+    )
+    .await;
+    let noticed = silenced.elapsed();
+    wait_for(
+        "every version applied",
+        Duration::from_secs(60),
+        applied(2 * half),
+    )
+    .await;
+    let taken_over = silenced.elapsed();
+    eprintln!(
+        "blackhole with heartbeat {heartbeat} s: noticed after {noticed:?}, all applied after {taken_over:?}"
+    );
+    let bound = Duration::from_secs(u64::from(heartbeat) * 3 + 2);
+    assert!(
+        noticed <= bound,
+        "noticed after {noticed:?}, bound {bound:?}"
+    );
+
+    let last_silent = *silent_log
+        .lock()
+        .expect("log")
+        .last()
+        .expect("silent applied the first half");
+    let first_standby = *standby_log
+        .lock()
+        .expect("log")
+        .first()
+        .expect("standby took over");
+    assert!(
+        last_silent < first_standby,
+        "the silent replica applied a message after the standby took over"
+    );
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    link.set(Mode::Pass);
+    silent.stop().await;
+    standby.stop().await;
 }
