@@ -38,6 +38,15 @@ pub struct Settings {
     )]
     pub database_url: SecretUrl,
 
+    /// The longest a database statement, or a transaction left idle, may
+    /// take (server-side `statement_timeout` and
+    /// `idle_in_transaction_session_timeout`); the worker also gives up waiting
+    /// for one transaction after this plus 5 s, and retries it. Bounds how long
+    /// a silent database link (no FIN, no RST) can hold a message and its
+    /// order's lock. Options in `DATABASE_URL` (`options[statement_timeout]=…`) win.
+    #[arg(long, env = "DATABASE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub database_timeout: Duration,
+
     /// Number of shard queues (1-999).
     #[arg(long, env = "SHARD_COUNT", default_value_t = 4,
           value_parser = clap::value_parser!(u16).range(1..=999))]
@@ -128,6 +137,31 @@ impl Settings {
     /// The broker nodes to connect to, with the heartbeat setting applied.
     pub fn broker(&self) -> BrokerUrls {
         self.amqp_url.with_heartbeat(self.amqp_heartbeat)
+    }
+
+    /// The database URL with the session limits of [`Self::database_timeout`]
+    /// and TCP keepalives (a dead client's backend, and its locks, go within
+    /// about 30 s) added, except those the URL sets itself.
+    pub fn database(&self) -> SecretUrl {
+        let ms = self.database_timeout.as_millis().to_string();
+        let limits = [
+            ("statement_timeout", ms.as_str()),
+            ("idle_in_transaction_session_timeout", ms.as_str()),
+            ("tcp_keepalives_idle", "10"),
+            ("tcp_keepalives_interval", "5"),
+            ("tcp_keepalives_count", "3"),
+            ("tcp_user_timeout", "30000"),
+        ];
+        self.database_url.with(|u| {
+            let set: Vec<String> = u.query_pairs().map(|(k, _)| k.into_owned()).collect();
+            let mut pairs = u.query_pairs_mut();
+            for (key, value) in limits {
+                let key = format!("options[{key}]");
+                if !set.contains(&key) {
+                    pairs.append_pair(&key, value);
+                }
+            }
+        })
     }
 
     /// Connections the database pool may open.
@@ -427,6 +461,34 @@ mod tests {
         assert_eq!(s.broker().nodes()[0].expose(), "amqp://n1/vh");
         let err = parse(&["--amqp-url", "amqp://n1/a,amqp://n2/b"]).expect_err("vhosts differ");
         assert!(err.contains("same vhost"), "{err}");
+        let s = parse(&[
+            "--database-url",
+            "postgres://db/u?options[statement_timeout]=5000",
+            "--database-timeout",
+            "9s",
+        ])
+        .expect("valid");
+        let url = s.database().parsed();
+        let options: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let get = |k: &str| {
+            options
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(
+            get("options[statement_timeout]"),
+            Some("5000"),
+            "the URL wins"
+        );
+        assert_eq!(
+            get("options[idle_in_transaction_session_timeout]"),
+            Some("9000")
+        );
+        assert_eq!(get("options[tcp_user_timeout]"), Some("30000"));
         let err = parse(&["--amqp-url", "amqp://n1/a,"]).expect_err("empty entry");
         assert!(err.contains("URL 2 of the list is empty"), "{err}");
     }

@@ -83,7 +83,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             info!("stopped cleanly");
         }
         Command::Migrate => {
-            let pool = store::prepare(&settings.database_url, 1)
+            let pool = store::prepare(&settings.database(), 1)
                 .await
                 .with_context(|| format!("cannot migrate {}", settings.database_url))?;
             pool.close().await;
@@ -92,7 +92,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Topology => {
             // Declares the topology and, since bindings may change the ring,
             // opens an epoch with relay publishing paused (see `handoff`).
-            let pool = store::prepare(&settings.database_url, 2)
+            let pool = store::prepare(&settings.database(), 2)
                 .await
                 .with_context(|| format!("cannot open {}", settings.database_url))?;
             let conn = broker::connect(&settings.broker(), "urutan topology")
@@ -115,7 +115,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Relay { relay } => run_relay(settings, relay).await?,
         Command::Verify => {
-            let pool = store::prepare(&settings.database_url, 2)
+            let pool = store::prepare(&settings.database(), 2)
                 .await
                 .with_context(|| format!("cannot open {}", settings.database_url))?;
             let dlq = dead_letter_depth(&settings).await;

@@ -140,7 +140,7 @@ impl Relay {
         active: &mut bool,
         reconnect: bool,
     ) -> Result<(), RelayError> {
-        let url = &self.settings.database_url;
+        let url = &self.settings.database();
         let mut db = PgConnection::connect(url.expose()).await?;
         self.health.set_database(true);
         if !acquire_lock(&mut db, &self.settings.topology_prefix, shutdown).await? {

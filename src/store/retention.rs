@@ -41,7 +41,14 @@ pub async fn purge_expired(pool: &PgPool, retention: Duration) -> Result<u64, sq
 /// Purges now and then every few minutes until `shutdown`.
 pub async fn run_retention(pool: PgPool, retention: Duration, shutdown: CancellationToken) {
     loop {
-        match purge_expired(&pool, retention).await {
+        // Cancellable: on a silent database link the purge may never answer.
+        let Some(purged) = shutdown
+            .run_until_cancelled(purge_expired(&pool, retention))
+            .await
+        else {
+            return;
+        };
+        match purged {
             Ok(0) => {}
             Ok(n) => info!(rows = n, "purged expired message ids"),
             Err(e) => warn!(error = %e, "dedup retention pass failed; will try again"),

@@ -20,4 +20,5 @@ mod replicas;
 mod ring;
 mod secrets;
 mod shrink_race;
+mod silence;
 mod topology;

@@ -3,6 +3,8 @@
 //! - `Pass`: forward both ways;
 //! - `Blackhole`: swallow every byte both ways and keep the sockets open (a
 //!   dead load balancer, a paused VM: no FIN, no RST);
+//! - `silence_open()`: the connections open now go silent for good, new ones
+//!   pass (a load balancer or NAT that lost its flows);
 //! - and `reset()`: close every connection and refuse new ones (a node dying).
 
 use std::net::SocketAddr;
@@ -26,6 +28,8 @@ pub struct Proxy {
 
 struct Shared {
     blackhole: AtomicBool,
+    /// Cancelled by `silence_open`: the connections open then stop forwarding.
+    silenced: std::sync::Mutex<CancellationToken>,
     open: AtomicUsize,
     accepted: AtomicUsize,
     /// Cancelled by `reset`: ends the listener and every connection.
@@ -39,6 +43,7 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy addr");
         let shared = Arc::new(Shared {
             blackhole: AtomicBool::new(false),
+            silenced: Default::default(),
             open: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
             dead: CancellationToken::new(),
@@ -65,6 +70,14 @@ impl Proxy {
         self.shared
             .blackhole
             .store(mode == Mode::Blackhole, Ordering::SeqCst);
+    }
+
+    /// The connections open now swallow every byte from here on; connections
+    /// made later pass.
+    pub fn silence_open(&self) {
+        let mut silenced = self.shared.silenced.lock().expect("lock");
+        silenced.cancel();
+        *silenced = CancellationToken::new();
     }
 
     /// Closes every connection and the listener, for good.
@@ -95,10 +108,11 @@ async fn forward(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
+    let silenced = shared.silenced.lock().expect("lock").clone();
     tokio::select! {
         _ = shared.dead.cancelled() => {}
-        _ = pump(client_read, server_write, &shared) => {}
-        _ = pump(server_read, client_write, &shared) => {}
+        _ = pump(client_read, server_write, &shared, &silenced) => {}
+        _ = pump(server_read, client_write, &shared, &silenced) => {}
     }
     shared.open.fetch_sub(1, Ordering::SeqCst);
 }
@@ -109,6 +123,7 @@ async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     shared: &Shared,
+    silenced: &CancellationToken,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -116,7 +131,7 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if shared.blackhole.load(Ordering::SeqCst) {
+        if shared.blackhole.load(Ordering::SeqCst) || silenced.is_cancelled() {
             continue;
         }
         if to.write_all(&buf[..n]).await.is_err() {
