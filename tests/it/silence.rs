@@ -111,3 +111,52 @@ async fn batch_mode_on_a_slow_database_link() {
     eprintln!("batch mode with a 100 ms database round trip: {ratio:.2} of its rate without");
     assert!(ratio > 0.1, "ratio {ratio:.2}");
 }
+
+/// Connections to both services reset mid-load (RST/FIN, new ones accepted),
+/// on a bandwidth-capped broker link: everything is applied once, in order.
+#[tokio::test]
+async fn links_cut_under_load_on_a_narrow_broker_link() {
+    let env = TestEnv::new("cut_links").await;
+    let db_link = Proxy::start("127.0.0.1:5432".parse().expect("addr")).await;
+    let broker_link = Proxy::start("127.0.0.1:5672".parse().expect("addr")).await;
+    broker_link.limit(256 * 1024);
+    let mut settings = env.settings(3);
+    settings.database_url = settings.database_url.with(|u| {
+        let _ = u.set_port(Some(db_link.addr.port()));
+    });
+    settings.amqp_url = env
+        .amqp_url()
+        .with(|u| {
+            let _ = u.set_port(Some(broker_link.addr.port()));
+        })
+        .into();
+    let pool = RunningPool::start(settings).await;
+    pool.wait_ready().await;
+    let (entities, versions) = (12, 30);
+    let events: Vec<Msg> = (1..=versions)
+        .flat_map(|v| (0..entities).map(move |e| Msg::event(&format!("order-{e}"), v)))
+        .collect();
+    let publisher = env.publisher().await;
+    let db = env.db().await;
+    let applied = || async { count(&db, "SELECT count(*) FROM pesanan_riwayat").await };
+    publisher.send_all(&events[..events.len() / 2]).await;
+    wait_for("some versions applied", Duration::from_secs(30), || async {
+        applied().await > 0
+    })
+    .await;
+    db_link.cut_open();
+    broker_link.cut_open();
+    publisher.send_all(&events[events.len() / 2..]).await;
+    let total = events.len() as i64;
+    wait_for("every version applied", Duration::from_secs(90), || async {
+        applied().await == total
+    })
+    .await;
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    assert!(
+        broker_link.accepted() >= 2,
+        "the pool reconnected to the broker"
+    );
+    pool.wait_ready().await;
+    pool.stop().await;
+}
