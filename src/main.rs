@@ -44,6 +44,18 @@ enum Command {
         #[command(flatten)]
         options: DemoOptions,
     },
+    /// Is the pool healthy? Ring, windows, shards, dead letters, outbox, relay; a check by exit code.
+    #[command(after_help = urutan::ops::status::HELP)]
+    Status {
+        #[command(flatten)]
+        options: urutan::ops::status::StatusOptions,
+    },
+    /// Why is this order in this state? Its versions: applied, parked, dead-lettered, queued, missing.
+    #[command(after_help = urutan::ops::explain::HELP)]
+    Explain {
+        #[command(flatten)]
+        options: urutan::ops::explain::ExplainOptions,
+    },
 }
 
 fn main() -> ExitCode {
@@ -58,6 +70,11 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(execute(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // Reported already (`urutan status`, `urutan explain`): only the code.
+        Err(e) if e.is::<urutan::ops::Exit>() => ExitCode::from(
+            e.downcast_ref::<urutan::ops::Exit>()
+                .map_or(1, |exit| exit.0),
+        ),
         Err(e) => {
             error!("{e:#}");
             ExitCode::FAILURE
@@ -127,6 +144,8 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             let passed = urutan::demo::run(settings, options).await?;
             anyhow::ensure!(passed, "the demo did not verify");
         }
+        Command::Status { options } => urutan::ops::status(&settings, &options).await?,
+        Command::Explain { options } => urutan::ops::explain(&settings, &options.order_id).await?,
     }
     Ok(())
 }

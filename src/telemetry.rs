@@ -1,18 +1,35 @@
 //! Logs: text for people, JSON for machines; level from `RUST_LOG` (default `info`).
 //! Spans carry shard, message id, entity id and redelivered; never a payload or secret.
+//!
+//! Two rules hold whatever `RUST_LOG` says:
+//! - nothing that could print a payload or a password (see [`may_leak`]);
+//! - no ERROR for an answer urutan asked for: lapin logs every channel the
+//!   broker closes at ERROR, including the ones closed by a passive probe of
+//!   an object that does not exist yet (the shard queues, the restart
+//!   sentinel) and by a declare this user may not make. urutan gets the same
+//!   answer back from the call and decides what it means (a probe's "no",
+//!   or a refusal it reports itself, see [`is_answered_declare`]). Every
+//!   other lapin error still shows.
+//!
+//! While a progress bar is on screen ([`print_above`]), log lines are
+//! printed above it instead of through it.
 
-use tracing::Metadata;
+use std::io::Write;
+use std::sync::Mutex;
+
+use indicatif::ProgressBar;
 use tracing::level_filters::LevelFilter;
+use tracing::{Event, Metadata, Subscriber};
 use tracing_subscriber::filter::{EnvFilter, FilterExt, filter_fn};
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, fmt};
 
 use crate::config::LogFormat;
 
-/// Without `RUST_LOG`: info, minus lapin's channel-closed errors (the
-/// topology probe closes a channel on purpose; real failures are logged by us).
-const DEFAULT_FILTER: &str = "info,lapin::channel=off";
+/// Without `RUST_LOG`: info.
+const DEFAULT_FILTER: &str = "info";
 
 /// Logs that would print a payload or a password whatever `RUST_LOG` asks:
 /// lapin's returned messages (the whole message) and lapin's TRACE frame
@@ -28,18 +45,136 @@ pub fn init(format: LogFormat) {
     let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     // The hint keeps the combined filter from disabling every level.
     let safe = filter_fn(|meta| !may_leak(meta)).with_max_level_hint(LevelFilter::TRACE);
-    let filter = env.and(safe);
+    let filter = env.and(safe).and(AnsweredDeclares);
     let layer = match format {
-        LogFormat::Text => fmt::layer().with_writer(std::io::stderr).boxed(),
+        LogFormat::Text => fmt::layer().with_writer(AboveBar).boxed(),
         LogFormat::Json => fmt::layer()
             .json()
             .flatten_event(true)
-            .with_writer(std::io::stderr)
+            .with_writer(AboveBar)
             .boxed(),
     };
     let _ = tracing_subscriber::registry()
         .with(layer.with_filter(filter))
         .try_init();
+}
+
+/// Drops lapin's ERROR "Channel closed" events for a declare the broker
+/// answered with 404 NOT_FOUND (a passive probe of an object that does not
+/// exist) or 403 ACCESS_REFUSED (a declare this user may not make).
+struct AnsweredDeclares;
+
+impl<S: Subscriber> Filter<S> for AnsweredDeclares {
+    fn enabled(&self, _: &Metadata<'_>, _: &Context<'_, S>) -> bool {
+        true
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, _: &Context<'_, S>) -> bool {
+        let meta = event.metadata();
+        if meta.target() != "lapin::channel" || *meta.level() != tracing::Level::ERROR {
+            return true;
+        }
+        let mut fields = LapinClose::default();
+        event.record(&mut fields);
+        !is_answered_declare(&fields.message, &fields.method)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(LevelFilter::TRACE)
+    }
+}
+
+/// The fields of lapin's "Channel closed" event, as text.
+#[derive(Default)]
+struct LapinClose {
+    message: String,
+    method: String,
+}
+
+impl tracing::field::Visit for LapinClose {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "message" => self.message = format!("{value:?}"),
+            "method" => self.method = format!("{value:?}"),
+            _ => {}
+        }
+    }
+}
+
+/// Whether lapin's event (`message`, and the `Debug` of the broker's
+/// `channel.close` method) reports the broker's answer to an
+/// `exchange.declare` or `queue.declare` (class 40 or 50, method 10): 404
+/// (only a passive declare gets it: the probe's "does not exist") or 403
+/// (the user may not configure it: the caller reports what to do). A 404 or
+/// 403 on anything else (a publish, a consume, a bind) is not matched.
+fn is_answered_declare(message: &str, method: &str) -> bool {
+    let declare = method.contains("class_id: 40, method_id: 10")
+        || method.contains("class_id: 50, method_id: 10");
+    let answer = method.contains("reply_code: 404,") || method.contains("reply_code: 403,");
+    message == "Channel closed" && method.starts_with("Close {") && declare && answer
+}
+
+/// The progress bar log lines go above, while one is on screen.
+static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// Until the guard drops, log lines are printed above `bar` (which is
+/// cleared, the line written, and the bar drawn again) instead of into it.
+pub fn print_above(bar: &ProgressBar) -> BarGuard {
+    *BAR.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar.clone());
+    BarGuard(())
+}
+
+/// See [`print_above`].
+#[must_use = "log lines go above the bar only while the guard lives"]
+pub struct BarGuard(());
+
+impl Drop for BarGuard {
+    fn drop(&mut self) {
+        *BAR.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// Standard error, one whole log line at a time, above the progress bar if
+/// one is on screen.
+struct AboveBar;
+
+impl<'a> MakeWriter<'a> for AboveBar {
+    type Writer = LineWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LineWriter(Vec::with_capacity(256))
+    }
+}
+
+/// Collects one formatted event; writes it when dropped.
+struct LineWriter(Vec<u8>);
+
+impl Write for LineWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LineWriter {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let write = || {
+            // Nowhere to report a failed write to standard error.
+            let _ = std::io::stderr().lock().write_all(&self.0);
+        };
+        match bar {
+            Some(bar) => bar.suspend(write),
+            None => write(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -76,5 +211,51 @@ mod tests {
         assert!(may_leak(&meta("lapin::io_loop", tracing::Level::TRACE)));
         assert!(!may_leak(&meta("lapin::io_loop", tracing::Level::DEBUG)));
         assert!(!may_leak(&meta("urutan::shard", tracing::Level::TRACE)));
+    }
+
+    /// The `Debug` of lapin's `channel.close` method, as lapin 4 prints it.
+    fn close(code: u16, text: &str, class_id: u16, method_id: u16) -> String {
+        format!(
+            "Close {{ reply_code: {code}, reply_text: ShortString({text:?}), class_id: \
+             {class_id}, method_id: {method_id} }}"
+        )
+    }
+
+    #[test]
+    fn only_answered_declares_are_dropped() {
+        let closed = "Channel closed";
+        let probe = close(
+            404,
+            "NOT_FOUND - no queue 'pesanan.shard-004' in vhost '/'",
+            50,
+            10,
+        );
+        assert!(is_answered_declare(closed, &probe));
+        let sentinel = close(
+            404,
+            "NOT_FOUND - no exchange 'pesanan.alive' in vhost '/'",
+            40,
+            10,
+        );
+        assert!(is_answered_declare(closed, &sentinel));
+        let refused = close(
+            403,
+            "ACCESS_REFUSED - access to exchange 'pesanan.dlx'",
+            40,
+            10,
+        );
+        assert!(is_answered_declare(closed, &refused));
+        // Real failures stay: a publish to a missing exchange (basic.publish
+        // is 60/40), a refused consume (60/20), an ack timeout (406 on
+        // basic.ack), a mismatch on declare (406), a connection close.
+        let publish = close(404, "NOT_FOUND - no exchange 'pesanan'", 60, 40);
+        assert!(!is_answered_declare(closed, &publish));
+        let consume = close(403, "ACCESS_REFUSED - access to queue", 60, 20);
+        assert!(!is_answered_declare(closed, &consume));
+        let timeout = close(406, "PRECONDITION_FAILED - delivery acknowledgement", 0, 0);
+        assert!(!is_answered_declare(closed, &timeout));
+        let mismatch = close(406, "PRECONDITION_FAILED - inequivalent arg", 50, 10);
+        assert!(!is_answered_declare(closed, &mismatch));
+        assert!(!is_answered_declare("Connection closed", &probe));
     }
 }
