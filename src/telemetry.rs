@@ -11,15 +11,19 @@
 //!   or a refusal it reports itself, see [`is_answered_declare`]). Every
 //!   other lapin error still shows.
 //!
-//! While a progress bar is on screen ([`print_above`]), log lines are
-//! printed above it instead of through it.
+//! Where lines go: standard error, one whole line at a time. While a
+//! progress bar is on screen ([`print_above`]), above it instead of through
+//! it; while diverted to a file ([`divert`]), to that file, and only the
+//! most severe ones to the screen too (`urutan demo`, whose screen is for
+//! the person watching).
 
+use std::fs::File;
 use std::io::Write;
 use std::sync::Mutex;
 
 use indicatif::ProgressBar;
 use tracing::level_filters::LevelFilter;
-use tracing::{Event, Metadata, Subscriber};
+use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_subscriber::filter::{EnvFilter, FilterExt, filter_fn};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
@@ -114,13 +118,29 @@ fn is_answered_declare(message: &str, method: &str) -> bool {
     message == "Channel closed" && method.starts_with("Close {") && declare && answer
 }
 
-/// The progress bar log lines go above, while one is on screen.
-static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
+/// Where log lines go besides standard error, and what of them.
+struct Route {
+    /// The progress bar lines go above, while one is on screen.
+    bar: Option<ProgressBar>,
+    /// The file every line goes to, and the least severe level that still
+    /// shows on screen as well, while diverted.
+    file: Option<(File, Level)>,
+}
+
+static ROUTE: Mutex<Route> = Mutex::new(Route {
+    bar: None,
+    file: None,
+});
+
+fn route() -> std::sync::MutexGuard<'static, Route> {
+    // Nothing panics while holding the lock; a poisoned one is still consistent.
+    ROUTE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Until the guard drops, log lines are printed above `bar` (which is
 /// cleared, the line written, and the bar drawn again) instead of into it.
 pub fn print_above(bar: &ProgressBar) -> BarGuard {
-    *BAR.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar.clone());
+    route().bar = Some(bar.clone());
     BarGuard(())
 }
 
@@ -130,28 +150,57 @@ pub struct BarGuard(());
 
 impl Drop for BarGuard {
     fn drop(&mut self) {
-        *BAR.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        route().bar = None;
     }
 }
 
-/// Standard error, one whole log line at a time, above the progress bar if
-/// one is on screen.
+/// Until the guard drops, every log line goes to `file` (without colour
+/// codes), and only lines at `screen` or more severe also to standard error.
+pub fn divert(file: File, screen: Level) -> DivertGuard {
+    route().file = Some((file, screen));
+    DivertGuard(())
+}
+
+/// See [`divert`].
+#[must_use = "log lines go to the file only while the guard lives"]
+pub struct DivertGuard(());
+
+impl Drop for DivertGuard {
+    fn drop(&mut self) {
+        route().file = None;
+    }
+}
+
+/// Standard error (or the diverted file), one whole log line at a time.
 struct AboveBar;
 
 impl<'a> MakeWriter<'a> for AboveBar {
     type Writer = LineWriter;
 
     fn make_writer(&'a self) -> Self::Writer {
-        LineWriter(Vec::with_capacity(256))
+        LineWriter {
+            line: Vec::with_capacity(256),
+            level: Level::ERROR,
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &Metadata<'_>) -> Self::Writer {
+        LineWriter {
+            line: Vec::with_capacity(256),
+            level: *meta.level(),
+        }
     }
 }
 
 /// Collects one formatted event; writes it when dropped.
-struct LineWriter(Vec<u8>);
+struct LineWriter {
+    line: Vec<u8>,
+    level: Level,
+}
 
 impl Write for LineWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.extend_from_slice(buf);
+        self.line.extend_from_slice(buf);
         Ok(buf.len())
     }
 
@@ -162,19 +211,45 @@ impl Write for LineWriter {
 
 impl Drop for LineWriter {
     fn drop(&mut self) {
-        if self.0.is_empty() {
+        if self.line.is_empty() {
             return;
         }
-        let bar = BAR.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Nowhere to report a failed log write: the lines are dropped.
+        let mut route = route();
+        if let Some((file, screen)) = &mut route.file {
+            let _ = file.write_all(&without_colours(&self.line));
+            // Level orders by verbosity: ERROR is the least.
+            if self.level > *screen {
+                return;
+            }
+        }
         let write = || {
-            // Nowhere to report a failed write to standard error.
-            let _ = std::io::stderr().lock().write_all(&self.0);
+            let _ = std::io::stderr().lock().write_all(&self.line);
         };
-        match bar {
+        match &route.bar {
             Some(bar) => bar.suspend(write),
             None => write(),
         }
     }
+}
+
+/// `line` without ANSI colour codes (`ESC [ ... m`).
+fn without_colours(line: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        if line[i] == 0x1b && line.get(i + 1) == Some(&b'[') {
+            i += 2;
+            while i < line.len() && !line[i].is_ascii_alphabetic() {
+                i += 1;
+            }
+            i += 1;
+        } else {
+            out.push(line[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -219,6 +294,12 @@ mod tests {
             "Close {{ reply_code: {code}, reply_text: ShortString({text:?}), class_id: \
              {class_id}, method_id: {method_id} }}"
         )
+    }
+
+    #[test]
+    fn colour_codes_stay_out_of_files() {
+        let line = b"\x1b[2m2026\x1b[0m \x1b[32m INFO\x1b[0m urutan: hello\n";
+        assert_eq!(without_colours(line), b"2026  INFO urutan: hello\n");
     }
 
     #[test]
