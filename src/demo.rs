@@ -292,8 +292,8 @@ async fn verification_pool(settings: &Settings) -> anyhow::Result<PgPool> {
 
 /// Drops the demo database and topology so every run starts empty.
 async fn reset(settings: &Settings, names: &Names, demo_db: &str) -> anyhow::Result<()> {
-    use sqlx::Connection;
     use sqlx::ConnectOptions;
+    use sqlx::Connection;
     let admin_url = settings.database_url.with(|u| u.set_path("/postgres"));
     let admin: sqlx::postgres::PgConnectOptions = admin_url.expose().parse()?;
     // Dropping a database takes a while: no slow-statement warning for it.

@@ -194,17 +194,24 @@ fn waits(x: &Explanation, stored: i64, v: i64, epoch: i64) -> String {
         .filter(|(_, passed)| *passed < epoch)
         .map(|(s, _)| format!("{s:03}"))
         .collect();
-    let now = if !behind.is_empty() {
-        format!("shard(s) {} have not passed it yet", behind.join(", "))
-    } else if let Some((reason, _)) = x.windows.first() {
-        format!("every shard passed it, but a window is open ({reason})")
-    } else {
-        "both hold now: released at its shard's next release".into()
-    };
+    let mut holding = Vec::new();
+    if !behind.is_empty() {
+        holding.push(format!(
+            "shard(s) {} have not passed it yet",
+            behind.join(", ")
+        ));
+    }
+    for (reason, _) in &x.windows {
+        holding.push(format!("a window is open ({reason})"));
+    }
+    if holding.is_empty() {
+        holding.push("neither holds now: released at its shard's next release".into());
+    }
     format!(
         "waits for versi {} (the next version) or for every shard to pass epoch {epoch} with no \
-         window open: {now}",
-        stored + 1
+         window open: {}",
+        stored + 1,
+        holding.join("; ")
     )
 }
 
