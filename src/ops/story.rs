@@ -251,3 +251,105 @@ impl fmt::Display for Line {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::explain::{Applied, OutboxRow, Parked, State};
+
+    fn at() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
+            .expect("time")
+            .with_timezone(&Utc)
+    }
+
+    fn applied(versi: i64) -> Applied {
+        Applied {
+            versi,
+            status: "dibuat".into(),
+            message_id: format!("E-v{versi}"),
+            shard: 1,
+            at: at(),
+            epoch_at_most: Some(3),
+        }
+    }
+
+    fn order() -> Explanation {
+        let mut x = Explanation::new("E");
+        x.state = Some(State {
+            status: "dibuat".into(),
+            versi: 4,
+            epoch: 3,
+            updated_at: at(),
+            data: None,
+        });
+        x.applied = vec![applied(1), applied(2), applied(4)];
+        x.positions = vec![(0, 3), (1, 3)];
+        x
+    }
+
+    fn what(lines: &[Line]) -> Vec<(i64, i64, &'static str)> {
+        lines.iter().map(|l| (l.versi, l.through, l.what)).collect()
+    }
+
+    #[test]
+    fn gaps_are_told_with_what_is_known() {
+        let mut x = order();
+        x.parked.push(Parked {
+            versi: 9,
+            message_id: "E-v9".into(),
+            shard: 0,
+            epoch: 4,
+            since: at(),
+        });
+        x.outbox = Ok(vec![OutboxRow {
+            id: 70,
+            versi: Some(7),
+            written_at: at(),
+            sent_at: Some(at()),
+            processed: false,
+        }]);
+        let lines = lines(&x, at());
+        assert_eq!(
+            what(&lines),
+            [
+                (1, 1, "applied"),
+                (2, 2, "applied"),
+                (3, 3, "missing"),
+                (4, 4, "applied"),
+                (5, 6, "missing"),
+                (7, 7, "queued"),
+                (8, 8, "missing"),
+                (9, 9, "parked"),
+            ]
+        );
+        assert!(
+            lines[2].note.contains("stale (versi 4 is applied)"),
+            "{:?}",
+            lines[2]
+        );
+        assert!(
+            lines[4].note.contains("parked versi 9 waits for it"),
+            "{:?}",
+            lines[4]
+        );
+        assert!(
+            lines[7].note.contains("waits for versi 5")
+                && lines[7]
+                    .note
+                    .contains("shard(s) 000, 001 have not passed it yet"),
+            "{:?}",
+            lines[7]
+        );
+    }
+
+    #[test]
+    fn a_huge_gap_is_one_line() {
+        let mut x = order();
+        x.applied.push(applied(1_700_000_000_000));
+        x.state.as_mut().expect("state").versi = 1_700_000_000_000;
+        let lines = lines(&x, at());
+        assert_eq!(lines.len(), 6);
+        assert_eq!(what(&lines)[4], (5, 1_699_999_999_999, "missing"));
+    }
+}

@@ -11,14 +11,18 @@
 //! From the broker (passive declares): each shard queue's ready messages and
 //! consumers, and the dead-letter queue's depth.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::PgPool;
 
-use super::{QueueInfo, Tables, rfc3339, rfc3339_opt};
+mod assess;
+mod read;
+
+pub use assess::assess;
+use read::{FromBroker, FromDatabase};
+
+use super::{rfc3339, rfc3339_opt};
 use crate::broker::Names;
 use crate::config::Settings;
 
@@ -249,7 +253,7 @@ pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
     };
     let mut from_db = FromDatabase::default();
     if let Some(db) = &db {
-        match read_database(db, &names).await {
+        match read::read_database(db, &names).await {
             Ok(read) => from_db = read,
             Err(e) => {
                 let e = format!("reading the database failed: {e}");
@@ -264,7 +268,7 @@ pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
             "the database has no urutan tables (or old ones): run `urutan migrate`".into(),
         ));
     }
-    let broker = read_broker(settings, &names, &from_db).await;
+    let broker = read::read_broker(settings, &names, &from_db).await;
     if let Err(e) = &broker {
         status.broker = reach(&settings.amqp_url.to_string(), Err(e.clone()));
     }
@@ -324,193 +328,6 @@ fn exit_code(status: &Status) -> u8 {
     }
 }
 
-/// What the database says.
-#[derive(Debug, Default)]
-struct FromDatabase {
-    tables: Tables,
-    ring: Option<Ring>,
-    epochs: Option<Epochs>,
-    windows: Vec<Window>,
-    /// shard → (epoch passed, active, oldest epoch not passed opened at).
-    positions: BTreeMap<u16, (i64, bool, Option<DateTime<Utc>>)>,
-    /// shard → (count, oldest, its order).
-    parked: BTreeMap<u16, (i64, DateTime<Utc>, String)>,
-    last_applied: BTreeMap<u16, DateTime<Utc>>,
-    by_reason: Vec<ReasonCount>,
-    outbox: Option<Outbox>,
-}
-
-/// What the broker says.
-struct FromBroker {
-    /// Queue of shard `i` at index `i`, `None` where it does not exist.
-    shards: Vec<Option<QueueInfo>>,
-    dead_letter_queue: Option<QueueInfo>,
-}
-
-fn shard(n: i32) -> u16 {
-    u16::try_from(n).unwrap_or(u16::MAX)
-}
-
-async fn read_database(db: &PgPool, names: &Names) -> Result<FromDatabase, sqlx::Error> {
-    let mut read = FromDatabase {
-        tables: Tables::look(db).await?,
-        ..FromDatabase::default()
-    };
-    if read.tables.dead_letters {
-        read.by_reason = sqlx::query_as::<_, (String, i64, DateTime<Utc>)>(
-            "SELECT reason, count(*), max(dead_lettered_at) FROM urutan_dead_letter
-             WHERE resolved_at IS NULL GROUP BY reason ORDER BY count(*) DESC, reason",
-        )
-        .fetch_all(db)
-        .await?
-        .into_iter()
-        .map(|(reason, count, last_at)| ReasonCount {
-            reason,
-            count,
-            last_at,
-        })
-        .collect();
-    }
-    if !read.tables.core {
-        return Ok(read);
-    }
-    read.ring = crate::ring::current(&mut *db.acquire().await?)
-        .await?
-        .map(|r| Ring {
-            versi: r.versi,
-            shard_count: r.shard_count,
-            from: r.dari,
-            epoch: r.epoch,
-            by: r.oleh,
-            since: r.mulai,
-            completed_at: r.selesai,
-            resharding: r.selesai.is_none(),
-        });
-    let latest: Option<(i64, String, DateTime<Utc>, Option<i64>)> = sqlx::query_as(
-        "SELECT epoch, alasan, dibuka_pada, urutan_epoch_selesai() FROM urutan_epoch
-         ORDER BY epoch DESC LIMIT 1",
-    )
-    .fetch_optional(db)
-    .await?;
-    read.epochs = latest.map(
-        |(latest, latest_reason, latest_opened_at, passed_by_all)| Epochs {
-            latest,
-            latest_reason,
-            latest_opened_at,
-            passed_by_all,
-        },
-    );
-    read.windows = sqlx::query_as::<_, (i64, String, Option<i64>, DateTime<Utc>)>(
-        "SELECT jendela, sebab, epoch, dibuka_pada FROM urutan_jendela
-         WHERE ditutup_pada IS NULL AND (epoch IS NULL OR epoch > coalesce(urutan_epoch_selesai(), 0))
-         ORDER BY jendela",
-    )
-    .fetch_all(db)
-    .await?
-    .into_iter()
-    .map(|(id, reason, epoch, opened_at)| Window {
-        id,
-        reason,
-        epoch,
-        opened_at,
-    })
-    .collect();
-    let positions: Vec<(i32, i64, bool, Option<DateTime<Utc>>)> = sqlx::query_as(
-        "SELECT s.shard, s.epoch, s.aktif,
-                (SELECT min(e.dibuka_pada) FROM urutan_epoch e WHERE e.epoch > s.epoch)
-         FROM urutan_shard s ORDER BY s.shard",
-    )
-    .fetch_all(db)
-    .await?;
-    read.positions = positions
-        .into_iter()
-        .map(|(s, epoch, active, waiting)| (shard(s), (epoch, active, waiting)))
-        .collect();
-    let parked: Vec<(i32, i64, DateTime<Utc>, String)> = sqlx::query_as(
-        "SELECT shard, count(*), min(diparkir_pada), (array_agg(pesanan_id ORDER BY seq))[1]
-         FROM urutan_parkir GROUP BY shard",
-    )
-    .fetch_all(db)
-    .await?;
-    read.parked = parked
-        .into_iter()
-        .map(|(s, n, oldest, order)| (shard(s), (n, oldest, order)))
-        .collect();
-    let applied: Vec<(i32, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT shard, max(diterapkan_pada) FROM
-             (SELECT shard, diterapkan_pada FROM pesanan_riwayat ORDER BY seq DESC LIMIT $1) r
-         GROUP BY shard",
-    )
-    .bind(RECENT_HISTORY)
-    .fetch_all(db)
-    .await?;
-    read.last_applied = applied.into_iter().map(|(s, t)| (shard(s), t)).collect();
-    let (unsent, oldest_unsent_at): (i64, Option<DateTime<Utc>>) =
-        sqlx::query_as("SELECT count(*), min(dibuat_pada) FROM outbox WHERE dikirim_pada IS NULL")
-            .fetch_one(db)
-            .await?;
-    let relay = relay_session(db, names).await?;
-    read.outbox = Some(Outbox {
-        unsent,
-        oldest_unsent_at,
-        relay,
-    });
-    Ok(read)
-}
-
-/// The session holding the relay's advisory lock (`urutan relay` takes
-/// `pg_try_advisory_lock(hashtext('urutan-relay:<prefix>'))`, see
-/// `outbox::relay`): in `pg_locks`, a bigint key is split into `classid`
-/// (high half) and `objid` (low half) with `objsubid` 1.
-async fn relay_session(db: &PgPool, names: &Names) -> Result<Option<Session>, sqlx::Error> {
-    let row: Option<(i32, Option<DateTime<Utc>>, Option<String>)> = sqlx::query_as(
-        "SELECT l.pid, a.backend_start, host(a.client_addr)
-         FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-         WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-           AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-           AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtext($1)::bigint
-         LIMIT 1",
-    )
-    .bind(format!("urutan-relay:{}", names.entry_exchange()))
-    .fetch_optional(db)
-    .await?;
-    Ok(row.map(|(pid, since, client)| Session { pid, since, client }))
-}
-
-/// Probes every shard queue the database knows of, then further up until
-/// one is missing (queues of a shrink not yet retired), and the DLQ.
-async fn read_broker(
-    settings: &Settings,
-    names: &Names,
-    from_db: &FromDatabase,
-) -> Result<FromBroker, String> {
-    let conn = super::open_broker(&settings.amqp_url, "urutan status").await?;
-    let known = from_db
-        .ring
-        .as_ref()
-        .map_or(0, |r| r.shard_count)
-        .max(from_db.positions.keys().next_back().map_or(0, |s| s + 1));
-    let failed =
-        |e: crate::broker::BrokerError| format!("the broker failed a passive declare: {e}");
-    let queues: Vec<String> = (0..known).map(|i| names.shard_queue(i)).collect();
-    let mut shards = super::queue_infos(&conn, &queues).await.map_err(failed)?;
-    while shards.len() < 1000 {
-        let next = names.shard_queue(u16::try_from(shards.len()).unwrap_or(u16::MAX));
-        match super::queue_infos(&conn, &[next]).await.map_err(failed)?[0] {
-            Some(info) => shards.push(Some(info)),
-            None => break,
-        }
-    }
-    let dlq = super::queue_infos(&conn, &[names.dead_letter_queue()])
-        .await
-        .map_err(failed)?[0];
-    let _ = conn.close(200, "status".into()).await;
-    Ok(FromBroker {
-        shards,
-        dead_letter_queue: dlq,
-    })
-}
-
 /// Puts the two sources together, one row per shard either knows of.
 fn combine(status: &mut Status, names: &Names, db: FromDatabase, broker: Option<FromBroker>) {
     let bound = db.ring.as_ref().map_or(0, |r| r.shard_count);
@@ -562,147 +379,4 @@ fn combine(status: &mut Status, names: &Names, db: FromDatabase, broker: Option<
     status.epochs = db.epochs;
     status.windows = db.windows;
     status.outbox = db.outbox;
-}
-
-/// Decides what needs attention in what was read, at `now`. Pure.
-pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec<Attention> {
-    let mut found = Vec::new();
-    let stuck = |since: DateTime<Utc>| {
-        (now - since)
-            .to_std()
-            .is_ok_and(|waited| waited > stuck_after)
-    };
-    let age = |since: DateTime<Utc>| super::view::age(now, since);
-    if let Some(e) = &status.database.error {
-        found.push(attention("database_unreachable", e.clone()));
-    }
-    if let Some(e) = &status.broker.error {
-        found.push(attention("broker_unreachable", e.clone()));
-    }
-    let database_read = status.database.reachable && status.outbox.is_some();
-    if database_read && status.ring.is_none() {
-        found.push(attention(
-            "no_ring",
-            "no ring is recorded: `urutan run` (or `urutan topology`) has not prepared the \
-             topology against this database yet"
-                .into(),
-        ));
-    }
-    if let Some(ring) = status
-        .ring
-        .as_ref()
-        .filter(|r| r.resharding && stuck(r.since))
-    {
-        found.push(attention(
-            "resharding_stuck",
-            format!(
-                "resharding {} -> {} has been in progress for {} (it completes once every shard \
-                 passed epoch {} and removed shards are drained)",
-                ring.from.unwrap_or(ring.shard_count),
-                ring.shard_count,
-                age(ring.since),
-                ring.epoch
-            ),
-        ));
-    }
-    for w in status.windows.iter().filter(|w| stuck(w.opened_at)) {
-        let until = match w.epoch {
-            Some(epoch) => format!("it closes once every shard passes epoch {epoch}"),
-            None => "its epoch is not open yet (did its opener die?)".into(),
-        };
-        found.push(attention(
-            "window_stuck",
-            format!(
-                "window {} ({}) has been open for {}: {until}",
-                w.id,
-                w.reason,
-                age(w.opened_at)
-            ),
-        ));
-    }
-    for s in &status.shards {
-        let expected = s.bound || s.active;
-        match (s.exists, s.consumers) {
-            (Some(false), _) if expected => found.push(attention(
-                "shard_queue_missing",
-                format!(
-                    "shard {:03}: queue {} does not exist on the broker",
-                    s.shard, s.queue
-                ),
-            )),
-            (Some(true), Some(0)) if expected || s.ready.unwrap_or(0) > 0 => found.push(attention(
-                "shard_without_consumer",
-                format!(
-                    "shard {:03}: no consumer on {} ({} ready): is `urutan run` running?",
-                    s.shard,
-                    s.queue,
-                    s.ready.unwrap_or(0)
-                ),
-            )),
-            _ => {}
-        }
-        if let Some(since) = s.epoch_waiting_since.filter(|t| s.active && stuck(*t)) {
-            found.push(attention(
-                "epoch_not_passed",
-                format!(
-                    "shard {:03} is still at epoch {} while a later epoch was opened {} ago: \
-                     its worker has not reached the marker",
-                    s.shard,
-                    s.epoch_passed.unwrap_or(0),
-                    age(since)
-                ),
-            ));
-        }
-        if let Some(since) = s.oldest_parked_at.filter(|t| stuck(*t)) {
-            found.push(attention(
-                "parked_too_long",
-                format!(
-                    "shard {:03}: {} parked message(s), the oldest for {} (order {}: see \
-                     `urutan explain`)",
-                    s.shard,
-                    s.parked,
-                    age(since),
-                    s.oldest_parked_order.as_deref().unwrap_or("?")
-                ),
-            ));
-        }
-    }
-    let dl = &status.dead_letters;
-    if status.broker.reachable {
-        match dl.depth {
-            None => found.push(attention(
-                "dead_letter_queue_missing",
-                format!(
-                    "the dead-letter queue {} does not exist on the broker",
-                    dl.queue
-                ),
-            )),
-            Some(n) if n > 0 => found.push(attention(
-                "dead_letters",
-                format!(
-                    "{n} message(s) in {}: see `urutan dlq list`, fix the cause, then \
-                     `urutan dlq replay`",
-                    dl.queue
-                ),
-            )),
-            Some(_) => {}
-        }
-    }
-    if let Some(o) = &status.outbox
-        && let Some(oldest) = o.oldest_unsent_at.filter(|t| stuck(*t))
-    {
-        let relay = match &o.relay {
-            Some(r) => format!("the active relay (pid {}) is not keeping up", r.pid),
-            None => "no relay is active: start `urutan relay`".into(),
-        };
-        found.push(attention(
-            "outbox_backlog",
-            format!(
-                "{} outbox row(s) unsent, the oldest for {}: {relay}",
-                o.unsent,
-                age(oldest)
-            ),
-        ));
-    }
-    found
 }
