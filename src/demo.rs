@@ -306,7 +306,7 @@ async fn reset(settings: &Settings, names: &Names, demo_db: &str) -> anyhow::Res
         .execute(&mut admin)
         .await?;
     admin.close().await?;
-    let conn = broker::connect(&settings.amqp_url, "urutan demo").await?;
+    let conn = broker::connect(&settings.broker(), "urutan demo").await?;
     topology::delete_all(&conn, names).await?;
     let _ = conn.close(200, "reset".into()).await;
     Ok(())
@@ -412,7 +412,7 @@ async fn inject(
 ) -> anyhow::Result<Injected> {
     let dup_rows = sent_rows(db, options.duplicates, 1).await?;
     let stale_rows = sent_rows(db, options.stale, 2).await?;
-    let conn = broker::connect(&settings.amqp_url, "urutan demo injector").await?;
+    let conn = broker::connect(&settings.broker(), "urutan demo injector").await?;
     let ch = call("channel.open", conn.create_channel()).await?;
     call(
         "confirm.select",
@@ -587,7 +587,7 @@ async fn watch(stats: Arc<Stats>, timeout: Duration) -> bool {
 
 async fn dead_letter_depth(settings: &Settings, names: &Names) -> anyhow::Result<u32> {
     use lapin::options::QueueDeclareOptions;
-    let conn = broker::connect(&settings.amqp_url, "urutan demo report").await?;
+    let conn = broker::connect(&settings.broker(), "urutan demo report").await?;
     let ch = call("channel.open", conn.create_channel()).await?;
     let passive = QueueDeclareOptions {
         passive: true,

@@ -60,7 +60,12 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init(cli.settings.log_format);
+    match cli.command {
+        Command::Status { .. } | Command::Explain { .. } => {
+            telemetry::init_for_reports(cli.settings.log_format)
+        }
+        _ => telemetry::init(cli.settings.log_format),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -35,6 +35,10 @@ use crate::config::LogFormat;
 /// Without `RUST_LOG`: info.
 const DEFAULT_FILTER: &str = "info";
 
+/// Without `RUST_LOG`, for commands whose output is a report on standard
+/// output (`urutan status`, `urutan explain`): warnings and errors only.
+const REPORT_FILTER: &str = "warn";
+
 /// Logs that would print a payload or a password whatever `RUST_LOG` asks:
 /// lapin's returned messages (the whole message) and lapin's TRACE frame
 /// dumps (bodies, and the SASL response that holds the broker password).
@@ -46,7 +50,17 @@ fn may_leak(meta: &Metadata<'_>) -> bool {
 
 /// Installs the global subscriber (once; later calls are ignored).
 pub fn init(format: LogFormat) {
-    let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
+    init_with(format, DEFAULT_FILTER);
+}
+
+/// [`init`] for a command that reports on standard output: without
+/// `RUST_LOG`, only warnings and errors are logged (to standard error).
+pub fn init_for_reports(format: LogFormat) {
+    init_with(format, REPORT_FILTER);
+}
+
+fn init_with(format: LogFormat, default_filter: &str) {
+    let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     // The hint keeps the combined filter from disabling every level.
     let safe = filter_fn(|meta| !may_leak(meta)).with_max_level_hint(LevelFilter::TRACE);
     let filter = env.and(safe).and(AnsweredDeclares);

@@ -174,7 +174,9 @@ pub async fn gather(settings: &Settings, order_id: &str) -> Result<Explanation, 
         ReadError::NotMigrated => ExplainError::NotMigrated,
         ReadError::Sql(e) => ExplainError::Database(format!("reading the database failed: {e}")),
     })?;
-    found.queues = queues(settings, found.positions.len()).await;
+    if !found.is_unknown() {
+        found.queues = queues(settings, found.positions.len()).await;
+    }
     Ok(found)
 }
 
@@ -356,7 +358,7 @@ async fn queues(
     shards: usize,
 ) -> Result<(Vec<Option<QueueInfo>>, Option<QueueInfo>), String> {
     let names = Names::new(&settings.topology_prefix);
-    let conn = super::open_broker(&settings.amqp_url, "urutan explain").await?;
+    let conn = super::open_broker(settings, "urutan explain").await?;
     let mut queues: Vec<String> = (0..u16::try_from(shards).unwrap_or(u16::MAX))
         .map(|i| names.shard_queue(i))
         .collect();

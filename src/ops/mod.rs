@@ -119,11 +119,13 @@ pub async fn open_database(url: &SecretUrl, application: &str) -> Result<PgPool,
         .map_err(|e| format!("cannot connect to the database {url}: {e}"))
 }
 
-/// Connects to the broker, or says in one line why not.
-pub async fn open_broker(url: &SecretUrl, name: &str) -> Result<Connection, String> {
-    broker::connect(url, name)
+/// Connects to the broker (a live node of `AMQP_URL`), or says in one line
+/// why not.
+pub async fn open_broker(settings: &Settings, name: &str) -> Result<Connection, String> {
+    let nodes = settings.broker();
+    broker::connect(&nodes, name)
         .await
-        .map_err(|e| format!("cannot connect to the broker {url}: {e}"))
+        .map_err(|e| format!("cannot connect to the broker {nodes}: {e}"))
 }
 
 /// What a passive `queue.declare` tells about a queue.

@@ -14,20 +14,33 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::config::SecretUrl;
+use crate::config::BrokerUrls;
 
 /// How long the endpoint may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The broker's Prometheus endpoint next to `amqp`: same host, port 15692.
-pub fn default_endpoint(amqp: &SecretUrl) -> String {
-    let host = amqp.parsed().host_str().unwrap_or("127.0.0.1").to_owned();
-    format!("http://{host}:15692")
+/// The broker's Prometheus endpoint next to each node: same host, port 15692.
+pub fn default_endpoints(amqp: &BrokerUrls) -> Vec<String> {
+    let mut hosts: Vec<String> = amqp
+        .nodes()
+        .iter()
+        .map(|node| node.parsed().host_str().unwrap_or("127.0.0.1").to_owned())
+        .collect();
+    hosts.dedup();
+    hosts
+        .into_iter()
+        .map(|host| format!("http://{host}:15692"))
+        .collect()
 }
 
-/// The vhost an AMQP URL names (`/` when its path is empty).
-pub fn vhost(amqp: &SecretUrl) -> String {
-    let path = amqp.parsed().path().trim_start_matches('/').to_owned();
+/// The vhost the AMQP URLs name (the same in each; `/` when the path is
+/// empty).
+pub fn vhost(amqp: &BrokerUrls) -> String {
+    let path = amqp.nodes()[0]
+        .parsed()
+        .path()
+        .trim_start_matches('/')
+        .to_owned();
     if path.is_empty() {
         "/".into()
     } else {
@@ -35,9 +48,28 @@ pub fn vhost(amqp: &SecretUrl) -> String {
     }
 }
 
-/// Consumers per queue of `vhost` (standbys included), from `endpoint`
-/// (`http://host:port`).
-pub async fn consumers(endpoint: &str, vhost: &str) -> Result<HashMap<String, u32>, String> {
+/// Consumers per queue of `vhost` (standbys included), from every node's
+/// endpoint (`http://host:port`; a node reports the queues it leads, so the
+/// answers are merged). An error only if no endpoint answered.
+pub async fn consumers(endpoints: &[String], vhost: &str) -> Result<HashMap<String, u32>, String> {
+    let mut merged: Option<HashMap<String, u32>> = None;
+    let mut failures = Vec::new();
+    for endpoint in endpoints {
+        match node_consumers(endpoint, vhost).await {
+            Ok(found) => {
+                let all = merged.get_or_insert_with(HashMap::new);
+                for (queue, n) in found {
+                    let slot = all.entry(queue).or_default();
+                    *slot = (*slot).max(n);
+                }
+            }
+            Err(e) => failures.push(e),
+        }
+    }
+    merged.ok_or_else(|| failures.join("; "))
+}
+
+async fn node_consumers(endpoint: &str, vhost: &str) -> Result<HashMap<String, u32>, String> {
     let authority = endpoint
         .strip_prefix("http://")
         .ok_or_else(|| format!("{endpoint}: only http:// is supported"))?
@@ -139,7 +171,7 @@ mod tests {
 
     #[test]
     fn vhosts_come_from_the_url() {
-        let url = |s: &str| s.parse::<SecretUrl>().expect("url");
+        let url = |s: &str| s.parse::<BrokerUrls>().expect("url");
         assert_eq!(vhost(&url("amqp://u:p@h:5672/%2f")), "/");
         assert_eq!(vhost(&url("amqp://u:p@h:5672")), "/");
         assert_eq!(
@@ -148,8 +180,8 @@ mod tests {
         );
         assert_eq!(percent_encode("/"), "%2F");
         assert_eq!(
-            default_endpoint(&url("amqp://u:p@rabbit:5672/%2f")),
-            "http://rabbit:15692"
+            default_endpoints(&url("amqp://u:p@r1:5672/%2f,amqp://u:p@r2:5672/%2f")),
+            ["http://r1:15692", "http://r2:15692"]
         );
     }
 }

@@ -62,9 +62,9 @@ pub struct StatusOptions {
     /// or an unsent outbox row may wait before status calls it stuck.
     #[arg(long, default_value = "5m", value_parser = crate::config::parse_duration)]
     pub stuck_after: Duration,
-    /// The broker's Prometheus endpoint (plugin rabbitmq_prometheus), for
-    /// the standby consumers AMQP cannot see (default: the AMQP host, port
-    /// 15692).
+    /// The broker's Prometheus endpoints (plugin rabbitmq_prometheus), comma
+    /// separated, for the standby consumers AMQP cannot see (default: each
+    /// AMQP_URL node's host, port 15692).
     #[arg(long, env = "BROKER_METRICS_URL")]
     pub broker_metrics_url: Option<String>,
 }
@@ -272,12 +272,12 @@ pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
     if let Err(e) = &broker {
         status.broker = reach(&settings.amqp_url.to_string(), Err(e.clone()));
     }
-    let endpoint = options
-        .broker_metrics_url
-        .clone()
-        .unwrap_or_else(|| super::replicas::default_endpoint(&settings.amqp_url));
+    let endpoints = match &options.broker_metrics_url {
+        Some(urls) => urls.split(',').map(|u| u.trim().to_owned()).collect(),
+        None => super::replicas::default_endpoints(&settings.amqp_url),
+    };
     let registered =
-        super::replicas::consumers(&endpoint, &super::replicas::vhost(&settings.amqp_url)).await;
+        super::replicas::consumers(&endpoints, &super::replicas::vhost(&settings.amqp_url)).await;
     combine(&mut status, &names, from_db, broker.ok());
     match registered {
         Ok(registered) => {

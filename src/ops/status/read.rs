@@ -172,7 +172,7 @@ pub(super) async fn read_broker(
     names: &Names,
     from_db: &FromDatabase,
 ) -> Result<FromBroker, String> {
-    let conn = crate::ops::open_broker(&settings.amqp_url, "urutan status").await?;
+    let conn = crate::ops::open_broker(settings, "urutan status").await?;
     let known = from_db
         .ring
         .as_ref()
