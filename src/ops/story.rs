@@ -71,10 +71,16 @@ fn version(x: &Explanation, stored: i64, v: i64, now: DateTime<Utc>) -> Vec<Line
     let parked: Vec<_> = x.parked.iter().filter(|p| p.versi == v).collect();
     let mut told = Vec::new();
     if let Some(a) = applied {
+        // The stored state's epoch is that of its last applied version;
+        // earlier ones have only a bound (see `explain`).
+        let epoch = match &x.state {
+            Some(s) if s.versi == v => s.epoch.to_string(),
+            _ => a.epoch_at_most.map_or("-".into(), |e| format!("<={e}")),
+        };
         told.push(Line {
             what: "applied",
             shard: Some(a.shard),
-            epoch: a.epoch_at_most.map_or("-".into(), |e| format!("<={e}")),
+            epoch,
             message_id: a.message_id.clone(),
             at: Some(a.at),
             note: format!("status {}", a.status),

@@ -270,8 +270,8 @@ impl fmt::Display for Explanation {
         }
         writeln!(
             f,
-            "epochs: applied versions show <=E, the latest epoch opened before each was applied \
-             (the history does not record it); the order's epoch above is exact"
+            "epochs: <=E is an upper bound (the latest epoch opened before that version was \
+             applied; the history does not record epochs); the stored version's is exact"
         )
     }
 }
