@@ -471,15 +471,17 @@ fn row(text: &str, versi: i64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     let env = TestEnv::new("opsrefused").await;
-    let (topology_user, worker_user, bare_user) = (
+    let (topology_user, worker_user, bare_user, mute_user) = (
         format!("topo-{}", env.name),
         format!("worker-{}", env.name),
         format!("bare-{}", env.name),
+        format!("mute-{}", env.name),
     );
     let _users = Users(vec![
         topology_user.clone(),
         worker_user.clone(),
         bare_user.clone(),
+        mute_user.clone(),
     ]);
     let made = Command::new("bash")
         .arg(concat!(
@@ -506,6 +508,21 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
             &bare_user,
             "^$",
             r"^amq\.default$",
+            r"^pesanan\.shard-.*",
+        ],
+    );
+    // A user that may not even put epoch markers into the shard queues.
+    sh("rabbitmqctl", &["-q", "add_user", &mute_user, "mu7e-pw"]);
+    sh(
+        "rabbitmqctl",
+        &[
+            "-q",
+            "set_permissions",
+            "-p",
+            &env.vhost,
+            &mute_user,
+            "^$",
+            "^$",
             r"^pesanan\.shard-.*",
         ],
     );
@@ -567,6 +584,20 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
         assert_eq!(fallbacks, 1, "{user}: {log}");
         assert_eq!(lines_at(&log, "ERROR"), Vec::<&str>::new(), "{user}: {log}");
     }
+
+    // No write on amq.default: the check passes, the epoch cannot be
+    // opened; it stops (not retries) with the missing permission named.
+    let mut run = Worker::start(&as_user(&mute_user, "mu7e-pw"));
+    let code = run.wait_exit().await;
+    let log = run.log();
+    assert_eq!(code, 1, "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(" ERROR ")
+            && last.contains("may not put epoch markers")
+            && last.contains("write permission on `amq.default`"),
+        "{log}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
