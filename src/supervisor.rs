@@ -351,13 +351,19 @@ pub async fn prepare_topology(
         if let Err(TopologyError::AccessRefused { detail }) = &plan
             && !explicit
         {
-            warn!(
-                refused = %detail,
-                "this broker user may not declare the topology: checking it passively instead \
-                 (as TOPOLOGY_MODE=check does). Set TOPOLOGY_MODE=check to skip the attempt; a \
-                 new SHARD_COUNT needs `urutan topology` run as a user allowed to configure the \
-                 topology (deploy/rabbitmq/least-privilege.sh makes one)"
-            );
+            // Once per process, also if a transient failure after it makes
+            // this pool ask again before it switched to checking.
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                warn!(
+                    refused = %detail,
+                    "this broker user may not declare the topology: checking it passively \
+                     instead (as TOPOLOGY_MODE=check does). Set TOPOLOGY_MODE=check to skip \
+                     the attempt; a new SHARD_COUNT needs `urutan topology` run as a user \
+                     allowed to configure the topology (deploy/rabbitmq/least-privilege.sh \
+                     makes one)"
+                );
+            });
             mode = TopologyMode::Check;
             plan = topology::check(conn, names, target, allow_shrink).await;
         }
