@@ -165,7 +165,7 @@ pub enum ExplainError {
 
 /// Reads what the database and the broker know of `order_id`.
 pub async fn gather(settings: &Settings, order_id: &str) -> Result<Explanation, ExplainError> {
-    let db = super::open_database(&settings.database_url, "urutan explain")
+    let db = super::open_database(settings, "urutan explain")
         .await
         .map_err(ExplainError::Database)?;
     let read = read(&db, order_id).await;

@@ -28,7 +28,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgPool};
 
 use crate::broker::{self, BrokerError, call};
-use crate::config::{SecretUrl, Settings};
+use crate::config::Settings;
 
 /// Exit code: everything looked at is fine (status) or the order was shown
 /// (explain).
@@ -99,24 +99,37 @@ pub async fn explain(settings: &Settings, order_id: &str) -> Result<(), Exit> {
 pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Opens a small read pool on an existing database (never creates it, never
-/// migrates), named `application` in `pg_stat_activity`.
-pub async fn open_database(url: &SecretUrl, application: &str) -> Result<PgPool, String> {
-    let options: PgConnectOptions = url
+/// migrates), named `application` in `pg_stat_activity`, with the
+/// connection limits of `DATABASE_TIMEOUT` (keepalives) but statements
+/// bounded by [`STATEMENT_TIMEOUT`].
+pub async fn open_database(settings: &Settings, application: &str) -> Result<PgPool, String> {
+    let shown = &settings.database_url;
+    let mut bounded = settings.clone();
+    let ms = STATEMENT_TIMEOUT.as_millis().to_string();
+    bounded.database_url = shown.with(|u| {
+        if !u
+            .query_pairs()
+            .any(|(k, _)| k == "options[statement_timeout]")
+        {
+            u.query_pairs_mut()
+                .append_pair("options[statement_timeout]", &ms);
+        }
+    });
+    let options: PgConnectOptions = bounded
+        .database()
         .expose()
         .parse()
-        .map_err(|e| format!("cannot use DATABASE_URL {url}: {e}"))?;
-    let timeout = STATEMENT_TIMEOUT.as_millis().to_string();
+        .map_err(|e| format!("cannot use DATABASE_URL {shown}: {e}"))?;
     // A slow read here is no alarm: sqlx would log it at WARN.
     let options = options
         .application_name(application)
-        .options([("statement_timeout", timeout.as_str())])
         .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1));
     PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(options)
         .await
-        .map_err(|e| format!("cannot connect to the database {url}: {e}"))
+        .map_err(|e| format!("cannot connect to the database {shown}: {e}"))
 }
 
 /// Connects to the broker (a live node of `AMQP_URL`), or says in one line

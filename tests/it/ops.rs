@@ -311,6 +311,17 @@ async fn status_is_a_check_healthy_stopped_dead_letters_unreachable() {
         "{text}"
     );
 
+    // Its reads are bounded by their own statement timeout.
+    let reader = urutan::ops::open_database(&env.settings(3), "ops test")
+        .await
+        .expect("open");
+    let timeout: String = sqlx::query_scalar("SHOW statement_timeout")
+        .fetch_one(&reader)
+        .await
+        .expect("show");
+    assert_eq!(timeout, "10s");
+    reader.close().await;
+
     let (code, help, _) = urutan(&["status", "--help"], &[]).await;
     assert_eq!(code, 0);
     assert!(

@@ -244,7 +244,7 @@ pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
         outbox: None,
     };
     let mut notes = Vec::new();
-    let db = match super::open_database(&settings.database_url, "urutan status").await {
+    let db = match super::open_database(settings, "urutan status").await {
         Ok(db) => Some(db),
         Err(e) => {
             status.database = reach(&settings.database_url.to_string(), Err(e));
