@@ -34,6 +34,17 @@ use crate::shard::{Hooks, Observed};
 use crate::supervisor::Supervisor;
 use crate::{store, verify};
 
+/// `urutan demo --help`: what the screen shows, examples.
+pub const HELP: &str = "\
+The screen shows a progress bar and, at the end, the report and the invariant
+check; log lines go to the log file (errors also show, above the bar). Exit 0
+when the pipeline drained and everything verified.
+
+Examples:
+  urutan demo
+  urutan demo --orders 10000 --rate 2000 --duration 30s
+  SHARD_COUNT=8 PREFETCH=50 urutan demo --log-file demo.log";
+
 /// The demo's knobs.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoOptions {

@@ -40,6 +40,7 @@ enum Command {
     /// Check the invariants (order, exactly once, newest state) from the database; exit 1 on a violation.
     Verify,
     /// The whole pipeline on the local services with a generated workload and a verified report.
+    #[command(after_help = urutan::demo::HELP)]
     Demo {
         #[command(flatten)]
         options: DemoOptions,
