@@ -15,7 +15,8 @@
 //!
 //! Around it: [`config`] (validated settings), [`supervisor`] (starts the
 //! workers, reconnects, owns shutdown), [`health`] + [`http`] + [`metrics`]
-//! (what operators see), [`telemetry`] (logs).
+//! (what operators see), [`ops`] (`urutan status` and `urutan explain`),
+//! [`telemetry`] (logs).
 //!
 //! The external contract (names, message format, outcomes, tables, settings,
 //! commands, metrics, endpoints) is `docs/contract.md`; "section N" in the
@@ -29,6 +30,7 @@ pub mod health;
 pub mod http;
 pub mod message;
 pub mod metrics;
+pub mod ops;
 pub mod outbox;
 pub mod outcome;
 pub mod retire;

@@ -40,15 +40,33 @@ enum Command {
     /// Check the invariants (order, exactly once, newest state) from the database; exit 1 on a violation.
     Verify,
     /// The whole pipeline on the local services with a generated workload and a verified report.
+    #[command(after_help = urutan::demo::HELP)]
     Demo {
         #[command(flatten)]
         options: DemoOptions,
+    },
+    /// Is the pool healthy? Ring, windows, shards, dead letters, outbox, relay; a check by exit code.
+    #[command(after_help = urutan::ops::status::HELP)]
+    Status {
+        #[command(flatten)]
+        options: urutan::ops::status::StatusOptions,
+    },
+    /// Why is this order in this state? Its versions: applied, parked, dead-lettered, queued, missing.
+    #[command(after_help = urutan::ops::explain::HELP)]
+    Explain {
+        #[command(flatten)]
+        options: urutan::ops::explain::ExplainOptions,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init(cli.settings.log_format);
+    match cli.command {
+        Command::Status { .. } | Command::Explain { .. } => {
+            telemetry::init_for_reports(cli.settings.log_format)
+        }
+        _ => telemetry::init(cli.settings.log_format),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -58,6 +76,11 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(execute(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // Reported already (`urutan status`, `urutan explain`): only the code.
+        Err(e) if e.is::<urutan::ops::Exit>() => ExitCode::from(
+            e.downcast_ref::<urutan::ops::Exit>()
+                .map_or(1, |exit| exit.0),
+        ),
         Err(e) => {
             error!("{e:#}");
             ExitCode::FAILURE
@@ -127,6 +150,8 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             let passed = urutan::demo::run(settings, options).await?;
             anyhow::ensure!(passed, "the demo did not verify");
         }
+        Command::Status { options } => urutan::ops::status(&settings, &options).await?,
+        Command::Explain { options } => urutan::ops::explain(&settings, &options.order_id).await?,
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ mod direct;
 mod handoff;
 mod interleave;
 mod nodes;
+mod ops;
 mod pipeline;
 mod poison;
 mod privilege;
