@@ -24,6 +24,7 @@
 pub mod broker;
 pub mod config;
 pub mod demo;
+pub mod effects;
 pub mod handoff;
 pub mod health;
 pub mod http;

@@ -162,6 +162,12 @@ pub fn install() -> PrometheusHandle {
                         LAG_BUCKETS,
                     )
                 })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(crate::effects::metric::REQUEST_DURATION_SECONDS.into()),
+                        HANDLE_BUCKETS,
+                    )
+                })
                 .unwrap_or_else(|e| unreachable!("bucket lists are not empty: {e}"));
             let recorder = builder.build_recorder();
             let handle = recorder.handle();
