@@ -204,7 +204,8 @@ impl Dispatcher {
             }
             Err(e) => warn!(error = %e, "cannot read the effect backlog"),
         }
-        if let Ok(current) = store::current_routes(&self.pool).await {
+        if let Ok(mut current) = store::current_routes(&self.pool).await {
+            current.sort(); // byte order, as `mine` (SQL sorts by collation)
             let mut mine: Vec<(String, String)> = self
                 .routes
                 .0

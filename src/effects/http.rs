@@ -21,11 +21,15 @@ pub async fn serve(
     let app = Router::new()
         .route(
             "/metrics",
-            get(move || {
-                let metrics = metrics.clone();
-                async move {
-                    metrics.run_upkeep();
-                    metrics.render()
+            get({
+                let ready = ready.clone();
+                move || {
+                    report(&ready);
+                    let metrics = metrics.clone();
+                    async move {
+                        metrics.run_upkeep();
+                        metrics.render()
+                    }
                 }
             }),
         )
@@ -33,9 +37,7 @@ pub async fn serve(
         .route(
             "/readyz",
             get(move || {
-                let up = ready.load(Ordering::Relaxed);
-                let role = [("role", "effects")];
-                metrics::gauge!(crate::metrics::READY, &role).set(if up { 1.0 } else { 0.0 });
+                let up = report(&ready);
                 async move {
                     if up {
                         (StatusCode::OK, "ready\n")
@@ -48,4 +50,11 @@ pub async fn serve(
     axum::serve(listener, app)
         .with_graceful_shutdown(stop.cancelled_owned())
         .await
+}
+
+/// Whether the dispatcher is ready, also set as `urutan_ready{role="effects"}`.
+fn report(ready: &AtomicBool) -> bool {
+    let up = ready.load(Ordering::Relaxed);
+    metrics::gauge!(crate::metrics::READY, "role" => "effects").set(if up { 1.0 } else { 0.0 });
+    up
 }

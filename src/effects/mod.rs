@@ -135,15 +135,16 @@ impl EffectsSettings {
 /// Metric names of the dispatcher (labels bounded: `endpoint` is a
 /// configured host[:port], `reason` a fixed list; never an order or message id).
 pub mod metric {
-    pub const SENT_TOTAL: &str = "urutan_effects_sent_total";
-    pub const RETRIES_TOTAL: &str = "urutan_effects_retries_total";
-    pub const DEAD_LETTERS_TOTAL: &str = "urutan_effects_dead_letters_total";
-    pub const REQUEST_DURATION_SECONDS: &str = "urutan_effects_request_duration_seconds";
-    pub const BACKLOG: &str = "urutan_effects_backlog";
-    pub const OLDEST_PENDING_SECONDS: &str = "urutan_effects_oldest_pending_seconds";
-    pub const DEAD_LETTERED: &str = "urutan_effects_dead_lettered";
-    pub const IN_FLIGHT: &str = "urutan_effects_in_flight";
-    pub const ROUTES_CURRENT: &str = "urutan_effects_routes_current";
+    use crate::metrics as names;
+    pub const SENT_TOTAL: &str = names::EFFECTS_SENT_TOTAL;
+    pub const RETRIES_TOTAL: &str = names::EFFECTS_RETRIES_TOTAL;
+    pub const DEAD_LETTERS_TOTAL: &str = names::EFFECTS_DEAD_LETTERS_TOTAL;
+    pub const REQUEST_DURATION_SECONDS: &str = names::EFFECTS_REQUEST_DURATION_SECONDS;
+    pub const BACKLOG: &str = names::EFFECTS_BACKLOG;
+    pub const OLDEST_PENDING_SECONDS: &str = names::EFFECTS_OLDEST_PENDING_SECONDS;
+    pub const DEAD_LETTERED: &str = names::EFFECTS_DEAD_LETTERED;
+    pub const IN_FLIGHT: &str = names::EFFECTS_IN_FLIGHT;
+    pub const ROUTES_CURRENT: &str = names::EFFECTS_ROUTES_CURRENT;
 
     /// Describes the series and registers the per-endpoint counters at zero.
     pub fn register(endpoints: &[String]) {
@@ -178,6 +179,7 @@ pub mod metric {
         );
         for endpoint in endpoints {
             metrics::counter!(SENT_TOTAL, "endpoint" => endpoint.clone()).increment(0);
+            let _ = metrics::histogram!(REQUEST_DURATION_SECONDS, "endpoint" => endpoint.clone());
             for reason in super::send::RETRY_REASONS {
                 metrics::counter!(RETRIES_TOTAL, "endpoint" => endpoint.clone(), "reason" => *reason)
                     .increment(0);

@@ -439,6 +439,9 @@ async fn wait_settled(db: &PgPool, n: i64, limit: Duration) {
     .await;
 }
 
+/// A dead-lettered effect: order, versi, HTTP status, answer, attempts.
+type DeadLetter = (String, i64, Option<i32>, Option<String>, i32);
+
 /// A pool applying through the real broker (strict mode unless `prefetch`).
 async fn pipeline(env: &TestEnv, prefetch: u16) -> RunningPool {
     let mut settings = env.settings(4);
@@ -781,7 +784,7 @@ async fn a_failing_order_waits_while_others_flow() {
             ])
             .collect(),
     );
-    let dead: Vec<(String, i64, Option<i32>, Option<String>, i32)> = sqlx::query_as(
+    let dead: Vec<DeadLetter> = sqlx::query_as(
         "SELECT pesanan_id, versi, kode, jawaban, percobaan FROM urutan_efek WHERE keadaan = 'gagal'",
     )
     .fetch_all(&db)
