@@ -15,7 +15,8 @@
 //!
 //! Around it: [`config`] (validated settings), [`supervisor`] (starts the
 //! workers, reconnects, owns shutdown), [`health`] + [`http`] + [`metrics`]
-//! (what operators see), [`telemetry`] (logs).
+//! (what operators see), [`telemetry`] (logs), [`effects`] (webhooks for
+//! applied versions, recorded in the apply transaction, sent by `urutan effects`).
 //!
 //! The external contract (names, message format, outcomes, tables, settings,
 //! commands, metrics, endpoints) is `docs/contract.md`; "section N" in the
