@@ -178,12 +178,16 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
     };
     let relay_task = tokio::spawn(relay.run(shutdown.clone()));
 
+    // Downstream effects (src/effects/demo.rs): `dibayar` → a local payment endpoint.
+    let effects = crate::effects::demo::DemoEffects::start(&db).await?;
+
     let started = Instant::now();
     let events = generate(&db, &stats, &options, &names).await?;
     let injected = inject(&settings, &names, &db, &options).await?;
     let expected = events + injected.total();
     let drained = watch(&stats, expected, options.timeout).await;
     let elapsed = started.elapsed();
+    let effects = effects.finish(&db, options.timeout).await?;
 
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(30), pool_task).await;
@@ -193,6 +197,7 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
     let report = verify::verify(&db, dlq).await?;
     print_report(&stats, events, &injected, elapsed, &settings);
     println!("{report}");
+    println!("{effects}");
     let dlq_ok = dlq == Some(injected.poison as u32);
     if !dlq_ok {
         println!(
@@ -204,7 +209,7 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
         println!("the pipeline did not drain within {:?}", options.timeout);
     }
     db.close().await;
-    Ok(drained && dlq_ok && report.passed())
+    Ok(drained && dlq_ok && report.passed() && effects.passed())
 }
 
 /// Drops the demo database and topology so every run starts empty.

@@ -21,6 +21,7 @@
 //! [`routes`] parses `EFFECTS` and `EFFECTS_SECRET`; [`dispatch`] is the
 //! dispatcher loop.
 
+pub mod demo;
 pub mod dispatch;
 pub mod http;
 pub mod routes;
@@ -114,6 +115,21 @@ pub struct Config {
 }
 
 impl EffectsSettings {
+    /// The settings with every default (and whatever the environment sets),
+    /// for embedding and tools.
+    pub fn defaults() -> Self {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            effects: EffectsSettings,
+        }
+        // Only the process environment could make this fail.
+        Wrapper::try_parse_from(["urutan"])
+            .map(|w| w.effects)
+            .unwrap_or_else(|e| panic!("default effects settings are invalid: {e}"))
+    }
+
     /// Parses `EFFECTS` and `EFFECTS_SECRET`. The dispatcher always needs
     /// the secret: even with `EFFECTS` unset it delivers what is pending.
     pub fn config(&self) -> Result<Config, ConfigError> {
