@@ -257,7 +257,7 @@ fn decide(
             None,
             format!("no answer within {:?}", settings.effects_timeout),
         ),
-        Answer::Connection(e) => (None, None, e.clone()),
+        Answer::Connection(e) | Answer::Invalid(e) => (None, None, e.clone()),
     };
     let order = (&effect.pesanan_id, effect.versi, &effect.message_id);
     match send::classify(answer) {

@@ -23,6 +23,9 @@ pub enum Answer {
     Timeout,
     /// No answer at all (refused, reset, DNS, TLS, ...).
     Connection(String),
+    /// The request cannot be made at all (e.g. a message id with a control
+    /// character is not a valid header value): retrying cannot help.
+    Invalid(String),
 }
 
 /// What an answer calls for.
@@ -50,6 +53,7 @@ pub fn classify(answer: &Answer) -> Verdict {
         },
         Answer::Timeout => Verdict::Retry("timeout"),
         Answer::Connection(_) => Verdict::Retry("connection"),
+        Answer::Invalid(_) => Verdict::Dead("invalid_request"),
     }
 }
 
@@ -58,7 +62,7 @@ pub const EXHAUSTED: &str = "attempts_exhausted";
 
 /// Every `reason` the retry and dead-letter counters use (registered at zero).
 pub const RETRY_REASONS: &[&str] = &["http_408", "http_429", "http_5xx", "timeout", "connection"];
-pub const DEAD_REASONS: &[&str] = &["http_4xx", "http_other", EXHAUSTED];
+pub const DEAD_REASONS: &[&str] = &["http_4xx", "http_other", "invalid_request", EXHAUSTED];
 
 /// Delay before attempt `attempt + 1` after attempt `attempt` (1-based)
 /// failed: `min * 2^(attempt-1)` capped at `max`, then "equal jitter" (a
@@ -132,7 +136,8 @@ pub async fn attempt(client: &reqwest::Client, secret: &Secret, effect: &Claimed
     Answer::Http {
         code,
         retry_after,
-        body: String::from_utf8_lossy(&bytes).into_owned(),
+        // PostgreSQL text cannot hold NUL.
+        body: String::from_utf8_lossy(&bytes).replace('\0', ""),
     }
 }
 
@@ -141,6 +146,7 @@ fn failure(e: reqwest::Error) -> Answer {
         return Answer::Timeout;
     }
     // The chain without the URL (it may carry a token).
+    let invalid = e.is_builder();
     let e = e.without_url();
     let mut text = e.to_string();
     let mut source = std::error::Error::source(&e);
@@ -149,7 +155,12 @@ fn failure(e: reqwest::Error) -> Answer {
         text.push_str(&s.to_string());
         source = s.source();
     }
-    Answer::Connection(text)
+    let text = text.replace('\0', "");
+    if invalid {
+        Answer::Invalid(text)
+    } else {
+        Answer::Connection(text)
+    }
 }
 
 #[cfg(test)]
@@ -180,6 +191,10 @@ mod tests {
         assert_eq!(
             classify(&Answer::Connection("refused".into())),
             Verdict::Retry("connection")
+        );
+        assert_eq!(
+            classify(&Answer::Invalid("bad header".into())),
+            Verdict::Dead("invalid_request")
         );
     }
 

@@ -618,6 +618,21 @@ async fn every_apply_path_records_effects_in_its_transaction() {
             "{order} v{versi} has its effect"
         );
     }
+
+    // EFFECTS unset: the routes are cleared and new versions record nothing.
+    let cleared = urutan::effects::store::sync_routes(&db, &urutan::effects::Routes::default())
+        .await
+        .expect("routes cleared");
+    assert!(matches!(
+        cleared,
+        urutan::effects::store::Sync::Replaced { .. }
+    ));
+    assert_eq!(apply("A-v3", "A", 3).await, "applied");
+    assert_eq!(
+        effects().await.len(),
+        rows.len(),
+        "no effect without routes"
+    );
 }
 
 /// A dispatcher killed after the endpoint answered and before the result
@@ -737,7 +752,9 @@ async fn the_endpoint_down_for_30_s_loses_nothing() {
 /// waits until it is through. A 422 is dead-lettered at once with the
 /// answer and lets the order's next version go. An answer that comes after
 /// the timeout (the charge made) is retried with the same key and charged
-/// once; slow answers within the timeout are simply sent.
+/// once; slow answers within the timeout are simply sent. An effect that
+/// cannot be sent at all (its message id is no valid header value) is
+/// dead-lettered at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_order_waits_while_others_flow() {
     let env = TestEnv::new("effects_hol").await;
@@ -754,16 +771,20 @@ async fn a_failing_order_waits_while_others_flow() {
 
     let (flowing, names) = workload("N", 10, 1, 3);
     let mut msgs = flowing;
-    for order in ["F0", "R0", "H0", "S0"] {
+    for order in ["F0", "R0", "H0", "S0", "X0"] {
         msgs.extend((1..=3).map(|v| event(order, v)));
     }
+    // X0's first message id is valid for the contract but not as an HTTP
+    // header value: that effect cannot be sent at all.
+    let x0_v1 = msgs.len() - 3;
+    msgs[x0_v1].message_id = Some("X0-v1\nbad".into());
     env.publisher().await.send_all(&msgs).await;
 
     // Everyone else is through while F0 is still failing its first version.
     wait_for(
         "the other orders' effects sent",
         Duration::from_secs(60),
-        || async { effects_in(&db, "terkirim").await >= 30 + 3 + 3 + 2 },
+        || async { effects_in(&db, "terkirim").await >= 30 + 3 + 3 + 2 + 2 },
     )
     .await;
     let f0 = server.requests_for("F0");
@@ -779,18 +800,29 @@ async fn a_failing_order_waits_while_others_flow() {
             .map(|o| (o.clone(), vec![1, 2, 3]))
             .chain([
                 ("R0".to_owned(), vec![2, 3]),
+                ("X0".to_owned(), vec![2, 3]),
                 ("H0".to_owned(), vec![1, 2, 3]),
                 ("S0".to_owned(), vec![1, 2, 3]),
             ])
             .collect(),
     );
     let dead: Vec<DeadLetter> = sqlx::query_as(
-        "SELECT pesanan_id, versi, kode, jawaban, percobaan FROM urutan_efek WHERE keadaan = 'gagal'",
+        "SELECT pesanan_id, versi, kode, jawaban, percobaan FROM urutan_efek
+         WHERE keadaan = 'gagal' ORDER BY pesanan_id",
     )
     .fetch_all(&db)
     .await
     .expect("dead letters");
-    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    let (order, versi, code, _, attempts) = &dead[1];
+    assert_eq!(
+        (order.as_str(), *versi, *code, *attempts),
+        ("X0", 1, None, 1)
+    );
+    assert!(
+        server.requests_for("X0").iter().all(|v| *v > 1),
+        "X0 v1 never sent"
+    );
     let (order, versi, code, answer, attempts) = &dead[0];
     assert_eq!(
         (order.as_str(), *versi, *code, *attempts),
@@ -806,7 +838,7 @@ async fn a_failing_order_waits_while_others_flow() {
 
     // F0's endpoint recovers: its versions go, in order.
     server.set("F0", Behaviour::Pay);
-    wait_settled(&db, 42, Duration::from_secs(30)).await;
+    wait_settled(&db, 45, Duration::from_secs(30)).await;
     let charged_f0: Vec<i64> = server.book(|b| {
         b.charges
             .iter()
@@ -826,6 +858,14 @@ async fn a_failing_order_waits_while_others_flow() {
             &scrape,
             "urutan_effects_dead_letters_total",
             &["reason=\"http_4xx\""]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(
+            &scrape,
+            "urutan_effects_dead_letters_total",
+            &["reason=\"invalid_request\""]
         ),
         1.0
     );
