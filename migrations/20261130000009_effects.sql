@@ -112,8 +112,7 @@ BEGIN
 END
 $$;
 
-DROP TRIGGER IF EXISTS urutan_efek_catat ON pesanan_riwayat;
-CREATE TRIGGER urutan_efek_catat AFTER INSERT ON pesanan_riwayat
+CREATE OR REPLACE TRIGGER urutan_efek_catat AFTER INSERT ON pesanan_riwayat
     FOR EACH ROW EXECUTE FUNCTION urutan_efek_catat();
 
 -- The set-based batch writes only an order's last applied version of the
