@@ -49,6 +49,22 @@ pub struct Dispatcher {
     pub ready: Arc<AtomicBool>,
 }
 
+/// When the periodic chores last ran.
+#[derive(Default)]
+struct Chores {
+    gauges: Option<Instant>,
+    purge: Option<Instant>,
+}
+
+/// Why a dispatcher cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+    #[error("cannot write the effect routes: {0}")]
+    Routes(#[from] sqlx::Error),
+}
+
 /// Everything one delivery task needs, shared.
 struct Shared {
     pool: PgPool,
@@ -68,14 +84,9 @@ impl Dispatcher {
         config: Config,
         settings: EffectsSettings,
         after_send: Option<AfterSend>,
-    ) -> anyhow::Result<Self> {
-        use anyhow::Context;
-        let client =
-            send::client(settings.effects_timeout).context("cannot build the HTTP client")?;
-        match store::sync_routes(&pool, &config.routes)
-            .await
-            .context("cannot write the effect routes")?
-        {
+    ) -> Result<Self, StartError> {
+        let client = send::client(settings.effects_timeout)?;
+        match store::sync_routes(&pool, &config.routes).await? {
             store::Sync::Unchanged => info!(routes = %config.routes, "effect routes unchanged"),
             store::Sync::Replaced { before } if config.routes.is_empty() => warn!(
                 before = ?before,
@@ -123,48 +134,22 @@ impl Dispatcher {
             wake: Notify::new(),
         });
         let tracker = TaskTracker::new();
-        let lease = self.settings.lease();
-        let (mut last_gauges, mut last_purge) = (None::<Instant>, None::<Instant>);
+        let mut chores = Chores::default();
         info!(owner = %self.owner, concurrency, "dispatching effects");
         while !shutdown.is_cancelled() {
-            if last_gauges.is_none_or(|t| t.elapsed() > GAUGES_EVERY) {
-                self.refresh_gauges().await;
-                last_gauges = Some(Instant::now());
-            }
-            if last_purge.is_none_or(|t| t.elapsed() > PURGE_EVERY) {
-                match store::purge_sent(&self.pool, self.settings.effects_retention).await {
-                    Ok(0) => {}
-                    Ok(n) => info!(purged = n, "sent effects past their retention purged"),
-                    Err(e) => warn!(error = %e, "cannot purge sent effects"),
+            self.housekeeping(&mut chores).await;
+            if let Err(e) = self.claim_and_send(&slots, &shared, &tracker).await {
+                self.ready.store(false, Ordering::Relaxed);
+                warn!(error = %e, "cannot claim effects; retrying");
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    () = tokio::time::sleep(DATABASE_PAUSE) => {}
                 }
-                last_purge = Some(Instant::now());
+                continue;
             }
-            let free = slots.available_permits();
-            if free > 0 {
-                let limit = i64::try_from(free).unwrap_or(i64::MAX);
-                match store::claim(&self.pool, limit, lease, &self.owner).await {
-                    Ok(claimed) => {
-                        self.ready.store(true, Ordering::Relaxed);
-                        for effect in claimed {
-                            // Only this loop takes slots, and it asked for `free`.
-                            let Ok(permit) = slots.clone().try_acquire_owned() else {
-                                break;
-                            };
-                            tracker.spawn(deliver(shared.clone(), effect, permit));
-                        }
-                    }
-                    Err(e) => {
-                        self.ready.store(false, Ordering::Relaxed);
-                        warn!(error = %e, "cannot claim effects; retrying");
-                        tokio::select! {
-                            () = shutdown.cancelled() => break,
-                            () = tokio::time::sleep(DATABASE_PAUSE) => {}
-                        }
-                        continue;
-                    }
-                }
-            }
+            self.ready.store(true, Ordering::Relaxed);
             metrics::gauge!(m::IN_FLIGHT).set((concurrency - slots.available_permits()) as f64);
+            // A finished attempt may free its order's next effect: look again.
             tokio::select! {
                 () = shutdown.cancelled() => {}
                 () = shared.wake.notified() => {}
@@ -178,6 +163,46 @@ impl Dispatcher {
         );
         tracker.wait().await;
         metrics::gauge!(m::IN_FLIGHT).set(0.0);
+    }
+
+    /// Claims as many effects as there are free slots and starts sending
+    /// each at once (so well inside its lease).
+    async fn claim_and_send(
+        &self,
+        slots: &Arc<Semaphore>,
+        shared: &Arc<Shared>,
+        tracker: &TaskTracker,
+    ) -> Result<(), sqlx::Error> {
+        let free = slots.available_permits();
+        if free == 0 {
+            return Ok(());
+        }
+        let limit = i64::try_from(free).unwrap_or(i64::MAX);
+        let claimed = store::claim(&self.pool, limit, self.settings.lease(), &self.owner).await?;
+        for effect in claimed {
+            // Only this loop takes slots, and it asked for at most `free`.
+            let Ok(permit) = slots.clone().try_acquire_owned() else {
+                break;
+            };
+            tracker.spawn(deliver(shared.clone(), effect, permit));
+        }
+        Ok(())
+    }
+
+    /// The gauges every [`GAUGES_EVERY`], the purge every [`PURGE_EVERY`].
+    async fn housekeeping(&self, chores: &mut Chores) {
+        if chores.gauges.is_none_or(|t| t.elapsed() > GAUGES_EVERY) {
+            self.refresh_gauges().await;
+            chores.gauges = Some(Instant::now());
+        }
+        if chores.purge.is_none_or(|t| t.elapsed() > PURGE_EVERY) {
+            match store::purge_sent(&self.pool, self.settings.effects_retention).await {
+                Ok(0) => {}
+                Ok(n) => info!(purged = n, "sent effects past their retention purged"),
+                Err(e) => warn!(error = %e, "cannot purge sent effects"),
+            }
+            chores.purge = Some(Instant::now());
+        }
     }
 
     /// Backlog, oldest pending and dead-lettered per endpoint; whether the
