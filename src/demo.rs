@@ -224,6 +224,9 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
     };
     let relay_task = tokio::spawn(relay.run(shutdown.clone()));
 
+    // Downstream effects (src/effects/demo.rs): `dibayar` → a local payment endpoint.
+    let effects = crate::effects::demo::DemoEffects::start(&db).await?;
+
     let started = Instant::now();
     // The bar shows from the start; aborted if writing fails.
     let bar = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(watch(
@@ -238,6 +241,7 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
     stats.written_all.store(true, Ordering::Relaxed);
     let drained = bar.await.unwrap_or(false);
     let elapsed = started.elapsed();
+    let effects = effects.finish(&db, options.timeout).await?;
 
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(30), pool_task).await;
@@ -249,6 +253,7 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
     verifier.close().await;
     print_report(&stats, events, &injected, elapsed, &settings);
     println!("{report}");
+    println!("{effects}");
     let dlq_ok = dlq == Some(injected.poison as u32);
     if !dlq_ok {
         println!(
@@ -264,7 +269,7 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
         println!("the log lines are in {}", log_path.display());
     }
     db.close().await;
-    Ok(passed)
+    Ok(passed && effects.passed())
 }
 
 /// Waits (at most `limit`) until the pool recorded the ring: the topology

@@ -57,6 +57,11 @@ enum Command {
         #[command(flatten)]
         options: urutan::ops::explain::ExplainOptions,
     },
+    /// The effects dispatcher: deliver webhooks for applied versions (EFFECTS) until SIGTERM/SIGINT.
+    Effects {
+        #[command(flatten)]
+        effects: urutan::effects::EffectsSettings,
+    },
 }
 
 fn main() -> ExitCode {
@@ -152,7 +157,58 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Status { options } => urutan::ops::status(&settings, &options).await?,
         Command::Explain { options } => urutan::ops::explain(&settings, &options.order_id).await?,
+        Command::Effects { effects } => run_effects(settings, effects).await?,
     }
+    Ok(())
+}
+
+/// `urutan effects`: checks EFFECTS, serves the HTTP endpoints and
+/// dispatches until a signal.
+async fn run_effects(
+    settings: Settings,
+    effects: urutan::effects::EffectsSettings,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    // First, before any connection: a bad setting is one line and exit 1.
+    let config = effects.config()?;
+    let listener = tokio::net::TcpListener::bind(settings.metrics_addr)
+        .await
+        .with_context(|| format!("cannot listen on METRICS_ADDR {}", settings.metrics_addr))?;
+    let size = effects.effects_concurrency.min(16) + 2;
+    let pool = store::prepare(&settings.database_url, size)
+        .await
+        .with_context(|| format!("cannot open {}", settings.database_url))?;
+    info!(http = %listener.local_addr()?, "urutan effects starting");
+    // Fault injection for crash drills: die after an answer, before recording it.
+    let after_send = match std::env::var_os("URUTAN_FAULT_ABORT_AFTER_EFFECT_SENT") {
+        None => None,
+        Some(n) => {
+            let n: u64 = n.to_string_lossy().trim().parse().map_err(|_| {
+                anyhow::anyhow!("URUTAN_FAULT_ABORT_AFTER_EFFECT_SENT must be a whole number")
+            })?;
+            let answers = std::sync::atomic::AtomicU64::new(0);
+            Some(std::sync::Arc::new(move || {
+                if answers.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 >= n {
+                    abort_now();
+                }
+            }) as urutan::effects::AfterSend)
+        }
+    };
+    let metrics = urutan::metrics::install();
+    let dispatcher =
+        urutan::effects::Dispatcher::new(pool.clone(), config, effects, after_send).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let http = tokio::spawn(urutan::effects::http::serve(
+        listener,
+        metrics,
+        dispatcher.ready.clone(),
+        shutdown.clone(),
+    ));
+    dispatcher.run(shutdown).await;
+    let _ = http.await;
+    pool.close().await;
+    info!("effects dispatcher stopped cleanly");
     Ok(())
 }
 
