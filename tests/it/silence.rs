@@ -9,14 +9,28 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use crate::proxy::Proxy;
 
+/// Proxies in front of the local database and broker, and `env`'s settings
+/// for `shards` shards pointed through them.
+async fn behind_proxies(env: &TestEnv, shards: u16) -> (Proxy, Proxy, urutan::config::Settings) {
+    let db_link = Proxy::start("127.0.0.1:5432".parse().expect("addr")).await;
+    let broker_link = Proxy::start("127.0.0.1:5672".parse().expect("addr")).await;
+    let mut settings = env.settings(shards);
+    settings.database_url = settings.database_url.with(|u| {
+        let _ = u.set_port(Some(db_link.addr.port()));
+    });
+    settings.amqp_url = env
+        .amqp_url()
+        .with(|u| {
+            let _ = u.set_port(Some(broker_link.addr.port()));
+        })
+        .into();
+    (db_link, broker_link, settings)
+}
+
 #[tokio::test]
 async fn a_silent_database_link_holds_no_apply_beyond_its_bound() {
     let env = TestEnv::new("silent_db").await;
-    let link = Proxy::start("127.0.0.1:5432".parse().expect("addr")).await;
-    let mut settings = env.settings(2);
-    settings.database_url = settings.database_url.with(|u| {
-        let _ = u.set_port(Some(link.addr.port()));
-    });
+    let (link, _broker_link, mut settings) = behind_proxies(&env, 2).await;
     settings.database_timeout = Duration::from_secs(2);
     let pool = RunningPool::start(settings).await;
     pool.wait_ready().await;
@@ -63,18 +77,7 @@ async fn batch_mode_on_a_slow_database_link() {
     let mut rates = Vec::new();
     for one_way in [Duration::ZERO, Duration::from_millis(50)] {
         let env = TestEnv::new("slow_db").await;
-        let db_link = Proxy::start("127.0.0.1:5432".parse().expect("addr")).await;
-        let broker_link = Proxy::start("127.0.0.1:5672".parse().expect("addr")).await;
-        let mut settings = env.settings(4);
-        settings.database_url = settings.database_url.with(|u| {
-            let _ = u.set_port(Some(db_link.addr.port()));
-        });
-        settings.amqp_url = env
-            .amqp_url()
-            .with(|u| {
-                let _ = u.set_port(Some(broker_link.addr.port()));
-            })
-            .into();
+        let (db_link, broker_link, mut settings) = behind_proxies(&env, 4).await;
         settings.prefetch = 256;
         let (entities, versions) = (40, 100);
         let publisher = env.publisher().await;
@@ -117,19 +120,8 @@ async fn batch_mode_on_a_slow_database_link() {
 #[tokio::test]
 async fn links_cut_under_load_on_a_narrow_broker_link() {
     let env = TestEnv::new("cut_links").await;
-    let db_link = Proxy::start("127.0.0.1:5432".parse().expect("addr")).await;
-    let broker_link = Proxy::start("127.0.0.1:5672".parse().expect("addr")).await;
+    let (db_link, broker_link, settings) = behind_proxies(&env, 3).await;
     broker_link.limit(256 * 1024);
-    let mut settings = env.settings(3);
-    settings.database_url = settings.database_url.with(|u| {
-        let _ = u.set_port(Some(db_link.addr.port()));
-    });
-    settings.amqp_url = env
-        .amqp_url()
-        .with(|u| {
-            let _ = u.set_port(Some(broker_link.addr.port()));
-        })
-        .into();
     let pool = RunningPool::start(settings).await;
     pool.wait_ready().await;
     let (entities, versions) = (12, 30);
