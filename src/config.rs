@@ -74,6 +74,12 @@ pub struct Settings {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub delivery_limit: u32,
 
+    /// Replicas of each quorum queue (`x-quorum-initial-group-size`), fixed
+    /// when the topology is first declared; unset: the broker's default.
+    #[arg(long, env = "QUORUM_GROUP_SIZE",
+          value_parser = clap::value_parser!(u16).range(1..=99))]
+    pub quorum_group_size: Option<u16>,
+
     /// Address of the HTTP endpoints `/metrics`, `/healthz`, `/readyz`.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9464")]
     pub metrics_addr: SocketAddr,

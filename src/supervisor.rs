@@ -344,7 +344,11 @@ pub async fn prepare_topology(
         let mut mode = settings.topology_mode;
         let mut plan = match mode {
             TopologyMode::Declare => {
-                topology::declare(conn, names, target, settings.delivery_limit, allow_shrink).await
+                let queues = topology::QueueSettings {
+                    delivery_limit: settings.delivery_limit,
+                    quorum_group_size: settings.quorum_group_size,
+                };
+                topology::declare_with(conn, names, target, queues, allow_shrink).await
             }
             TopologyMode::Check => topology::check(conn, names, target, allow_shrink).await,
         };

@@ -110,7 +110,35 @@ pub async fn declare(
     delivery_limit: u32,
     allow_shrink: bool,
 ) -> Result<ShardPlan, TopologyError> {
-    match declare_all(conn, names, shard_count, delivery_limit, allow_shrink).await {
+    let queues = QueueSettings {
+        delivery_limit,
+        quorum_group_size: None,
+    };
+    declare_with(conn, names, shard_count, queues, allow_shrink).await
+}
+
+/// What urutan sets on the quorum queues it declares.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSettings {
+    /// `x-delivery-limit` of the shard queues.
+    pub delivery_limit: u32,
+    /// `x-quorum-initial-group-size` (replicas per queue); `None` leaves it
+    /// to the broker's default. Like the delivery limit it is compared on
+    /// every declare: another value than the queues were created with is a
+    /// mismatch (change the members of existing queues with
+    /// `rabbitmq-queues grow/shrink`, not with this setting).
+    pub quorum_group_size: Option<u16>,
+}
+
+/// [`declare`] with every queue setting.
+pub async fn declare_with(
+    conn: &Connection,
+    names: &Names,
+    shard_count: u16,
+    queues: QueueSettings,
+    allow_shrink: bool,
+) -> Result<ShardPlan, TopologyError> {
+    match declare_all(conn, names, shard_count, queues, allow_shrink).await {
         Err(TopologyError::Broker(BrokerError::Amqp(e))) if is_access_refused(&e) => {
             Err(TopologyError::AccessRefused {
                 detail: refusal_text(&e),
@@ -124,7 +152,7 @@ async fn declare_all(
     conn: &Connection,
     names: &Names,
     shard_count: u16,
-    delivery_limit: u32,
+    queues: QueueSettings,
     allow_shrink: bool,
 ) -> Result<ShardPlan, TopologyError> {
     let existing = count_existing_shards(conn, names).await?;
@@ -161,7 +189,7 @@ async fn declare_all(
     };
     call(
         "queue.declare",
-        ch.queue_declare(dlq.as_str().into(), queue_opts, quorum_args()),
+        ch.queue_declare(dlq.as_str().into(), queue_opts, quorum_args(&queues)),
     )
     .await
     .map_err(|e| mismatch_or(e, &dlq))?;
@@ -205,7 +233,7 @@ async fn declare_all(
             ch.queue_declare(
                 queue.as_str().into(),
                 queue_opts,
-                shard_args(names, delivery_limit),
+                shard_args(names, &queues),
             ),
         )
         .await
@@ -369,14 +397,21 @@ pub async fn delete_all(conn: &Connection, names: &Names) -> Result<(), BrokerEr
     Ok(())
 }
 
-fn quorum_args() -> FieldTable {
+fn quorum_args(queues: &QueueSettings) -> FieldTable {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), string("quorum"));
+    if let Some(size) = queues.quorum_group_size {
+        args.insert(
+            "x-quorum-initial-group-size".into(),
+            AMQPValue::LongLongInt(i64::from(size)),
+        );
+    }
     args
 }
 
-fn shard_args(names: &Names, delivery_limit: u32) -> FieldTable {
-    let mut args = quorum_args();
+fn shard_args(names: &Names, queues: &QueueSettings) -> FieldTable {
+    let delivery_limit = queues.delivery_limit;
+    let mut args = quorum_args(queues);
     args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
     args.insert(
         "x-delivery-limit".into(),
