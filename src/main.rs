@@ -98,7 +98,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
     let settings = cli.settings;
     match cli.command {
         Command::Run => {
-            let hooks = fault_hooks()?;
+            let hooks = Hooks::from_env()?;
             let supervisor = Supervisor::build(settings.clone(), hooks)
                 .await
                 .with_context(|| {
@@ -248,69 +248,6 @@ async fn run_relay(settings: Settings, relay: RelaySettings) -> anyhow::Result<(
 
 fn abort_now() {
     std::process::abort()
-}
-
-/// Fault injection for `urutan run` (crash drills: `tests/faults.rs`,
-/// `benches/faults.rs`); no hook is installed unless one of these is set:
-/// - `URUTAN_FAULT_HANDLER_DELAY_MS=<ms>`: a slow handler; each valid event
-///   waits that long before it is applied (in `block_in_place`, so the
-///   runtime's other tasks, heartbeats included, keep running);
-/// - `URUTAN_FAULT_ABORT_AFTER_COMMIT=<n>`: abort at the n-th outcome, which
-///   is durable and not yet acked (a crash between commit and ack), counted
-///   from start or, with `URUTAN_FAULT_ARM_ON_SIGUSR1` set, from the last
-///   SIGUSR1, and not at all after a SIGUSR2 (so a drill picks the moment
-///   and the replica).
-fn fault_hooks() -> anyhow::Result<Hooks> {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let number = |name: &str| -> anyhow::Result<Option<u64>> {
-        let Some(value) = std::env::var_os(name) else {
-            return Ok(None);
-        };
-        let value = value.to_string_lossy();
-        let n = value
-            .trim()
-            .parse()
-            .map_err(|_| anyhow::anyhow!("{name} must be a whole number, got {value:?}"))?;
-        Ok(Some(n))
-    };
-    let mut hooks = Hooks::default();
-    if let Some(ms) = number("URUTAN_FAULT_HANDLER_DELAY_MS")?.filter(|ms| *ms > 0) {
-        let delay = std::time::Duration::from_millis(ms);
-        hooks.before_apply = Some(Arc::new(move |_| {
-            tokio::task::block_in_place(|| std::thread::sleep(delay))
-        }));
-    }
-    if let Some(n) = number("URUTAN_FAULT_ABORT_AFTER_COMMIT")? {
-        let armed = Arc::new(AtomicBool::new(
-            std::env::var_os("URUTAN_FAULT_ARM_ON_SIGUSR1").is_none(),
-        ));
-        let outcomes = Arc::new(AtomicU64::new(0));
-        if !armed.load(Ordering::SeqCst) {
-            use tokio::signal::unix::{SignalKind, signal};
-            let mut usr1 = signal(SignalKind::user_defined1())?;
-            let mut usr2 = signal(SignalKind::user_defined2())?;
-            let (arm, count) = (armed.clone(), outcomes.clone());
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        Some(()) = usr1.recv() => {
-                            count.store(0, Ordering::SeqCst);
-                            arm.store(true, Ordering::SeqCst);
-                        }
-                        Some(()) = usr2.recv() => arm.store(false, Ordering::SeqCst),
-                        else => return,
-                    }
-                }
-            });
-        }
-        hooks.on_outcome = Some(Arc::new(move |_| {
-            if armed.load(Ordering::SeqCst) && outcomes.fetch_add(1, Ordering::SeqCst) + 1 >= n {
-                abort_now();
-            }
-        }));
-    }
-    Ok(hooks)
 }
 
 /// Messages in the dead-letter queue, if the broker answers.

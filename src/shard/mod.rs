@@ -23,7 +23,7 @@ mod steps;
 use lease::Session;
 use steps::Held;
 
-pub use hooks::{EventHook, Hooks, Observed, OutcomeHook};
+pub use hooks::{EventHook, HookError, Hooks, Observed, OutcomeHook};
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
