@@ -15,7 +15,8 @@
 //!
 //! Around it: [`config`] (validated settings), [`supervisor`] (starts the
 //! workers, reconnects, owns shutdown), [`health`] + [`http`] + [`metrics`]
-//! (what operators see), [`telemetry`] (logs).
+//! (what operators see), [`telemetry`] (logs), [`dlq`] (dead letters:
+//! recorded by the workers, listed and replayed by `urutan dlq`).
 //!
 //! The external contract (names, message format, outcomes, tables, settings,
 //! commands, metrics, endpoints) is `docs/contract.md`; "section N" in the
@@ -24,6 +25,7 @@
 pub mod broker;
 pub mod config;
 pub mod demo;
+pub mod dlq;
 pub mod handoff;
 pub mod health;
 pub mod http;

@@ -44,6 +44,11 @@ enum Command {
         #[command(flatten)]
         options: DemoOptions,
     },
+    /// The dead-letter queue: list, show, replay or purge dead-lettered messages.
+    Dlq {
+        #[command(subcommand)]
+        command: urutan::dlq::DlqCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -127,6 +132,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             let passed = urutan::demo::run(settings, options).await?;
             anyhow::ensure!(passed, "the demo did not verify");
         }
+        Command::Dlq { command } => urutan::dlq::run(settings, command).await?,
     }
     Ok(())
 }

@@ -120,7 +120,7 @@ impl Supervisor {
         ));
         tasks.spawn(store::run_retention(
             pool.clone(),
-            settings.dedup_retention,
+            settings.retention(),
             background.clone(),
         ));
 

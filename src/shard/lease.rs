@@ -25,7 +25,7 @@ use sqlx::{PgPool, Postgres};
 
 use crate::message::Event;
 use crate::metrics::ShardMetrics;
-use crate::store::{self, Applied, BatchItem, BatchResult, StoreError};
+use crate::store::{self, Applied, BatchItem, BatchResult, NewDeadLetter, StoreError};
 
 /// Longest time a worker keeps a pooled connection before giving it back.
 pub(super) const HOLD: std::time::Duration = std::time::Duration::from_millis(100);
@@ -130,6 +130,14 @@ impl Session {
         let results = store::apply_batch(&mut leased.conn, items, shard).await;
         self.put(leased, results.is_ok());
         results
+    }
+
+    /// [`store::record_dead_letters`] on the kept connection.
+    pub async fn record_dead_letters(&self, rows: &[NewDeadLetter]) -> Result<(), StoreError> {
+        let mut leased = self.take().await?;
+        let recorded = store::record_dead_letters(&mut leased.conn, rows).await;
+        self.put(leased, recorded.is_ok());
+        recorded
     }
 
     /// When the kept connection is due back to the pool (`None`: none kept).
