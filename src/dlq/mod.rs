@@ -161,10 +161,10 @@ pub struct PurgeArgs {
 #[derive(Debug, thiserror::Error)]
 pub enum DlqError {
     #[error(
-        "the broker user may not {action} ({cause}); `urutan dlq --help` says which permission each \
-         command needs (deploy/rabbitmq/least-privilege.sh creates an operator user)"
+        "the broker user may not {action} ({refusal}); `urutan dlq <command> --help` says which \
+         permissions each command needs (deploy/rabbitmq/least-privilege.sh: OPERATOR_USER)"
     )]
-    Refused { action: String, cause: BrokerError },
+    Refused { action: String, refusal: String },
     #[error("cannot {action}: {cause}")]
     Broker { action: String, cause: BrokerError },
     #[error("database: {0}")]
@@ -179,13 +179,17 @@ pub enum DlqError {
 impl DlqError {
     /// A broker failure while trying to `action`.
     pub(crate) fn broker(cause: BrokerError, action: &str) -> Self {
-        let refused =
-            matches!(&cause, BrokerError::Amqp(e) if broker::topology::is_access_refused(e));
         let action = action.to_owned();
-        if refused {
-            Self::Refused { action, cause }
-        } else {
-            Self::Broker { action, cause }
+        match &cause {
+            BrokerError::Amqp(e) if broker::topology::is_access_refused(e) => {
+                // The broker's own words name the object and the user.
+                let refusal = match e.kind() {
+                    lapin::ErrorKind::ProtocolError(amqp) => amqp.get_message().to_string(),
+                    _ => e.to_string(),
+                };
+                Self::Refused { action, refusal }
+            }
+            _ => Self::Broker { action, cause },
         }
     }
 }
@@ -267,6 +271,29 @@ impl Ctx {
         walker.close().await;
         Ok(depth)
     }
+}
+
+/// Characters of a `sha256:` key that the table shows (`sha256:` and 16
+/// hex digits); `show` and `replay` accept any prefix of a key this long.
+const KEY_PREFIX: usize = 23;
+
+/// The full delivery key that `id` names: itself, or the one key of a
+/// message in the DLQ that starts with it (an abbreviated `sha256:` key).
+async fn full_key(db: &PgPool, id: &str) -> Result<String, sqlx::Error> {
+    if !id.starts_with("sha256:") || id.len() < KEY_PREFIX || id.len() >= 71 {
+        return Ok(id.to_owned());
+    }
+    let keys: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT delivery_key FROM urutan_dead_letter
+         WHERE starts_with(delivery_key, $1) LIMIT 2",
+    )
+    .bind(id)
+    .fetch_all(db)
+    .await?;
+    Ok(match keys.as_slice() {
+        [one] => one.clone(),
+        _ => id.to_owned(),
+    })
 }
 
 /// Times in JSON output: RFC 3339, UTC.

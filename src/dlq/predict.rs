@@ -29,7 +29,8 @@ struct Candidate {
     prediction: String,
 }
 
-pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
+/// `ids`: the message ids asked for, abbreviated keys completed.
+pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, ids: &[String]) -> anyhow::Result<()> {
     let mut candidates: Vec<Candidate> = sqlx::query_as(
         "SELECT delivery_key, message_id, pesanan_id, versi, reason, last_error, properties,
                 headers, body, body_bytes
@@ -40,7 +41,7 @@ pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> 
     )
     .bind(args.all)
     .bind(&args.reason)
-    .bind(&args.message_ids)
+    .bind(ids)
     .fetch_all(&ctx.db)
     .await?;
     for c in &mut candidates {
@@ -61,7 +62,7 @@ pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> 
         let who = c.message_id.as_deref().unwrap_or(&c.delivery_key);
         println!("  {who} [{}]: {}", c.reason, c.prediction);
     }
-    for id in &args.message_ids {
+    for id in ids {
         let found = candidates
             .iter()
             .any(|c| c.delivery_key == *id || c.message_id.as_deref() == Some(id.as_str()));
@@ -144,11 +145,10 @@ async fn predict(ctx: &Ctx, c: &Candidate) -> Result<String, sqlx::Error> {
             None => "applied (a new order)".to_owned(),
         }
     };
-    let handler = match (c.reason.as_str(), &c.last_error) {
-        (reason, Some(e)) if !is_contract_reason(reason) => {
-            format!("; it is valid, the handler failed on it before ({e})")
-        }
-        _ => String::new(),
+    let handler = match (is_contract_reason(&c.reason), &c.last_error) {
+        (true, _) => String::new(),
+        (false, Some(e)) => format!("; it is valid, the handler failed on it before ({e})"),
+        (false, None) => "; it is valid, why it was dead-lettered is not recorded".to_owned(),
     };
     Ok(format!("would be {fence}{handler}"))
 }

@@ -143,6 +143,9 @@ pub fn found_in_queue(delivery: &Delivery, max_body_bytes: usize) -> NewDeadLett
     row.routing_key = Some(routing_key);
     row.recorded_by = "queue";
     row.shard = first.and_then(|d| shard_of(&d.queue)).unwrap_or(-1);
+    row.dead_lettered_at = first
+        .and_then(|d| d.time)
+        .and_then(|secs| chrono::DateTime::from_timestamp(i64::try_from(secs).ok()?, 0));
     row.x_death = Some(json!(deaths));
     row
 }
@@ -204,6 +207,7 @@ fn from_delivery(delivery: &Delivery, reason: &str, detail: &str) -> NewDeadLett
         body: body[..body.len().min(BODY_KEPT)].to_vec(),
         body_bytes: i32::try_from(body.len()).unwrap_or(i32::MAX),
         x_death: None,
+        dead_lettered_at: None,
     }
 }
 

@@ -117,13 +117,17 @@ impl Selection<'_> {
 
 /// `urutan dlq replay`.
 pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
+    let mut ids = Vec::with_capacity(args.message_ids.len());
+    for id in &args.message_ids {
+        ids.push(super::full_key(&ctx.db, id).await?);
+    }
     let selection = Selection {
-        ids: args.message_ids.iter().map(String::as_str).collect(),
+        ids: ids.iter().map(String::as_str).collect(),
         reason: args.reason.as_deref(),
         all: args.all,
     };
     if args.dry_run {
-        return super::predict::dry_run(ctx, args).await;
+        return super::predict::dry_run(ctx, args, &ids).await;
     }
     let conn = ctx.broker().await?;
     let depth = walk::depth(&conn, &ctx.names).await?;

@@ -116,7 +116,7 @@ fn table(rows: &[Listed]) -> String {
                 r.versi.map_or_else(|| "-".into(), |v| v.to_string()),
                 r.message_id
                     .clone()
-                    .unwrap_or_else(|| r.delivery_key.clone()),
+                    .unwrap_or_else(|| short_key(&r.delivery_key)),
                 shorten(&r.detail, 70),
             ]
         })
@@ -145,6 +145,12 @@ fn table(rows: &[Listed]) -> String {
         row(&line.each_ref().map(String::as_str));
     }
     out
+}
+
+/// A `sha256:` key cut to [`super::KEY_PREFIX`] characters (`show` and
+/// `replay` take such a prefix).
+fn short_key(key: &str) -> String {
+    key.chars().take(super::KEY_PREFIX).collect()
 }
 
 fn shorten(s: &str, max: usize) -> String {
@@ -193,11 +199,12 @@ async fn find(ctx: &Ctx, id: &str) -> Result<Option<Shown>, sqlx::Error> {
                 last_error, dead_lettered_at, resolved_at, resolution, recorded_by, exchange,
                 routing_key, properties, headers, body, body_bytes, x_death
          FROM urutan_dead_letter
-         WHERE message_id = $1 OR delivery_key = $1
+         WHERE message_id = $1 OR delivery_key = $2
          ORDER BY resolved_at IS NULL DESC, id DESC
          LIMIT 1",
     )
     .bind(id)
+    .bind(super::full_key(&ctx.db, id).await?)
     .fetch_optional(&ctx.db)
     .await
 }
@@ -320,7 +327,9 @@ fn render(ctx: &Ctx, r: &Shown, body_bytes: usize, note: Option<&str>) -> String
     line("properties", r.properties.0.to_string());
     let _ = writeln!(out, "headers");
     if let Value::Object(headers) = &r.headers.0 {
-        for (name, value) in headers.iter().filter(|(n, _)| n.as_str() != "x-death") {
+        // x-death below; the delivery count is the broker's, of one delivery.
+        let shown = |name: &str| name != "x-death" && name != "x-delivery-count";
+        for (name, value) in headers.iter().filter(|(n, _)| shown(n)) {
             let _ = writeln!(out, "  {name}: {value}");
         }
     }

@@ -37,6 +37,9 @@ pub struct NewDeadLetter {
     /// The full body size.
     pub body_bytes: i32,
     pub x_death: Option<serde_json::Value>,
+    /// When it was dead-lettered, if not now (the broker's x-death time of
+    /// a message recorded from the queue).
+    pub dead_lettered_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl NewDeadLetter {
@@ -64,8 +67,9 @@ pub async fn insert_dead_letter<'c>(
     sqlx::query_scalar(
         "INSERT INTO urutan_dead_letter (delivery_key, message_id, pesanan_id, versi, shard,
              reason, detail, last_error, recorded_by, exchange, routing_key, properties,
-             headers, body, body_bytes, x_death)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+             headers, body, body_bytes, x_death, dead_lettered_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                 coalesce($17, now()))
          ON CONFLICT (delivery_key) WHERE resolved_at IS NULL DO NOTHING
          RETURNING id",
     )
@@ -85,6 +89,7 @@ pub async fn insert_dead_letter<'c>(
     .bind(&row.body)
     .bind(row.body_bytes)
     .bind(row.x_death.as_ref().map(Json))
+    .bind(row.dead_lettered_at)
     .fetch_optional(executor)
     .await
 }
