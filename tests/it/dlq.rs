@@ -808,3 +808,251 @@ impl Drop for DeleteUser {
             .output();
     }
 }
+
+/// PostgreSQL roles made by `deploy/postgres/least-privilege.sql` (with its
+/// optional operator), dropped on drop.
+struct PgRoles {
+    database: String,
+    names: Vec<String>,
+}
+
+impl Drop for PgRoles {
+    fn drop(&mut self) {
+        let names = self.names.join(", ");
+        let _ = std::process::Command::new("psql")
+            .arg(format!(
+                "postgres://postgres@127.0.0.1:5432/{}",
+                self.database
+            ))
+            .args(["-q", "-c", &format!("DROP OWNED BY {names}")])
+            .args(["-c", &format!("DROP ROLE {names}")])
+            .output();
+    }
+}
+
+/// The worker role records dead letters (and purges resolved ones); the
+/// operator role and the operator RabbitMQ user of the least-privilege
+/// scripts run `urutan dlq` with nothing more than their grants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_roles_record_and_operate_dead_letters() {
+    let env = TestEnv::new("dlq_leastpriv").await;
+    env.db().await.close().await; // the owner migrates
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let [worker, relay, producer, operator] =
+        ["worker", "relay", "producer", "operator"].map(|r| format!("urutan_{r}_{tag}"));
+    let _roles = PgRoles {
+        database: env.database.clone(),
+        names: vec![
+            worker.clone(),
+            relay.clone(),
+            producer.clone(),
+            operator.clone(),
+        ],
+    };
+    let sql = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/postgres/least-privilege.sql"
+    );
+    let made = std::process::Command::new("psql")
+        .arg(format!(
+            "postgres://postgres@127.0.0.1:5432/{}",
+            env.database
+        ))
+        .args(["-q", "-v", "ON_ERROR_STOP=1", "-f", sql])
+        .args(["-v", &format!("worker_role={worker}")])
+        .args(["-v", &format!("relay_role={relay}")])
+        .args(["-v", &format!("producer_role={producer}")])
+        .args(["-v", &format!("operator_role={operator}")])
+        .output()
+        .expect("psql");
+    assert!(made.status.success(), "least-privilege.sql: {made:?}");
+    let pg_url = |role: &str| format!("postgres://{role}@127.0.0.1:5432/{}", env.database);
+
+    let users = [
+        format!("topo-{}", env.name),
+        format!("worker-{}", env.name),
+        format!("operator-{}", env.name),
+    ];
+    let _gone: Vec<DeleteUser> = users.iter().cloned().map(DeleteUser).collect();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/rabbitmq/least-privilege.sh"
+    );
+    let made = std::process::Command::new("bash")
+        .arg(script)
+        .env("VHOST", &env.vhost)
+        .env("TOPOLOGY_USER", &users[0])
+        .env("TOPOLOGY_PASSWORD", "t0pology-pw")
+        .env("WORKER_USER", &users[1])
+        .env("WORKER_PASSWORD", "w0rker-pw")
+        .env("OPERATOR_USER", &users[2])
+        .env("OPERATOR_PASSWORD", "0perator-pw")
+        .output()
+        .expect("least-privilege.sh");
+    assert!(made.status.success(), "least-privilege.sh: {made:?}");
+    let operator_amqp = format!(
+        "amqp://{}:0perator-pw@127.0.0.1:5672/{}",
+        users[2], env.vhost
+    );
+    let as_operator = [
+        ("AMQP_URL", operator_amqp.as_str()),
+        ("DATABASE_URL", &pg_url(&operator)),
+    ];
+
+    let mut settings = env.settings(1);
+    settings.database_url = pg_url(&worker).parse().expect("url");
+    settings.database_pool_size = Some(4);
+    settings.delivery_limit = 1;
+    let broken = Arc::new(AtomicBool::new(true));
+    let pool = RunningPool::start_with(settings, poison_while(broken.clone())).await;
+    pool.wait_ready().await;
+    env.publisher()
+        .await
+        .send_all(&[
+            Msg::event_with("X", 1, "X-v1", "racun"),
+            not_json("bad-1", "B"),
+            Msg::event("A", 1),
+        ])
+        .await;
+    let conn = env.broker().await;
+    wait_dlq(&conn, 2).await;
+    let admin = env.db().await;
+    assert_eq!(
+        records(&admin).await.len(),
+        2,
+        "recorded as the worker role"
+    );
+
+    broken.store(false, Ordering::SeqCst);
+    let replayed = urutan(&env, &as_operator, &["dlq", "replay", "X-v1"]).await;
+    assert!(replayed.ok(), "{replayed}");
+    assert!(
+        replayed.stdout.contains("X-v1 (order X, v1): applied"),
+        "{replayed}"
+    );
+    publish_unrecorded(&env, "lost-1", "D").await;
+    let listed = urutan(&env, &as_operator, &["dlq", "list", "--json"]).await;
+    assert!(listed.ok(), "{listed}");
+    let listed: serde_json::Value = serde_json::from_str(&listed.stdout).expect("JSON");
+    assert_eq!(
+        (listed["depth"].as_u64(), listed["recorded"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let shown = urutan(&env, &as_operator, &["dlq", "show", "bad-1"]).await;
+    assert!(
+        shown.ok() && shown.stdout.contains("rejected from pesanan.shard-000"),
+        "{shown}"
+    );
+    let purged = urutan(&env, &as_operator, &["dlq", "purge", "--yes"]).await;
+    assert!(purged.ok(), "{purged}");
+    assert_eq!(queue_len(&conn, "pesanan.dlq").await, 0);
+    pool.stop().await;
+
+    let worker_db = urutan::store::connect(&pg_url(&worker).parse().expect("url"), 1)
+        .await
+        .expect("worker connects");
+    let deleted = urutan::store::purge_resolved_dead_letters(&worker_db, Duration::from_millis(1))
+        .await
+        .expect("the worker role may purge resolved records");
+    assert_eq!(deleted, 3);
+    worker_db.close().await;
+    let operator_db = urutan::store::connect(&pg_url(&operator).parse().expect("url"), 1)
+        .await
+        .expect("operator connects");
+    for sql in [
+        "DELETE FROM urutan_dead_letter",
+        "UPDATE pesanan SET versi = 9",
+    ] {
+        let refused = sqlx::query(sql).execute(&operator_db).await.expect_err(sql);
+        let code = refused
+            .as_database_error()
+            .and_then(|e| e.code().map(|c| c.into_owned()));
+        assert_eq!(code.as_deref(), Some("42501"), "the operator may {sql}");
+    }
+    operator_db.close().await;
+}
+
+/// The README's walkthrough: the database refuses a message (a constraint
+/// added too strict), so the handler fails on it until it is dead-lettered
+/// with the database's error; found with `list`/`show`, the cause fixed,
+/// `replay` applies it. In batch mode the refused message is dead-lettered
+/// at once (`database_refused`) with the same error. Run with
+/// `--nocapture` to see the commands' output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_message_is_found_fixed_and_replayed() {
+    for prefetch in [1u16, 10] {
+        let env = TestEnv::new(&format!("dlq_walk_{prefetch}")).await;
+        let db = env.db().await;
+        let strict = "ALTER TABLE pesanan ADD CONSTRAINT status_dikenal \
+                      CHECK (status IN ('dibuat', 'dibayar'))";
+        sqlx::query(strict).execute(&db).await.expect("constraint");
+        let mut settings = env.settings(1);
+        settings.prefetch = prefetch;
+        settings.delivery_limit = 2;
+        let pool = RunningPool::start(settings).await;
+        pool.wait_ready().await;
+        env.publisher()
+            .await
+            .send_all(&[
+                Msg::event_with("order-7", 1, "order-7-v1", "dibuat"),
+                Msg::event_with("order-7", 2, "order-7-v2", "dikirim"),
+                Msg::event_with("order-8", 1, "order-8-v1", "dibuat"),
+            ])
+            .await;
+        let conn = env.broker().await;
+        wait_dlq(&conn, 1).await;
+        let (reason, last_error): (String, Option<String>) = sqlx::query_as(
+            "SELECT reason, last_error FROM urutan_dead_letter WHERE message_id = 'order-7-v2'",
+        )
+        .fetch_one(&db)
+        .await
+        .expect("recorded");
+        let expected = if prefetch == 1 {
+            "delivery_limit"
+        } else {
+            "database_refused"
+        };
+        assert_eq!(reason, expected);
+        let last_error = last_error.unwrap_or_default();
+        assert!(
+            last_error.contains("violates check constraint \"status_dikenal\""),
+            "{last_error}"
+        );
+        for args in [&["dlq", "list"][..], &["dlq", "show", "order-7-v2"]] {
+            let ran = urutan(&env, &[], args).await;
+            assert!(ran.ok(), "{ran}");
+            eprintln!("$ urutan {}\n{}", args.join(" "), ran.stdout);
+        }
+        sqlx::query("ALTER TABLE pesanan DROP CONSTRAINT status_dikenal")
+            .execute(&db)
+            .await
+            .expect("fixed");
+        let dry = urutan(&env, &[], &["dlq", "replay", "order-7-v2", "--dry-run"]).await;
+        eprintln!("$ urutan dlq replay order-7-v2 --dry-run\n{}", dry.stdout);
+        let predicted = "order-7-v2 [{expected}]: would be applied (stored v1); it is valid, \
+                         the handler failed on it before (error returned from database: new row";
+        assert!(
+            dry.ok()
+                && dry
+                    .stdout
+                    .contains(&predicted.replace("{expected}", expected)),
+            "{dry}"
+        );
+        let replayed = urutan(&env, &[], &["dlq", "replay", "order-7-v2"]).await;
+        eprintln!("$ urutan dlq replay order-7-v2\n{}", replayed.stdout);
+        assert!(replayed.ok(), "{replayed}");
+        assert!(
+            replayed
+                .stdout
+                .contains("order-7-v2 (order order-7, v2): applied"),
+            "{replayed}"
+        );
+        let state: (String, i64) =
+            sqlx::query_as("SELECT status, versi FROM pesanan WHERE id = 'order-7'")
+                .fetch_one(&db)
+                .await
+                .expect("order-7");
+        assert_eq!(state, ("dikirim".to_owned(), 2));
+        pool.stop().await;
+    }
+}
