@@ -170,6 +170,13 @@ pub enum DlqError {
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     #[error(
+        "a message in {0} cannot be read by urutan's AMQP client (lapin cannot parse its \
+         properties, e.g. a message_id that is not UTF-8) and stays there; remove it with the \
+         management UI (Get messages, ack mode \"Reject requeue false\"), then run `urutan dlq \
+         purge` or `replay` again"
+    )]
+    Unreadable(String),
+    #[error(
         "the broker did not confirm a message put back at the end of the DLQ ({0}); the original \
          stays in the DLQ"
     )]
@@ -248,27 +255,38 @@ impl Ctx {
 
     /// If the DLQ holds more messages than there are records, walks it once
     /// so that every message has one. Returns the DLQ's depth.
+    ///
+    /// Not while an unreadable message is recorded (see [`walk::UNREADABLE`]):
+    /// each attempt would hand it back, which counts a delivery. `replay` and
+    /// `purge`, asked for explicitly, still try.
     async fn record_unrecorded(&self, conn: &lapin::Connection) -> Result<u32, DlqError> {
         let depth = walk::depth(conn, &self.names).await?;
         if i64::from(depth) <= self.recorded().await? {
             return Ok(depth);
         }
+        if walk::unreadable_known(&self.db, &self.names).await? {
+            return Err(DlqError::Unreadable(self.names.dead_letter_queue()));
+        }
         let mut walker =
             walk::Walker::open(conn, &self.db, &self.names, self.max_body_bytes()).await?;
-        for _ in 0..depth {
-            let Some(taken) = walker.take().await? else {
-                break;
-            };
+        while let Some(taken) = walker.take().await? {
             walker.keep(taken).await?;
         }
+        let queue = self.names.dead_letter_queue();
         if walker.recorded > 0 {
             eprintln!(
-                "recorded {} message(s) found in {} without a record",
-                walker.recorded,
-                self.names.dead_letter_queue()
+                "recorded {} message(s) found in {queue} without a record",
+                walker.recorded
             );
         }
-        walker.close().await;
+        if walker.duplicates > 0 {
+            eprintln!(
+                "removed {} identical copies from {queue} (at-least-once dead-lettering can make them)",
+                walker.duplicates
+            );
+        }
+        let depth = walker.depth - u32::try_from(walker.duplicates).unwrap_or(0);
+        walker.close().await?;
         Ok(depth)
     }
 }

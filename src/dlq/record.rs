@@ -48,9 +48,16 @@ pub fn valid_message_id(props: &BasicProperties) -> Option<&str> {
 /// the DLQ and replays: its message id, or `sha256:<hex>` of its message id
 /// property, producer headers and body when the id is missing or invalid.
 pub fn delivery_key(props: &BasicProperties, body: &[u8]) -> String {
-    if let Some(id) = valid_message_id(props) {
-        return id.to_owned();
+    match valid_message_id(props) {
+        Some(id) => id.to_owned(),
+        None => content_digest(props, body),
     }
+}
+
+/// `sha256:<hex>` of what the producer sent: the message id property, the
+/// headers the broker did not add, the body. Equal for the copies that
+/// at-least-once dead-lettering may make of one message.
+pub fn content_digest(props: &BasicProperties, body: &[u8]) -> String {
     let mut hash = Sha256::new();
     match props.message_id() {
         Some(id) => feed(&mut hash, b'i', id.as_str().as_bytes()),

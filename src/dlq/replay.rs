@@ -130,20 +130,16 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
         return super::predict::dry_run(ctx, args, &ids).await;
     }
     let conn = ctx.broker().await?;
-    let depth = walk::depth(&conn, &ctx.names).await?;
     let mut walker = Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
     let mut replayed = Vec::new();
-    for _ in 0..depth {
-        let Some(taken) = walker.take().await? else {
-            break;
-        };
+    while let Some(taken) = walker.take().await? {
         if !selection.matches(&taken) {
             walker.keep(taken).await?;
             continue;
         }
         replayed.push(replay_one(ctx, &walker, taken).await?);
     }
-    walker.close().await;
+    walker.close().await?;
     let _ = conn.close(200, "done".into()).await;
     for id in &selection.ids {
         let seen = replayed
@@ -333,14 +329,11 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
         .await?;
     let mut walker = Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
     let mut removed = 0u64;
-    for _ in 0..depth {
-        let Some(taken) = walker.take().await? else {
-            break;
-        };
+    while let Some(taken) = walker.take().await? {
         walker.remove(taken).await?;
         removed += 1;
     }
-    walker.close().await;
+    walker.close().await?;
     let _ = conn.close(200, "done".into()).await;
     // Records whose message is no longer in the queue (e.g. a worker that
     // crashed between its record and its reject, and then got the message

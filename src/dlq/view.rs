@@ -245,21 +245,18 @@ pub(super) async fn show(ctx: &Ctx, args: &ShowArgs) -> anyhow::Result<()> {
 /// read yet) walks the queue until that message came by.
 async fn read_queue(ctx: &Ctx, key: Option<&str>) -> anyhow::Result<()> {
     let conn = ctx.broker().await?;
-    let depth = ctx.record_unrecorded(&conn).await?;
+    ctx.record_unrecorded(&conn).await?;
     if let Some(key) = key {
         let mut walker =
             walk::Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
-        for _ in 0..depth {
-            let Some(taken) = walker.take().await? else {
-                break;
-            };
+        while let Some(taken) = walker.take().await? {
             let done = taken.key == key;
             walker.keep(taken).await?;
             if done {
                 break;
             }
         }
-        walker.close().await;
+        walker.close().await?;
     }
     let _ = conn.close(200, "done".into()).await;
     Ok(())

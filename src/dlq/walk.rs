@@ -16,12 +16,15 @@
 //! - removed (purge): acked.
 //!
 //! What a crash can do: between confirm and ack, the message is in the DLQ
-//! twice (same delivery key: one record, and a replay of the second copy is
-//! a `duplicate`); before the confirm, the channel closes with the message
-//! unacked, which counts ONE delivery (a 4.x queue would need 20 such crashes
-//! on the same message to drop it). A walk takes at most the number of
-//! messages the queue held when it started, so it never meets its own copies
-//! (they go behind those), nor messages dead-lettered meanwhile.
+//! twice (same delivery key: one record); before the confirm, the channel
+//! closes with the message unacked, which counts ONE delivery (a 4.x queue
+//! would need 20 such crashes on the same message to drop it). A walk takes
+//! at most the number of messages the queue held when it started, so it
+//! never meets its own copies (they go behind those), nor messages
+//! dead-lettered meanwhile. A second copy identical to a message the walk
+//! already took (what such a crash, or at-least-once dead-lettering, leaves
+//! behind) is removed: it holds nothing the first does not, and would keep
+//! the queue's depth above its records.
 //!
 //! On the way, every message gets its record: the unresolved row of its
 //! delivery key is looked up, a message without one (dead-lettered by the
@@ -29,13 +32,14 @@
 //! message (`recorded_by = 'queue'`), and the broker's `x-death` is stored
 //! in a row that has none yet.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::time::Duration;
 
 use lapin::message::Delivery;
 use lapin::options::QueueDeclareOptions;
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Confirmation, Connection};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionStatus};
 use serde_json::json;
 use sqlx::PgPool;
 
@@ -62,7 +66,8 @@ pub(crate) struct Taken {
     /// Its unresolved record (`None` only for a second copy of a key whose
     /// record this walk already resolved).
     pub row: Option<Row>,
-    /// Another copy of a key this walk already took.
+    /// Another message with a key this walk already took (not identical:
+    /// identical copies are removed, see the module doc).
     pub copy: bool,
 }
 
@@ -77,13 +82,25 @@ pub(crate) enum Published {
 /// One walk over the DLQ on its own confirm-mode channel.
 pub(crate) struct Walker<'a> {
     ch: Channel,
+    /// The connection's status: lapin drops the whole connection when it
+    /// cannot parse a delivery.
+    connection: ConnectionStatus,
     db: &'a PgPool,
     names: &'a Names,
     queue: String,
     max_body_bytes: usize,
-    taken_keys: HashSet<String>,
+    /// Keys taken so far, with the content digest of what was taken.
+    taken_keys: HashMap<String, String>,
+    /// Messages in the queue when the walk started: the most it takes.
+    pub depth: u32,
+    taken: u32,
+    /// Every message the walk set out to take was taken (or the queue ran
+    /// empty), none unreadable.
+    complete: bool,
     /// Messages recorded from the queue during this walk.
     pub recorded: u64,
+    /// Identical copies removed during this walk.
+    pub duplicates: u64,
 }
 
 impl<'a> Walker<'a> {
@@ -93,35 +110,94 @@ impl<'a> Walker<'a> {
         names: &'a Names,
         max_body_bytes: usize,
     ) -> Result<Self, DlqError> {
+        let depth = depth(conn, names).await?;
         let ch = call("channel.open", conn.create_channel()).await?;
         let confirms = ch.confirm_select(ConfirmSelectOptions::default());
         call("confirm.select", confirms).await?;
         Ok(Self {
             ch,
+            connection: conn.status().clone(),
             db,
             names,
             queue: names.dead_letter_queue(),
             max_body_bytes,
-            taken_keys: HashSet::new(),
+            taken_keys: HashMap::new(),
+            depth,
+            taken: 0,
+            complete: false,
             recorded: 0,
+            duplicates: 0,
         })
     }
 
-    /// Takes the next message (`None`: the queue is empty) and finds or
-    /// writes its record.
+    /// Takes the next message (`None`: the walk is over: [`Self::depth`]
+    /// messages taken, or the queue is empty) and finds or writes its
+    /// record. A message this client cannot parse drops the connection:
+    /// that is [`DlqError::Unreadable`] (the broker gets the message back,
+    /// which counts as one delivery), and it is recorded (see
+    /// [`UNREADABLE`]) so that no automatic walk tries again.
     pub async fn take(&mut self) -> Result<Option<Taken>, DlqError> {
+        loop {
+            let Some(delivery) = self.get().await? else {
+                return Ok(None);
+            };
+            let key = record::delivery_key(&delivery.properties, &delivery.data);
+            let digest = record::content_digest(&delivery.properties, &delivery.data);
+            let copy = match self.taken_keys.get(&key) {
+                Some(seen) if *seen == digest => {
+                    ack(&delivery).await?;
+                    self.duplicates += 1;
+                    continue;
+                }
+                Some(_) => true,
+                None => {
+                    self.taken_keys.insert(key.clone(), digest);
+                    false
+                }
+            };
+            return self.with_record(delivery, key, copy).await.map(Some);
+        }
+    }
+
+    /// `basic.get`, bounded by the walk's depth.
+    async fn get(&mut self) -> Result<Option<Delivery>, DlqError> {
+        if self.taken >= self.depth {
+            self.complete = true;
+            return Ok(None);
+        }
         let get = self
             .ch
             .basic_get(self.queue.as_str().into(), BasicGetOptions::default());
-        let Some(message) = call("basic.get", get)
-            .await
-            .map_err(|e| DlqError::broker(e, "read (basic.get) the DLQ"))?
+        let lost = async {
+            while self.connection.connected() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let got = tokio::select! {
+            biased;
+            got = call("basic.get", get) => got,
+            () = lost => {
+                let row = unreadable_record(self.names);
+                crate::store::insert_dead_letter(self.db, &row).await?;
+                return Err(DlqError::Unreadable(self.queue.clone()));
+            }
+        };
+        let Some(message) = got.map_err(|e| DlqError::broker(e, "read (basic.get) the DLQ"))?
         else {
+            self.complete = true;
             return Ok(None);
         };
-        let delivery = message.delivery;
-        let key = record::delivery_key(&delivery.properties, &delivery.data);
-        let copy = !self.taken_keys.insert(key.clone());
+        self.taken += 1;
+        Ok(Some(message.delivery))
+    }
+
+    /// `delivery` with its record: found, or written from the message.
+    async fn with_record(
+        &mut self,
+        delivery: Delivery,
+        key: String,
+        copy: bool,
+    ) -> Result<Taken, DlqError> {
         let mut row = find_row(self.db, &key).await?;
         if row.is_none() && !copy {
             let new = record::found_in_queue(&delivery, self.max_body_bytes);
@@ -143,12 +219,12 @@ impl<'a> Walker<'a> {
             .execute(self.db)
             .await?;
         }
-        Ok(Some(Taken {
+        Ok(Taken {
             delivery,
             key,
             row,
             copy,
-        }))
+        })
     }
 
     /// Puts `taken` at the end of the DLQ (see the module doc).
@@ -245,10 +321,71 @@ impl<'a> Walker<'a> {
         call("publisher confirm", confirm).await
     }
 
-    pub async fn close(self) {
+    /// Ends the walk. After a complete one, a recorded unreadable message
+    /// is gone (someone removed it): its record is resolved.
+    pub async fn close(self) -> Result<(), DlqError> {
         let _ = call("channel.close", self.ch.close(200, "done".into())).await;
+        if self.complete {
+            let key = unreadable_key(self.names);
+            sqlx::query(
+                "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
+                 WHERE delivery_key = $1 AND resolved_at IS NULL",
+            )
+            .bind(key)
+            .execute(self.db)
+            .await?;
+        }
+        Ok(())
     }
 }
+
+/// The delivery key of the record that stands for a message at the head of
+/// the DLQ that lapin cannot parse (it drops the connection on such a
+/// delivery, e.g. a `message_id` that is not UTF-8): nothing of it can be
+/// read, so it is one record per queue, reason `unreadable`. While it is
+/// unresolved, `list` and `show` do not walk the queue by themselves.
+pub(crate) const UNREADABLE: &str = "unreadable:";
+
+fn unreadable_key(names: &Names) -> String {
+    format!("{UNREADABLE}{}", names.dead_letter_queue())
+}
+
+fn unreadable_record(names: &Names) -> crate::store::NewDeadLetter {
+    crate::store::NewDeadLetter {
+        delivery_key: unreadable_key(names),
+        message_id: None,
+        pesanan_id: None,
+        versi: None,
+        shard: -1,
+        reason: "unreadable".to_owned(),
+        detail: "a message in the DLQ that urutan's AMQP client cannot parse (e.g. a \
+                 message_id that is not UTF-8); remove it with the management UI"
+            .to_owned(),
+        last_error: None,
+        recorded_by: "queue",
+        exchange: None,
+        routing_key: None,
+        properties: json!({}),
+        headers: json!({}),
+        body: Vec::new(),
+        body_bytes: 0,
+        x_death: None,
+        dead_lettered_at: None,
+    }
+}
+
+/// Whether an unreadable message is recorded in the DLQ.
+pub(crate) async fn unreadable_known(db: &PgPool, names: &Names) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM urutan_dead_letter
+                        WHERE delivery_key = $1 AND resolved_at IS NULL)",
+    )
+    .bind(unreadable_key(names))
+    .fetch_one(db)
+    .await
+}
+
+impl Walker<'_> {}
 
 /// Messages in the DLQ now (a passive declare: no permission needed, and
 /// no message is touched).
@@ -296,8 +433,13 @@ pub(crate) async fn resolve<'c>(
 }
 
 async fn ack(delivery: &Delivery) -> Result<(), DlqError> {
-    call("basic.ack", delivery.acker.ack(BasicAckOptions::default())).await?;
-    Ok(())
+    let acked = call("basic.ack", delivery.acker.ack(BasicAckOptions::default())).await?;
+    // `false`: the channel is gone, the message stays in the DLQ.
+    if acked {
+        Ok(())
+    } else {
+        Err(crate::broker::BrokerError::ChannelLost.into())
+    }
 }
 
 /// `props` with only the headers `keep` accepts.

@@ -424,9 +424,23 @@ async fn list_filters_shows_json_and_records_what_the_broker_dead_lettered_alone
     let conn = env.broker().await;
     wait_dlq(&conn, 4).await;
     pool.stop().await;
+    // Twice: an identical copy (as at-least-once dead-lettering can make).
+    publish_unrecorded(&env, "lost-1", "D").await;
     publish_unrecorded(&env, "lost-1", "D").await;
 
-    let all = json_of(&env, &["dlq", "list", "--json"]).await;
+    let first = urutan(&env, &[], &["dlq", "list", "--json"]).await;
+    assert!(first.ok(), "{first}");
+    assert!(
+        first
+            .stderr
+            .contains("recorded 1 message(s) found in pesanan.dlq"),
+        "{first}"
+    );
+    assert!(
+        first.stderr.contains("removed 1 identical copies"),
+        "{first}"
+    );
+    let all: serde_json::Value = serde_json::from_str(&first.stdout).expect("JSON");
     assert_eq!(all["depth"], 5, "{all}");
     assert_eq!(
         all["recorded"], 5,
@@ -1055,4 +1069,81 @@ async fn a_refused_message_is_found_fixed_and_replayed() {
         assert_eq!(state, ("dikirim".to_owned(), 2));
         pool.stop().await;
     }
+}
+
+/// A message lapin cannot parse (a `message_id` that is not UTF-8) drops
+/// the connection whenever it is taken. The first walk that meets it records
+/// it (reason `unreadable`) and says how to remove it; `list` then stops
+/// walking by itself (each try would spend one of its deliveries); once it
+/// is removed, a complete walk resolves its record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_message_is_recorded_once_and_not_walked_again() {
+    let env = TestEnv::new("dlq_unreadable").await;
+    env.db().await.close().await;
+    let conn = env.broker().await;
+    urutan::broker::topology::declare(&conn, &urutan::broker::Names::new("pesanan"), 1, 5, false)
+        .await
+        .expect("topology");
+    let body = br#"{"id":"A","status":"baru","versi":2}"#;
+    let id = b"id-\xff\xfe";
+    crate::raw_amqp::publish_raw(
+        &env.vhost,
+        "pesanan.dlq",
+        id,
+        &[("x-pesanan-id", "A")],
+        body,
+    )
+    .await;
+    let first = urutan(&env, &[], &["dlq", "list", "--json"]).await;
+    assert!(first.ok(), "{first}");
+    assert!(
+        first
+            .stderr
+            .contains("warning: a message in pesanan.dlq cannot be read"),
+        "{first}"
+    );
+    let listed: serde_json::Value = serde_json::from_str(&first.stdout).expect("JSON");
+    assert_eq!(listed["messages"][0]["reason"], "unreadable", "{listed}");
+    env.publisher()
+        .await
+        .send_to("", "pesanan.dlq", &not_json("bad-1", "A"))
+        .await;
+    let started = std::time::Instant::now();
+    let again = urutan(&env, &[], &["dlq", "list"]).await;
+    assert!(
+        again.ok() && again.stderr.contains("cannot be read"),
+        "{again}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "it walked again: {again}"
+    );
+    let purge = urutan(&env, &[], &["dlq", "purge", "--yes"]).await;
+    assert_eq!(purge.code, Some(1), "{purge}");
+    assert!(
+        purge.stderr.contains("remove it with the management UI"),
+        "{purge}"
+    );
+    // One line of ours (lapin logs its parse error itself).
+    let ours = purge.stderr.lines().filter(|l| l.contains(" urutan:"));
+    assert_eq!(ours.count(), 1, "{purge}");
+    assert!(
+        queue_len(&conn, "pesanan.dlq").await >= 1,
+        "the unreadable message stays"
+    );
+
+    // Removed by hand (here: both messages), then a complete walk.
+    sh(
+        "rabbitmqctl",
+        &["-q", "purge_queue", "-p", &env.vhost, "pesanan.dlq"],
+    );
+    let purge = urutan(&env, &[], &["dlq", "purge", "--yes"]).await;
+    assert!(purge.ok(), "{purge}");
+    let db = env.db().await;
+    let rows = records(&db).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0].0.as_str(), rows[0].7.as_deref()),
+        ("unreadable:pesanan.dlq", Some("purged"))
+    );
 }
