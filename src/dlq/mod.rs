@@ -17,10 +17,13 @@
 //! - `purge`: read on the DLQ;
 //! - `replay`: read on the DLQ, write on the entry exchange and `amq.default`.
 
+mod amqp;
+mod list;
 mod predict;
 pub mod record;
 mod replay;
-mod view;
+mod rows;
+mod show;
 mod walk;
 
 use std::time::Duration;
@@ -218,8 +221,8 @@ pub async fn run(settings: Settings, command: DlqCommand) -> anyhow::Result<()> 
         db,
     };
     let result = match command {
-        DlqCommand::List(args) => view::list(&ctx, &args).await,
-        DlqCommand::Show(args) => view::show(&ctx, &args).await,
+        DlqCommand::List(args) => list::list(&ctx, &args).await,
+        DlqCommand::Show(args) => show::show(&ctx, &args).await,
         DlqCommand::Replay(args) => replay::replay(&ctx, &args).await,
         DlqCommand::Purge(args) => replay::purge(&ctx, &args).await,
     };
@@ -256,7 +259,7 @@ impl Ctx {
     /// If the DLQ holds more messages than there are records, walks it once
     /// so that every message has one. Returns the DLQ's depth.
     ///
-    /// Not while an unreadable message is recorded (see [`walk::UNREADABLE`]):
+    /// Not while an unreadable message is recorded (see [`rows::UNREADABLE`]):
     /// each attempt would hand it back, which counts a delivery. `replay` and
     /// `purge`, asked for explicitly, still try.
     async fn record_unrecorded(&self, conn: &lapin::Connection) -> Result<u32, DlqError> {
@@ -264,7 +267,7 @@ impl Ctx {
         if i64::from(depth) <= self.recorded().await? {
             return Ok(depth);
         }
-        if walk::unreadable_known(&self.db, &self.names).await? {
+        if rows::unreadable_known(&self.db, &self.names).await? {
             return Err(DlqError::Unreadable(self.names.dead_letter_queue()));
         }
         let mut walker =

@@ -45,19 +45,8 @@ use sqlx::PgPool;
 
 use super::DlqError;
 use super::record;
+use super::rows::{self, Row, find_row, resolve};
 use crate::broker::{Names, call};
-
-/// The record a taken message belongs to.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub(crate) struct Row {
-    pub id: i64,
-    pub message_id: Option<String>,
-    pub pesanan_id: Option<String>,
-    pub versi: Option<i64>,
-    pub reason: String,
-    /// Its x-death is stored.
-    pub has_death: bool,
-}
 
 /// A message taken from the DLQ, not yet settled.
 pub(crate) struct Taken {
@@ -135,7 +124,7 @@ impl<'a> Walker<'a> {
     /// record. A message this client cannot parse drops the connection:
     /// that is [`DlqError::Unreadable`] (the broker gets the message back,
     /// which counts as one delivery), and it is recorded (see
-    /// [`UNREADABLE`]) so that no automatic walk tries again.
+    /// [`rows::UNREADABLE`]) so that no automatic walk tries again.
     pub async fn take(&mut self) -> Result<Option<Taken>, DlqError> {
         loop {
             let Some(delivery) = self.get().await? else {
@@ -177,7 +166,7 @@ impl<'a> Walker<'a> {
             biased;
             got = call("basic.get", get) => got,
             () = lost => {
-                let row = unreadable_record(self.names);
+                let row = rows::unreadable_record(self.names);
                 crate::store::insert_dead_letter(self.db, &row).await?;
                 return Err(DlqError::Unreadable(self.queue.clone()));
             }
@@ -326,7 +315,7 @@ impl<'a> Walker<'a> {
     pub async fn close(self) -> Result<(), DlqError> {
         let _ = call("channel.close", self.ch.close(200, "done".into())).await;
         if self.complete {
-            let key = unreadable_key(self.names);
+            let key = rows::unreadable_key(self.names);
             sqlx::query(
                 "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
                  WHERE delivery_key = $1 AND resolved_at IS NULL",
@@ -338,54 +327,6 @@ impl<'a> Walker<'a> {
         Ok(())
     }
 }
-
-/// The delivery key of the record that stands for a message at the head of
-/// the DLQ that lapin cannot parse (it drops the connection on such a
-/// delivery, e.g. a `message_id` that is not UTF-8): nothing of it can be
-/// read, so it is one record per queue, reason `unreadable`. While it is
-/// unresolved, `list` and `show` do not walk the queue by themselves.
-pub(crate) const UNREADABLE: &str = "unreadable:";
-
-fn unreadable_key(names: &Names) -> String {
-    format!("{UNREADABLE}{}", names.dead_letter_queue())
-}
-
-fn unreadable_record(names: &Names) -> crate::store::NewDeadLetter {
-    crate::store::NewDeadLetter {
-        delivery_key: unreadable_key(names),
-        message_id: None,
-        pesanan_id: None,
-        versi: None,
-        shard: -1,
-        reason: "unreadable".to_owned(),
-        detail: "a message in the DLQ that urutan's AMQP client cannot parse (e.g. a \
-                 message_id that is not UTF-8); remove it with the management UI"
-            .to_owned(),
-        last_error: None,
-        recorded_by: "queue",
-        exchange: None,
-        routing_key: None,
-        properties: json!({}),
-        headers: json!({}),
-        body: Vec::new(),
-        body_bytes: 0,
-        x_death: None,
-        dead_lettered_at: None,
-    }
-}
-
-/// Whether an unreadable message is recorded in the DLQ.
-pub(crate) async fn unreadable_known(db: &PgPool, names: &Names) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM urutan_dead_letter
-                        WHERE delivery_key = $1 AND resolved_at IS NULL)",
-    )
-    .bind(unreadable_key(names))
-    .fetch_one(db)
-    .await
-}
-
-impl Walker<'_> {}
 
 /// Messages in the DLQ now (a passive declare: no permission needed, and
 /// no message is touched).
@@ -402,34 +343,6 @@ pub(crate) async fn depth(conn: &Connection, names: &Names) -> Result<u32, DlqEr
         .map_err(|e| DlqError::broker(e, &format!("find the queue `{queue}`")))?;
     let _ = call("channel.close", ch.close(200, "done".into())).await;
     Ok(declared.message_count())
-}
-
-/// The unresolved record of `key`.
-async fn find_row(db: &PgPool, key: &str) -> Result<Option<Row>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, message_id, pesanan_id, versi, reason, x_death IS NOT NULL AS has_death
-         FROM urutan_dead_letter WHERE delivery_key = $1 AND resolved_at IS NULL",
-    )
-    .bind(key)
-    .fetch_optional(db)
-    .await
-}
-
-/// Marks a record resolved (once: a resolved row stays as it was).
-pub(crate) async fn resolve<'c>(
-    db: impl sqlx::PgExecutor<'c>,
-    id: i64,
-    resolution: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = $2
-         WHERE id = $1 AND resolved_at IS NULL",
-    )
-    .bind(id)
-    .bind(resolution)
-    .execute(db)
-    .await?;
-    Ok(())
 }
 
 async fn ack(delivery: &Delivery) -> Result<(), DlqError> {
