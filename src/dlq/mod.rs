@@ -170,6 +170,11 @@ pub enum DlqError {
     Refused { action: String, refusal: String },
     #[error("cannot {action}: {cause}")]
     Broker { action: String, cause: BrokerError },
+    #[error(
+        "the dead-letter queue `{0}` does not exist in this vhost: declare the topology first \
+         (`urutan topology`, same TOPOLOGY_PREFIX)"
+    )]
+    NoQueue(String),
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     #[error(

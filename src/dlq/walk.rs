@@ -338,9 +338,12 @@ pub(crate) async fn depth(conn: &Connection, names: &Names) -> Result<u32, DlqEr
     };
     let queue = names.dead_letter_queue();
     let declare = ch.queue_declare(queue.as_str().into(), passive, FieldTable::default());
-    let declared = call("queue.declare", declare)
-        .await
-        .map_err(|e| DlqError::broker(e, &format!("find the queue `{queue}`")))?;
+    let declared = call("queue.declare", declare).await.map_err(|e| match &e {
+        crate::broker::BrokerError::Amqp(amqp) if crate::broker::topology::is_not_found(amqp) => {
+            DlqError::NoQueue(queue.clone())
+        }
+        _ => DlqError::broker(e, &format!("find the queue `{queue}`")),
+    })?;
     let _ = call("channel.close", ch.close(200, "done".into())).await;
     Ok(declared.message_count())
 }

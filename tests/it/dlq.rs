@@ -748,6 +748,16 @@ async fn errors_are_one_clear_line() {
         );
         assert_eq!(ran.stderr.lines().count(), 1, "{ran}");
     }
+    // No topology yet in this vhost.
+    let no_queue = urutan(&env, &[], &["dlq", "replay", "--all"]).await;
+    assert_eq!(no_queue.code, Some(1), "{no_queue}");
+    assert!(
+        no_queue
+            .stderr
+            .contains("the dead-letter queue `pesanan.dlq` does not exist in this vhost"),
+        "{no_queue}"
+    );
+    assert_eq!(no_queue.stderr.lines().count(), 1, "{no_queue}");
     let listed = urutan(&env, &[("AMQP_URL", nobody)], &["dlq", "list"]).await;
     assert!(listed.ok(), "the records still answer: {listed}");
     assert!(
