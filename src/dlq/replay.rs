@@ -104,6 +104,17 @@ struct Selection<'a> {
 }
 
 impl Selection<'_> {
+    /// Only ids were asked for, and every one was replayed.
+    fn found_all(&self, replayed: &[Replayed]) -> bool {
+        !self.all
+            && self.reason.is_none()
+            && self.ids.iter().all(|id| {
+                replayed
+                    .iter()
+                    .any(|r| r.key == *id || r.message_id.as_deref() == Some(id))
+            })
+    }
+
     fn matches(&self, taken: &Taken) -> bool {
         let row = taken.row.as_ref();
         self.all
@@ -138,6 +149,9 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
             continue;
         }
         replayed.push(replay_one(ctx, &walker, taken).await?);
+        if selection.found_all(&replayed) {
+            break; // the rest of the queue need not move
+        }
     }
     walker.close().await?;
     let _ = conn.close(200, "done".into()).await;
