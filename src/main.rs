@@ -88,7 +88,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             info!("stopped cleanly");
         }
         Command::Migrate => {
-            let pool = store::prepare(&settings.database_url, 1)
+            let pool = store::prepare(&settings.database(), 1)
                 .await
                 .with_context(|| format!("cannot migrate {}", settings.database_url))?;
             pool.close().await;
@@ -97,10 +97,10 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Topology => {
             // Declares the topology and, since bindings may change the ring,
             // opens an epoch with relay publishing paused (see `handoff`).
-            let pool = store::prepare(&settings.database_url, 2)
+            let pool = store::prepare(&settings.database(), 2)
                 .await
                 .with_context(|| format!("cannot open {}", settings.database_url))?;
-            let conn = broker::connect(&settings.amqp_url, "urutan topology")
+            let conn = broker::connect(&settings.broker(), "urutan topology")
                 .await
                 .with_context(|| format!("cannot connect to {}", settings.amqp_url))?;
             let names = Names::new(&settings.topology_prefix);
@@ -120,7 +120,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Relay { relay } => run_relay(settings, relay).await?,
         Command::Verify => {
-            let pool = store::prepare(&settings.database_url, 2)
+            let pool = store::prepare(&settings.database(), 2)
                 .await
                 .with_context(|| format!("cannot open {}", settings.database_url))?;
             let dlq = dead_letter_depth(&settings).await;
@@ -241,7 +241,7 @@ fn fault_hooks() -> anyhow::Result<Hooks> {
 /// Messages in the dead-letter queue, if the broker answers.
 async fn dead_letter_depth(settings: &Settings) -> Option<u32> {
     use lapin::options::QueueDeclareOptions;
-    let conn = broker::connect(&settings.amqp_url, "urutan verify")
+    let conn = broker::connect(&settings.broker(), "urutan verify")
         .await
         .ok()?;
     let ch = conn.create_channel().await.ok()?;

@@ -33,6 +33,7 @@ pub const READY: &str = "urutan_ready";
 pub const RETRY_REASONS: &[&str] = &[
     "connection",
     "pool_timeout",
+    "timeout",
     "serialization",
     "deadlock",
     "database",

@@ -103,8 +103,9 @@ impl Supervisor {
             health.clone(),
             background.clone(),
         ));
+        let database = settings.database();
         let Some(pool) = retry_until_ready("database", &shutdown, || {
-            store::prepare(&settings.database_url, settings.pool_size())
+            store::prepare(&database, settings.pool_size())
         })
         .await
         else {
@@ -128,7 +129,13 @@ impl Supervisor {
         background.cancel();
         tasks.close();
         tasks.wait().await;
-        pool.close().await;
+        // Bounded: a connection whose link went silent may never say goodbye.
+        if tokio::time::timeout(Duration::from_secs(10), pool.close())
+            .await
+            .is_err()
+        {
+            warn!("database connections did not close within 10 s; leaving them");
+        }
         if http.is_finished() {
             // Only reachable if the server failed early; surface that.
             if let Ok(Err(e)) = http.await {
@@ -228,7 +235,7 @@ async fn connect_and_mark(
     names: &Names,
     pool: &PgPool,
 ) -> Result<Result<(lapin::Connection, Prepared), Refused>, EpochError> {
-    let conn = broker::connect(&settings.amqp_url, "urutan run").await?;
+    let conn = broker::connect(&settings.broker(), "urutan run").await?;
     let prepared = prepare_topology(settings, names, pool, &conn, false).await?;
     Ok(prepared.map(|prepared| (conn, prepared)))
 }
@@ -407,6 +414,7 @@ async fn run_workers(
             batch_linger: Duration::from_millis(settings.batch_linger_ms),
             delivery_limit: settings.delivery_limit,
             max_body_bytes: settings.max_body_bytes as usize,
+            database_timeout: settings.database_timeout + Duration::from_secs(5),
             pool: pool.clone(),
             health: health.clone(),
             hooks: hooks.clone(),

@@ -217,7 +217,7 @@ impl From<BrokerError> for DlqError {
 
 /// Runs one `urutan dlq` subcommand.
 pub async fn run(settings: Settings, command: DlqCommand) -> anyhow::Result<()> {
-    let db = crate::store::prepare(&settings.database_url, 2)
+    let db = crate::store::prepare(&settings.database(), 2)
         .await
         .with_context(|| format!("cannot open the database {}", settings.database_url))?;
     let ctx = Ctx {
@@ -249,7 +249,7 @@ impl Ctx {
 
     /// A broker connection, or one line that says which broker cannot be reached.
     async fn broker(&self) -> anyhow::Result<lapin::Connection> {
-        broker::connect(&self.settings.amqp_url, "urutan dlq")
+        broker::connect(&self.settings.broker(), "urutan dlq")
             .await
             .with_context(|| format!("cannot reach the broker at {}", self.settings.amqp_url))
     }

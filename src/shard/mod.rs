@@ -65,6 +65,9 @@ pub struct ShardWorker {
     pub batch_linger: Duration,
     pub delivery_limit: u32,
     pub max_body_bytes: usize,
+    /// The longest one database step (a transaction) may take before it is
+    /// abandoned and retried: a silent link must not hold a message forever.
+    pub database_timeout: Duration,
     pub pool: PgPool,
     pub health: Arc<Health>,
     pub hooks: Hooks,
@@ -141,7 +144,7 @@ impl ShardWorker {
         )
         .await?;
         self.health.set_consumer(self.shard, true);
-        let session = Session::new(self.pool.clone(), self.shard);
+        let session = Session::new(self.pool.clone(), self.shard, self.database_timeout);
         let mut release_tick = tokio::time::interval(handoff::RELEASE_EVERY);
         release_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Parked messages may be left from an earlier life: look once.

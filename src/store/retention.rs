@@ -51,12 +51,28 @@ pub struct Retention {
 /// Purges now and then every few minutes until `shutdown`.
 pub async fn run_retention(pool: PgPool, retention: Retention, shutdown: CancellationToken) {
     loop {
-        match purge_expired(&pool, retention.dedup).await {
+        // Cancellable: on a silent database link the purge may never answer.
+        let Some(purged) = shutdown
+            .run_until_cancelled(purge_expired(&pool, retention.dedup))
+            .await
+        else {
+            return;
+        };
+        match purged {
             Ok(0) => {}
             Ok(n) => info!(rows = n, "purged expired message ids"),
             Err(e) => warn!(error = %e, "dedup retention pass failed; will try again"),
         }
-        match super::purge_resolved_dead_letters(&pool, retention.dead_letters).await {
+        let Some(purged) = shutdown
+            .run_until_cancelled(super::purge_resolved_dead_letters(
+                &pool,
+                retention.dead_letters,
+            ))
+            .await
+        else {
+            return;
+        };
+        match purged {
             Ok(0) => {}
             Ok(n) => info!(rows = n, "purged resolved dead-letter records"),
             Err(e) => warn!(error = %e, "dead-letter retention pass failed; will try again"),

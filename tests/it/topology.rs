@@ -143,7 +143,7 @@ async fn declare(
     delivery_limit: u32,
     allow_shrink: bool,
 ) -> Result<ShardPlan, TopologyError> {
-    let conn = urutan::broker::connect(&env.amqp_url(), "t")
+    let conn = urutan::broker::connect(&env.amqp_url().into(), "t")
         .await
         .expect("connect");
     let names = Names::new("pesanan");
