@@ -40,6 +40,7 @@ enum Command {
     /// Check the invariants (order, exactly once, newest state) from the database; exit 1 on a violation.
     Verify,
     /// The whole pipeline on the local services with a generated workload and a verified report.
+    #[command(after_help = urutan::demo::HELP)]
     Demo {
         #[command(flatten)]
         options: DemoOptions,
@@ -49,11 +50,33 @@ enum Command {
         #[command(subcommand)]
         command: urutan::dlq::DlqCommand,
     },
+    /// Is the pool healthy? Ring, windows, shards, dead letters, outbox, relay; a check by exit code.
+    #[command(after_help = urutan::ops::status::HELP)]
+    Status {
+        #[command(flatten)]
+        options: urutan::ops::status::StatusOptions,
+    },
+    /// Why is this order in this state? Its versions: applied, parked, dead-lettered, queued, missing.
+    #[command(after_help = urutan::ops::explain::HELP)]
+    Explain {
+        #[command(flatten)]
+        options: urutan::ops::explain::ExplainOptions,
+    },
+    /// The effects dispatcher: deliver webhooks for applied versions (EFFECTS) until SIGTERM/SIGINT.
+    Effects {
+        #[command(flatten)]
+        effects: urutan::effects::EffectsSettings,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init(cli.settings.log_format);
+    match cli.command {
+        Command::Status { .. } | Command::Explain { .. } | Command::Dlq { .. } => {
+            telemetry::init_for_reports(cli.settings.log_format)
+        }
+        _ => telemetry::init(cli.settings.log_format),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -63,6 +86,11 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(execute(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // Reported already (`urutan status`, `urutan explain`): only the code.
+        Err(e) if e.is::<urutan::ops::Exit>() => ExitCode::from(
+            e.downcast_ref::<urutan::ops::Exit>()
+                .map_or(1, |exit| exit.0),
+        ),
         Err(e) => {
             error!("{e:#}");
             ExitCode::FAILURE
@@ -133,7 +161,60 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             anyhow::ensure!(passed, "the demo did not verify");
         }
         Command::Dlq { command } => urutan::dlq::run(settings, command).await?,
+        Command::Status { options } => urutan::ops::status(&settings, &options).await?,
+        Command::Explain { options } => urutan::ops::explain(&settings, &options.order_id).await?,
+        Command::Effects { effects } => run_effects(settings, effects).await?,
     }
+    Ok(())
+}
+
+/// `urutan effects`: checks EFFECTS, serves the HTTP endpoints and
+/// dispatches until a signal.
+async fn run_effects(
+    settings: Settings,
+    effects: urutan::effects::EffectsSettings,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    // First, before any connection: a bad setting is one line and exit 1.
+    let config = effects.config()?;
+    let listener = tokio::net::TcpListener::bind(settings.metrics_addr)
+        .await
+        .with_context(|| format!("cannot listen on METRICS_ADDR {}", settings.metrics_addr))?;
+    let size = effects.effects_concurrency.min(16) + 2;
+    let pool = store::prepare(&settings.database_url, size)
+        .await
+        .with_context(|| format!("cannot open {}", settings.database_url))?;
+    info!(http = %listener.local_addr()?, "urutan effects starting");
+    // Fault injection for crash drills: die after an answer, before recording it.
+    let after_send = match std::env::var_os("URUTAN_FAULT_ABORT_AFTER_EFFECT_SENT") {
+        None => None,
+        Some(n) => {
+            let n: u64 = n.to_string_lossy().trim().parse().map_err(|_| {
+                anyhow::anyhow!("URUTAN_FAULT_ABORT_AFTER_EFFECT_SENT must be a whole number")
+            })?;
+            let answers = std::sync::atomic::AtomicU64::new(0);
+            Some(std::sync::Arc::new(move || {
+                if answers.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 >= n {
+                    abort_now();
+                }
+            }) as urutan::effects::AfterSend)
+        }
+    };
+    let metrics = urutan::metrics::install();
+    let dispatcher =
+        urutan::effects::Dispatcher::new(pool.clone(), config, effects, after_send).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let http = tokio::spawn(urutan::effects::http::serve(
+        listener,
+        metrics,
+        dispatcher.ready.clone(),
+        shutdown.clone(),
+    ));
+    dispatcher.run(shutdown).await;
+    let _ = http.await;
+    pool.close().await;
+    info!("effects dispatcher stopped cleanly");
     Ok(())
 }
 

@@ -88,6 +88,12 @@ pub enum TopologyError {
          configure it"
     )]
     Missing { object: String },
+    #[error(
+        "this broker user may not declare the topology ({detail}): run `urutan topology` as a \
+         user allowed to configure it (deploy/rabbitmq/least-privilege.sh makes one), and run \
+         the pool with TOPOLOGY_MODE=check"
+    )]
+    AccessRefused { detail: String },
     #[error(transparent)]
     Broker(#[from] BrokerError),
 }
@@ -95,7 +101,26 @@ pub enum TopologyError {
 /// Declares everything for `shard_count` shards and returns the shard plan.
 /// Safe to run any number of times and from several processes at once:
 /// existing shards are kept, new ones are appended at the end of the ring.
+/// A user without configure permission gets [`TopologyError::AccessRefused`]
+/// (not retryable: a refusal is not transient).
 pub async fn declare(
+    conn: &Connection,
+    names: &Names,
+    shard_count: u16,
+    delivery_limit: u32,
+    allow_shrink: bool,
+) -> Result<ShardPlan, TopologyError> {
+    match declare_all(conn, names, shard_count, delivery_limit, allow_shrink).await {
+        Err(TopologyError::Broker(BrokerError::Amqp(e))) if is_access_refused(&e) => {
+            Err(TopologyError::AccessRefused {
+                detail: refusal_text(&e),
+            })
+        }
+        other => other,
+    }
+}
+
+async fn declare_all(
     conn: &Connection,
     names: &Names,
     shard_count: u16,
@@ -391,6 +416,15 @@ pub(crate) fn is_not_found(e: &lapin::Error) -> bool {
 /// 403 ACCESS_REFUSED: the user lacks the permission.
 pub(crate) fn is_access_refused(e: &lapin::Error) -> bool {
     amqp_reply_code(e) == Some(403)
+}
+
+/// The broker's reply text of a refusal (e.g. "ACCESS_REFUSED - access to
+/// exchange 'pesanan.dlx' in vhost '/' refused for user 'urutan-worker'").
+pub(crate) fn refusal_text(e: &lapin::Error) -> String {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => amqp.get_message().to_string(),
+        _ => e.to_string(),
+    }
 }
 
 /// 406 PRECONDITION_FAILED on a declare: the object exists with other arguments.
