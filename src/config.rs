@@ -88,6 +88,11 @@ pub struct Settings {
     #[arg(long, env = "DEDUP_RETENTION", default_value = "30d", value_parser = parse_duration)]
     pub dedup_retention: Duration,
 
+    /// How long dead-letter records are kept once resolved (replayed or
+    /// purged with `urutan dlq`), e.g. `90d`.
+    #[arg(long, env = "DEAD_LETTER_RETENTION", default_value = "90d", value_parser = parse_duration)]
+    pub dead_letter_retention: Duration,
+
     /// Log format: `text` or `json` (level from `RUST_LOG`).
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -138,6 +143,14 @@ impl Settings {
     /// else BATCH_MAX (default PREFETCH), never more than PREFETCH.
     pub fn batch_size(&self) -> u16 {
         self.batch_max.unwrap_or(self.prefetch).min(self.prefetch)
+    }
+
+    /// How long `urutan run` keeps processed ids and resolved dead letters.
+    pub fn retention(&self) -> crate::store::Retention {
+        crate::store::Retention {
+            dedup: self.dedup_retention,
+            dead_letters: self.dead_letter_retention,
+        }
     }
 
     /// The broker nodes to connect to, with the heartbeat setting applied.
@@ -400,6 +413,7 @@ mod tests {
         assert_eq!(s.delivery_limit, 5);
         assert_eq!(s.metrics_addr.to_string(), "0.0.0.0:9464");
         assert_eq!(s.dedup_retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(s.dead_letter_retention, Duration::from_secs(90 * 86_400));
         assert_eq!(s.log_format, LogFormat::Text);
         assert_eq!(s.topology_prefix, "pesanan");
         assert_eq!(s.max_body_bytes, 1_048_576);

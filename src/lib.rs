@@ -16,8 +16,9 @@
 //! Around it: [`config`] (validated settings), [`supervisor`] (starts the
 //! workers, reconnects, owns shutdown), [`health`] + [`http`] + [`metrics`]
 //! (what operators see), [`ops`] (`urutan status` and `urutan explain`),
-//! [`telemetry`] (logs), [`effects`] (webhooks for applied versions, recorded
-//! in the apply transaction, sent by `urutan effects`).
+//! [`dlq`] (dead letters: recorded by the workers, listed and replayed by
+//! `urutan dlq`), [`telemetry`] (logs), [`effects`] (webhooks for applied
+//! versions, recorded in the apply transaction, sent by `urutan effects`).
 //!
 //! The external contract (names, message format, outcomes, tables, settings,
 //! commands, metrics, endpoints) is `docs/contract.md`; "section N" in the
@@ -26,6 +27,7 @@
 pub mod broker;
 pub mod config;
 pub mod demo;
+pub mod dlq;
 pub mod effects;
 pub mod handoff;
 pub mod health;

@@ -45,6 +45,11 @@ enum Command {
         #[command(flatten)]
         options: DemoOptions,
     },
+    /// The dead-letter queue: list, show, replay or purge dead-lettered messages.
+    Dlq {
+        #[command(subcommand)]
+        command: urutan::dlq::DlqCommand,
+    },
     /// Is the pool healthy? Ring, windows, shards, dead letters, outbox, relay; a check by exit code.
     #[command(after_help = urutan::ops::status::HELP)]
     Status {
@@ -67,7 +72,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Status { .. } | Command::Explain { .. } => {
+        Command::Status { .. } | Command::Explain { .. } | Command::Dlq { .. } => {
             telemetry::init_for_reports(cli.settings.log_format)
         }
         _ => telemetry::init(cli.settings.log_format),
@@ -155,6 +160,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             let passed = urutan::demo::run(settings, options).await?;
             anyhow::ensure!(passed, "the demo did not verify");
         }
+        Command::Dlq { command } => urutan::dlq::run(settings, command).await?,
         Command::Status { options } => urutan::ops::status(&settings, &options).await?,
         Command::Explain { options } => urutan::ops::explain(&settings, &options.order_id).await?,
         Command::Effects { effects } => run_effects(settings, effects).await?,

@@ -130,7 +130,7 @@ impl Supervisor {
         ));
         tasks.spawn(store::run_retention(
             pool.clone(),
-            settings.dedup_retention,
+            settings.retention(),
             background.clone(),
         ));
 

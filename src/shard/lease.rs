@@ -25,7 +25,7 @@ use sqlx::{PgPool, Postgres};
 
 use crate::message::Event;
 use crate::metrics::ShardMetrics;
-use crate::store::{self, Applied, BatchItem, BatchResult, StoreError};
+use crate::store::{self, Applied, BatchItem, BatchResult, NewDeadLetter, StoreError};
 
 /// Longest time a worker keeps a pooled connection before giving it back.
 pub(super) const HOLD: std::time::Duration = std::time::Duration::from_millis(100);
@@ -136,6 +136,16 @@ impl Session {
         let results = store::bounded(&mut leased.conn, self.limit, apply).await;
         self.put(leased, results.is_ok());
         results
+    }
+
+    /// [`store::record_dead_letters`] on the kept connection.
+    pub async fn record_dead_letters(&self, rows: &[NewDeadLetter]) -> Result<(), StoreError> {
+        let mut leased = self.take().await?;
+        let record =
+            async |conn: &mut sqlx::PgConnection| store::record_dead_letters(conn, rows).await;
+        let recorded = store::bounded(&mut leased.conn, self.limit, record).await;
+        self.put(leased, recorded.is_ok());
+        recorded
     }
 
     /// When the kept connection is due back to the pool (`None`: none kept).

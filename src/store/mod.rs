@@ -1,7 +1,9 @@
 //! PostgreSQL: connecting (and creating the database), migrations, the apply
-//! transaction and dedup retention. Errors say whether to retry or give up.
+//! transaction, dead-letter records and retention. Errors say whether to
+//! retry or give up.
 
 mod apply;
+mod dead_letter;
 mod retention;
 
 use std::time::Duration;
@@ -13,7 +15,10 @@ use tracing::info;
 use crate::config::SecretUrl;
 
 pub use apply::{Applied, BatchItem, BatchResult, apply, apply_batch, parse_result};
-pub use retention::{purge_expired, run_retention};
+pub use dead_letter::{
+    NewDeadLetter, insert_dead_letter, purge_resolved_dead_letters, record_dead_letters,
+};
+pub use retention::{Retention, purge_expired, run_retention};
 
 /// The embedded migrations of `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

@@ -6,6 +6,7 @@ mod batch;
 mod common;
 mod deploy;
 mod direct;
+mod dlq;
 mod effects;
 mod handoff;
 mod interleave;
