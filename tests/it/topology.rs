@@ -409,17 +409,50 @@ async fn invalid_configuration_fails_at_start_with_one_line() {
         ("RUST_LOG", "debug".to_owned()),
     ];
     let mut child = urutan(&["run"], &vars).spawn().expect("spawn urutan run");
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Read stderr while it runs: at debug level the migrations alone fill a
+    // pipe's buffer, and a child blocked on a full pipe would stall.
+    let mut pipe = child.stderr.take().expect("stderr");
+    let reader = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut all = Vec::new();
+        let _ = pipe.read_to_end(&mut all).await;
+        all
+    });
+    // Until the migrations are in (the "database ready" line follows at
+    // once), then a moment for a few broker retries.
+    let db = sqlx::PgPool::connect(env.database_url().expose())
+        .await
+        .expect("connect without migrating");
+    let migrations = std::fs::read_dir("migrations").expect("migrations").count() as i64;
+    wait_for(
+        "the migrations applied",
+        Duration::from_secs(60),
+        || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM _sqlx_migrations WHERE success")
+                .fetch_one(&db)
+                .await
+                .is_ok_and(|n| n == migrations)
+        },
+    )
+    .await;
+    db.close().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         child.try_wait().expect("try_wait").is_none(),
         "`urutan run` gave up on an unreachable broker"
     );
     let pid = child.id().expect("pid").to_string();
     sh("kill", &["-TERM", &pid]);
-    let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await
         .expect("no exit within 10 s of SIGTERM")
         .expect("wait");
+    let stderr = reader.await.expect("stderr reader");
+    let out = std::process::Output {
+        status,
+        stdout: Vec::new(),
+        stderr,
+    };
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
     assert!(
