@@ -319,7 +319,7 @@ async fn a_worker_refused_the_sentinel_treats_each_connection_as_a_restart() {
         .expect("delete the sentinel");
     let mut settings = env.settings(3);
     settings.topology_mode = urutan::config::TopologyMode::Check;
-    settings.amqp_url = format!("amqp://{user}:pw-nosentinel@127.0.0.1:5672/{}", env.vhost)
+    settings.amqp_url = amqp_url_as(&user, "pw-nosentinel", &env.vhost)
         .parse()
         .expect("url");
     let db = env.db().await;

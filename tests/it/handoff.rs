@@ -357,9 +357,7 @@ pub(crate) struct BrokerStarter;
 
 impl Drop for BrokerStarter {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("rabbitmqctl")
-            .args(["-q", "start_app"])
-            .output();
+        let _ = command("rabbitmqctl").args(["-q", "start_app"]).output();
     }
 }
 
