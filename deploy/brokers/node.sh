@@ -12,6 +12,8 @@
 #   node.sh status  [NAME]          running (pid), frozen or stopped, for one node or all
 #   node.sh pid     NAME            the VM's pid (also while frozen)
 #   node.sh url     NAME [VHOST]    amqp://guest:guest@127.0.0.1:PORT[/VHOST]
+#   node.sh env     NAME            exports that aim the tests at it:
+#                                   eval "$(deploy/brokers/node.sh env NAME)"
 #   node.sh ctl     NAME ARGS...    rabbitmqctl ARGS for that node, through the root
 #   node.sh diag    NAME ARGS...    rabbitmq-diagnostics;  plugins: rabbitmq-plugins;
 #   node.sh queues  NAME ARGS...    rabbitmq-queues
@@ -51,9 +53,14 @@ load() {
     DIR=$IN_ROOT_DIR/$NAME
 }
 
-# The node's environment, for the server and for its CLI tools alike.
+# The node's environment, for the server and for its CLI tools alike. The
+# plugins directory as Debian's wrapper gives it to rabbitmq-plugins: without
+# it, the 4.0 CLI finds no plugin command (consistent_hash_exchange_ring_state).
 node_env() {
+    local plugins
+    plugins=$(cd "$ROOT/usr/lib/rabbitmq/lib" && echo rabbitmq_server-*/plugins)
     printf '%s\n' \
+        "RABBITMQ_PLUGINS_DIR=/usr/lib/rabbitmq/lib/${plugins}" \
         "RABBITMQ_NODENAME=${NAME}@localhost" \
         "RABBITMQ_NODE_PORT=${PORT}" \
         "RABBITMQ_DIST_PORT=${DIST_PORT}" \
@@ -288,6 +295,21 @@ url)
     (($# >= 1)) || usage
     load "$1"
     echo "amqp://guest:guest@127.0.0.1:${PORT}${2:+/$2}"
+    ;;
+env)
+    (($# == 1)) || usage
+    load "$1"
+    # The integration tests (tests/it/common.rs) and the fault suite
+    # (benches/faults/services.rs; its PostgreSQL stays as it is).
+    self="bash ${HERE}/node.sh"
+    cat <<EOF
+export URUTAN_TEST_AMQP_BASE=amqp://guest:guest@127.0.0.1:${PORT}
+export URUTAN_TEST_RABBITMQCTL="${self} ctl ${NAME}"
+export URUTAN_TEST_RABBITMQ_DIAGNOSTICS="${self} diag ${NAME}"
+export URUTAN_TEST_RABBITMQ_PLUGINS="${self} plugins ${NAME}"
+export FAULTS_AMQP_BASE=amqp://guest:guest@127.0.0.1:${PORT}
+export FAULTS_RABBITMQCTL="${self} ctl ${NAME}"
+EOF
     ;;
 ctl | diag | plugins | queues)
     (($# >= 1)) || usage
