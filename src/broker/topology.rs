@@ -423,12 +423,17 @@ fn mismatch_or(e: BrokerError, object: &str) -> TopologyError {
     }
 }
 
-/// 503 COMMAND_INVALID "invalid exchange type": the plugin is not enabled.
+/// "invalid exchange type": the plugin is not enabled. RabbitMQ 3.10 says so
+/// with 503 COMMAND_INVALID (closing the connection), 4.x with 406
+/// PRECONDITION_FAILED (closing the channel), which reads as a mismatch.
 fn plugin_missing_or(e: TopologyError) -> TopologyError {
     match e {
         TopologyError::Broker(b)
             if reply_code(&b) == Some(503) || b.to_string().contains("invalid exchange type") =>
         {
+            TopologyError::PluginMissing
+        }
+        TopologyError::Mismatch { detail, .. } if detail.contains("invalid exchange type") => {
             TopologyError::PluginMissing
         }
         other => other,

@@ -105,6 +105,15 @@ where
     }
 }
 
+/// Whether the broker under test keeps its consistent-hash rings across a
+/// restart: Khepri (its metadata store from 4.2, the only one from 4.3)
+/// stores them; the Mnesia store (3.x up to 4.1) rebuilds them at boot in
+/// an order of its own.
+pub fn broker_keeps_rings() -> bool {
+    let khepri = "try rabbit_khepri:is_enabled() catch _:_ -> false end.";
+    sh("rabbitmqctl", &["-q", "eval", khepri]).trim() == "true"
+}
+
 /// Runs a command line and panics with its output if it fails; the
 /// RabbitMQ CLI tools act on the broker under test (see [`command`]).
 pub fn sh(program: &str, args: &[&str]) -> String {
