@@ -219,7 +219,7 @@ async fn scenario(o: &Options, broker_restart: bool, step: i64) -> anyhow::Resul
     let db = env.pool(4).await?;
     sqlx::raw_sql(PARK_LOG).execute(&db).await?;
     let mut settings = Settings::defaults();
-    settings.amqp_url = env.amqp_url();
+    settings.amqp_url = env.amqp_url().into();
     settings.database_url = env.database_url();
     settings.shard_count = o.shards;
     settings.metrics_addr = "127.0.0.1:0".parse()?;

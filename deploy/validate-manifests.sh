@@ -277,7 +277,7 @@ done
 EOF
     chmod +x "$WORK/fakectl"
     : >"$WORK/perms.tsv"
-    VHOST=urutan PREFIX=pesanan TOPOLOGY_PASSWORD=x WORKER_PASSWORD=x RELAY_PASSWORD=x \
+    VHOST=urutan PREFIX=pesanan TOPOLOGY_PASSWORD=x WORKER_PASSWORD=x RELAY_PASSWORD=x OPERATOR_PASSWORD=x \
         RABBITMQCTL="$WORK/fakectl" bash "$DEPLOY/rabbitmq/least-privilege.sh" >/dev/null || return 1
     "$PY" - "$DEPLOY/compose/rabbitmq/definitions.json" "$WORK/perms.tsv" <<'EOF'
 import json, sys
@@ -288,7 +288,7 @@ for line in open(sys.argv[2]):
     user, c, w, r = line.rstrip("\n").split("\t")
     got[user] = (c, w, r)
 bad = [u for u in got if want.get(u) != got[u]]
-if bad or len(got) != 3:
+if bad or len(got) != 4:
     sys.exit(f"definitions.json permissions differ from least-privilege.sh for {bad or 'some users'}")
 print(f"hashes match the example passwords; permissions of {', '.join(sorted(got))} equal least-privilege.sh")
 EOF

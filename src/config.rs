@@ -12,13 +12,23 @@ use clap::Args;
 /// Everything the worker pool and the other commands need to know.
 #[derive(Debug, Clone, Args)]
 pub struct Settings {
-    /// Broker URL (`amqp://` or `amqps://`); the password is never logged.
+    /// Broker URL (`amqp://` or `amqps://`), or a cluster's nodes as several
+    /// URLs separated by commas (same vhost in each): every connection goes
+    /// to a live node and moves on when one fails. Passwords are never logged.
     #[arg(
         long,
         env = "AMQP_URL",
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
     )]
-    pub amqp_url: SecretUrl,
+    pub amqp_url: BrokerUrls,
+
+    /// AMQP heartbeat in seconds (0: the broker's, 60 s by default). A silent
+    /// broker link (no FIN, no RST) is noticed after about two heartbeats on
+    /// both sides: the broker then hands this process's shards to a standby
+    /// replica, and this process reconnects. A `heartbeat=` in a node URL wins.
+    #[arg(long, env = "AMQP_HEARTBEAT", default_value_t = 10,
+          value_parser = clap::value_parser!(u16).range(0..=600))]
+    pub amqp_heartbeat: u16,
 
     /// PostgreSQL URL; the database is created if it does not exist.
     #[arg(
@@ -27,6 +37,15 @@ pub struct Settings {
         default_value = "postgres://postgres@127.0.0.1:5432/urutan"
     )]
     pub database_url: SecretUrl,
+
+    /// The longest a database statement, or a transaction left idle, may
+    /// take (server-side `statement_timeout` and
+    /// `idle_in_transaction_session_timeout`); the worker also gives up waiting
+    /// for one transaction after this plus 5 s, and retries it. Bounds how long
+    /// a silent database link (no FIN, no RST) can hold a message and its
+    /// order's lock. Options in `DATABASE_URL` (`options[statement_timeout]=…`) win.
+    #[arg(long, env = "DATABASE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub database_timeout: Duration,
 
     /// Number of shard queues (1-999).
     #[arg(long, env = "SHARD_COUNT", default_value_t = 4,
@@ -55,6 +74,12 @@ pub struct Settings {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub delivery_limit: u32,
 
+    /// Replicas of each quorum queue (`x-quorum-initial-group-size`), fixed
+    /// when the topology is first declared; unset: the broker's default.
+    #[arg(long, env = "QUORUM_GROUP_SIZE",
+          value_parser = clap::value_parser!(u16).range(1..=99))]
+    pub quorum_group_size: Option<u16>,
+
     /// Address of the HTTP endpoints `/metrics`, `/healthz`, `/readyz`.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9464")]
     pub metrics_addr: SocketAddr,
@@ -62,6 +87,11 @@ pub struct Settings {
     /// How long processed message ids are kept for deduplication (e.g. `30d`, `12h`).
     #[arg(long, env = "DEDUP_RETENTION", default_value = "30d", value_parser = parse_duration)]
     pub dedup_retention: Duration,
+
+    /// How long dead-letter records are kept once resolved (replayed or
+    /// purged with `urutan dlq`), e.g. `90d`.
+    #[arg(long, env = "DEAD_LETTER_RETENTION", default_value = "90d", value_parser = parse_duration)]
+    pub dead_letter_retention: Duration,
 
     /// Log format: `text` or `json` (level from `RUST_LOG`).
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
@@ -113,6 +143,44 @@ impl Settings {
     /// else BATCH_MAX (default PREFETCH), never more than PREFETCH.
     pub fn batch_size(&self) -> u16 {
         self.batch_max.unwrap_or(self.prefetch).min(self.prefetch)
+    }
+
+    /// How long `urutan run` keeps processed ids and resolved dead letters.
+    pub fn retention(&self) -> crate::store::Retention {
+        crate::store::Retention {
+            dedup: self.dedup_retention,
+            dead_letters: self.dead_letter_retention,
+        }
+    }
+
+    /// The broker nodes to connect to, with the heartbeat setting applied.
+    pub fn broker(&self) -> BrokerUrls {
+        self.amqp_url.with_heartbeat(self.amqp_heartbeat)
+    }
+
+    /// The database URL with the session limits of [`Self::database_timeout`]
+    /// and TCP keepalives (a dead client's backend, and its locks, go within
+    /// about 30 s) added, except those the URL sets itself.
+    pub fn database(&self) -> SecretUrl {
+        let ms = self.database_timeout.as_millis().to_string();
+        let limits = [
+            ("statement_timeout", ms.as_str()),
+            ("idle_in_transaction_session_timeout", ms.as_str()),
+            ("tcp_keepalives_idle", "10"),
+            ("tcp_keepalives_interval", "5"),
+            ("tcp_keepalives_count", "3"),
+            ("tcp_user_timeout", "30000"),
+        ];
+        self.database_url.with(|u| {
+            let set: Vec<String> = u.query_pairs().map(|(k, _)| k.into_owned()).collect();
+            let mut pairs = u.query_pairs_mut();
+            for (key, value) in limits {
+                let key = format!("options[{key}]");
+                if !set.contains(&key) {
+                    pairs.append_pair(&key, value);
+                }
+            }
+        })
     }
 
     /// Connections the database pool may open.
@@ -214,6 +282,89 @@ impl fmt::Display for SecretUrl {
     }
 }
 
+/// The broker's nodes (docs/contract.md, section 5): one `amqp://` or
+/// `amqps://` URL, or a cluster's nodes as several URLs separated by commas.
+/// Every URL names the same vhost, since the topology lives in one vhost.
+/// Printed as the list with every password replaced by `***`.
+#[derive(Clone)]
+pub struct BrokerUrls(Vec<SecretUrl>);
+
+impl BrokerUrls {
+    /// The node URLs in the order given (never empty).
+    pub fn nodes(&self) -> &[SecretUrl] {
+        &self.0
+    }
+
+    /// The same nodes asking for a heartbeat of `seconds` (0: leave it to the
+    /// broker), except those whose URL already names one.
+    pub fn with_heartbeat(&self, seconds: u16) -> BrokerUrls {
+        if seconds == 0 {
+            return self.clone();
+        }
+        let nodes = self.0.iter().map(|node| {
+            if node.parsed().query_pairs().any(|(k, _)| k == "heartbeat") {
+                return node.clone();
+            }
+            node.with(|u| {
+                u.query_pairs_mut()
+                    .append_pair("heartbeat", &seconds.to_string());
+            })
+        });
+        BrokerUrls(nodes.collect())
+    }
+}
+
+impl From<SecretUrl> for BrokerUrls {
+    fn from(url: SecretUrl) -> Self {
+        Self(vec![url])
+    }
+}
+
+impl FromStr for BrokerUrls {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut nodes = Vec::new();
+        for (n, part) in s.split(',').map(str::trim).enumerate() {
+            let which = || format!("URL {} of the list", n + 1);
+            if part.is_empty() {
+                return Err(format!("{} is empty", which()));
+            }
+            let url: SecretUrl = part.parse().map_err(|e| format!("{}: {e}", which()))?;
+            if !matches!(url.parsed().scheme(), "amqp" | "amqps") {
+                return Err(format!("{}: use amqp:// or amqps:// ({url})", which()));
+            }
+            nodes.push(url);
+        }
+        let vhost = |u: &SecretUrl| u.parsed().path().to_owned();
+        if let Some(other) = nodes.iter().find(|u| vhost(u) != vhost(&nodes[0])) {
+            return Err(format!(
+                "every node URL must name the same vhost: {} and {other} differ",
+                nodes[0]
+            ));
+        }
+        Ok(Self(nodes))
+    }
+}
+
+impl fmt::Debug for BrokerUrls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for BrokerUrls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, url) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            fmt::Display::fmt(url, f)?;
+        }
+        Ok(())
+    }
+}
+
 /// `30d`, `12h`, `15m`, `90s` (anything `humantime` reads); zero is refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. `30d`, `12h`)"))?;
@@ -262,6 +413,7 @@ mod tests {
         assert_eq!(s.delivery_limit, 5);
         assert_eq!(s.metrics_addr.to_string(), "0.0.0.0:9464");
         assert_eq!(s.dedup_retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(s.dead_letter_retention, Duration::from_secs(90 * 86_400));
         assert_eq!(s.log_format, LogFormat::Text);
         assert_eq!(s.topology_prefix, "pesanan");
         assert_eq!(s.max_body_bytes, 1_048_576);
@@ -285,6 +437,80 @@ mod tests {
         assert!(parse(&["--database-url", "postgres://"]).is_err());
         assert!(parse(&["--dedup-retention", "0s"]).is_err());
         assert!(parse(&["--log-format", "xml"]).is_err());
+        assert!(parse(&["--amqp-url", "postgres://db/x"]).is_err());
+    }
+
+    #[test]
+    fn several_broker_nodes_are_one_setting() {
+        let s = parse(&[
+            "--amqp-url",
+            "amqp://u:pw-a@n1:5672/vh, amqp://u:pw-b@n2:5672/vh,amqps://u:pw-c@n3:5671/vh",
+        ])
+        .expect("three nodes");
+        let nodes: Vec<&str> = s.amqp_url.nodes().iter().map(|u| u.expose()).collect();
+        assert_eq!(
+            nodes,
+            [
+                "amqp://u:pw-a@n1:5672/vh",
+                "amqp://u:pw-b@n2:5672/vh",
+                "amqps://u:pw-c@n3:5671/vh"
+            ]
+        );
+        let shown = format!("{} {:?}", s.amqp_url, s.amqp_url);
+        assert!(!shown.contains("pw-"), "{shown}");
+        assert!(
+            shown.contains("amqp://u:***@n1:5672/vh,amqp://u:***@n2:5672/vh"),
+            "{shown}"
+        );
+        let with_heartbeat: Vec<String> = s
+            .broker()
+            .nodes()
+            .iter()
+            .map(|u| u.expose().to_owned())
+            .collect();
+        assert_eq!(with_heartbeat[0], "amqp://u:pw-a@n1:5672/vh?heartbeat=10");
+        let s = parse(&[
+            "--amqp-url",
+            "amqp://n1/vh?heartbeat=3",
+            "--amqp-heartbeat",
+            "7",
+        ])
+        .expect("valid");
+        assert_eq!(s.broker().nodes()[0].expose(), "amqp://n1/vh?heartbeat=3");
+        let s = parse(&["--amqp-url", "amqp://n1/vh", "--amqp-heartbeat", "0"]).expect("valid");
+        assert_eq!(s.broker().nodes()[0].expose(), "amqp://n1/vh");
+        let err = parse(&["--amqp-url", "amqp://n1/a,amqp://n2/b"]).expect_err("vhosts differ");
+        assert!(err.contains("same vhost"), "{err}");
+        let s = parse(&[
+            "--database-url",
+            "postgres://db/u?options[statement_timeout]=5000",
+            "--database-timeout",
+            "9s",
+        ])
+        .expect("valid");
+        let url = s.database().parsed();
+        let options: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let get = |k: &str| {
+            options
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(
+            get("options[statement_timeout]"),
+            Some("5000"),
+            "the URL wins"
+        );
+        assert_eq!(
+            get("options[idle_in_transaction_session_timeout]"),
+            Some("9000")
+        );
+        assert_eq!(get("options[tcp_user_timeout]"), Some("30000"));
+        let err = parse(&["--amqp-url", "amqp://n1/a,"]).expect_err("empty entry");
+        assert!(err.contains("URL 2 of the list is empty"), "{err}");
     }
 
     #[test]
@@ -313,6 +539,9 @@ mod tests {
             "{shown_q}"
         );
         assert!(shown_q.contains("sslmode=require"), "{shown_q}");
-        assert_eq!(s.amqp_url.expose(), "amqp://user:hunter2@broker:5672/%2f");
+        assert_eq!(
+            s.amqp_url.nodes()[0].expose(),
+            "amqp://user:hunter2@broker:5672/%2f"
+        );
     }
 }

@@ -6,6 +6,11 @@
 //!
 //! The demo owns a throwaway topology (`<prefix>-demo`) and database
 //! (`<database>_demo`), both reset at start, so it never touches real data.
+//!
+//! Its screen is for the person watching: the progress bar and the report.
+//! Log lines go to a file (`--log-file`); only errors also show, above the
+//! bar. Expected noise stays off the screen (the poison messages' dead-letter
+//! warnings, the verification's long queries).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +33,17 @@ use crate::outcome::Outcome;
 use crate::shard::{Hooks, Observed};
 use crate::supervisor::Supervisor;
 use crate::{store, verify};
+
+/// `urutan demo --help`: what the screen shows, examples.
+pub const HELP: &str = "\
+The screen shows a progress bar and, at the end, the report and the invariant
+check; log lines go to the log file (errors also show, above the bar). Exit 0
+when the pipeline drained and everything verified.
+
+Examples:
+  urutan demo
+  urutan demo --orders 10000 --rate 2000 --duration 30s
+  SHARD_COUNT=8 PREFETCH=50 urutan demo --log-file demo.log";
 
 /// The demo's knobs.
 #[derive(Debug, Clone, clap::Args)]
@@ -53,6 +69,10 @@ pub struct DemoOptions {
     /// Give up waiting for the pipeline to drain after this long.
     #[arg(long, default_value = "5m", value_parser = crate::config::parse_duration)]
     pub timeout: Duration,
+    /// Where the log lines go (errors also show on screen); default
+    /// `urutan-demo-<database>.log` in the temporary directory.
+    #[arg(long)]
+    pub log_file: Option<std::path::PathBuf>,
 }
 
 /// Status paths an order can take.
@@ -81,6 +101,11 @@ struct Stats {
     written: Mutex<HashMap<String, Instant>>,
     latencies: Mutex<Vec<Duration>>,
     dead_letters: Mutex<Vec<(String, &'static str)>>,
+    /// Deliveries to expect: events committed to the outbox plus injected
+    /// messages, growing while they are written.
+    expected: AtomicU64,
+    /// Everything is written: `expected` is final.
+    written_all: std::sync::atomic::AtomicBool,
 }
 
 impl Stats {
@@ -109,6 +134,17 @@ impl Stats {
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// [`Self::line`] to fit beside the progress bar.
+    fn short_line(&self) -> String {
+        format!(
+            "applied {} · stale {} · dup {} · dead {}",
+            self.applied.load(Ordering::Relaxed),
+            self.stale.load(Ordering::Relaxed),
+            self.duplicate.load(Ordering::Relaxed),
+            self.dead.load(Ordering::Relaxed)
+        )
     }
 
     fn line(&self) -> String {
@@ -151,6 +187,14 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
         "urutan demo: {} shards, prefetch {}, topology `{}`, database `{demo_db}`",
         settings.shard_count, settings.prefetch, settings.topology_prefix
     );
+    let log_path = options
+        .log_file
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("urutan-demo-{demo_db}.log")));
+    let log_file = std::fs::File::create(&log_path)
+        .with_context(|| format!("cannot write the log file {}", log_path.display()))?;
+    let _logs = crate::telemetry::divert(log_file, tracing::Level::ERROR);
+    println!("logs: {} (errors also show here)", log_path.display());
     reset(&settings, &names, &demo_db)
         .await
         .context("resetting the demo topology and database")?;
@@ -170,6 +214,8 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
         .with_context(|| format!("cannot listen on {}", settings.metrics_addr))?;
     println!("metrics on http://{}/metrics", supervisor.http_addr());
     let pool_task = tokio::spawn(supervisor.run(shutdown.clone()));
+    // The relay publishes into the topology the pool declares.
+    topology_prepared(&db, Duration::from_secs(60)).await;
     let relay = Relay {
         settings: settings.clone(),
         relay: RelaySettings::default(),
@@ -178,21 +224,36 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
     };
     let relay_task = tokio::spawn(relay.run(shutdown.clone()));
 
+    // Downstream effects (src/effects/demo.rs): `dibayar` → a local payment endpoint.
+    let effects = crate::effects::demo::DemoEffects::start(&db).await?;
+
     let started = Instant::now();
+    // The bar shows from the start; aborted if writing fails.
+    let bar = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(watch(
+        stats.clone(),
+        options.timeout,
+    )));
     let events = generate(&db, &stats, &options, &names).await?;
     let injected = inject(&settings, &names, &db, &options).await?;
-    let expected = events + injected.total();
-    let drained = watch(&stats, expected, options.timeout).await;
+    stats
+        .expected
+        .fetch_add(injected.total(), Ordering::Relaxed);
+    stats.written_all.store(true, Ordering::Relaxed);
+    let drained = bar.await.unwrap_or(false);
     let elapsed = started.elapsed();
+    let effects = effects.finish(&db, options.timeout).await?;
 
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(30), pool_task).await;
     let _ = tokio::time::timeout(Duration::from_secs(30), relay_task).await;
 
     let dlq = dead_letter_depth(&settings, &names).await.ok();
-    let report = verify::verify(&db, dlq).await?;
+    let verifier = verification_pool(&settings).await?;
+    let report = verify::verify(&verifier, dlq).await?;
+    verifier.close().await;
     print_report(&stats, events, &injected, elapsed, &settings);
     println!("{report}");
+    println!("{effects}");
     let dlq_ok = dlq == Some(injected.poison as u32);
     if !dlq_ok {
         println!(
@@ -203,21 +264,65 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
     if !drained {
         println!("the pipeline did not drain within {:?}", options.timeout);
     }
+    let passed = drained && dlq_ok && report.passed();
+    if !passed {
+        println!("the log lines are in {}", log_path.display());
+    }
     db.close().await;
-    Ok(drained && dlq_ok && report.passed())
+    Ok(passed && effects.passed())
+}
+
+/// Waits (at most `limit`) until the pool recorded the ring: the topology
+/// is declared and the relay can publish into it.
+async fn topology_prepared(db: &PgPool, limit: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        let recorded: Result<bool, _> =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM urutan_ring)")
+                .fetch_one(db)
+                .await;
+        if matches!(recorded, Ok(true)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The pool `verify` runs on. Its queries read whole tables and may take
+/// seconds on a big demo: expected, so sqlx's slow-statement warning is
+/// lowered to debug, and the tables, filled just now, are analyzed first
+/// (without statistics PostgreSQL may pick a nested scan per order).
+async fn verification_pool(settings: &Settings) -> anyhow::Result<PgPool> {
+    use sqlx::ConnectOptions;
+    let options: sqlx::postgres::PgConnectOptions = settings.database_url.expose().parse()?;
+    let options = options
+        .application_name("urutan demo verify")
+        .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1));
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await?;
+    sqlx::query("ANALYZE").execute(&pool).await?;
+    Ok(pool)
 }
 
 /// Drops the demo database and topology so every run starts empty.
 async fn reset(settings: &Settings, names: &Names, demo_db: &str) -> anyhow::Result<()> {
+    use sqlx::ConnectOptions;
     use sqlx::Connection;
     let admin_url = settings.database_url.with(|u| u.set_path("/postgres"));
-    let mut admin = sqlx::PgConnection::connect(admin_url.expose()).await?;
+    let admin: sqlx::postgres::PgConnectOptions = admin_url.expose().parse()?;
+    // Dropping a database takes a while: no slow-statement warning for it.
+    let mut admin = admin
+        .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1))
+        .connect()
+        .await?;
     let drop = format!("DROP DATABASE IF EXISTS \"{demo_db}\" WITH (FORCE)");
     sqlx::query(sqlx::AssertSqlSafe(drop))
         .execute(&mut admin)
         .await?;
     admin.close().await?;
-    let conn = broker::connect(&settings.amqp_url, "urutan demo").await?;
+    let conn = broker::connect(&settings.broker(), "urutan demo").await?;
     topology::delete_all(&conn, names).await?;
     let _ = conn.close(200, "reset".into()).await;
     Ok(())
@@ -257,6 +362,7 @@ async fn generate(
             break;
         }
         let mut tx = db.begin().await?;
+        let mut in_tx = 0u64;
         for _ in 0..20 {
             if orders.is_empty() {
                 break;
@@ -279,13 +385,15 @@ async fn generate(
             )
             .await?;
             lock(&stats.written).insert(outbox_id.to_string(), Instant::now());
-            written += 1;
+            in_tx += 1;
             *step += 1;
             if *step == path.len() {
                 orders.swap_remove(i);
             }
         }
         tx.commit().await?;
+        written += in_tx;
+        stats.expected.fetch_add(in_tx, Ordering::Relaxed);
         if options.rate > 0 {
             let due = Duration::from_secs_f64(written as f64 / f64::from(options.rate));
             if let Some(wait) = due.checked_sub(started.elapsed()) {
@@ -320,7 +428,7 @@ async fn inject(
 ) -> anyhow::Result<Injected> {
     let dup_rows = sent_rows(db, options.duplicates, 1).await?;
     let stale_rows = sent_rows(db, options.stale, 2).await?;
-    let conn = broker::connect(&settings.amqp_url, "urutan demo injector").await?;
+    let conn = broker::connect(&settings.broker(), "urutan demo injector").await?;
     let ch = call("channel.open", conn.create_channel()).await?;
     call(
         "confirm.select",
@@ -459,24 +567,33 @@ async fn send(
     Ok(())
 }
 
-/// Shows the progress bar until `expected` outcomes were seen or `timeout`.
-async fn watch(stats: &Stats, expected: u64, timeout: Duration) -> bool {
-    let bar = ProgressBar::new(expected);
+/// Shows the progress bar (log lines above it) until every expected
+/// outcome was seen (true), or `timeout` after everything was written.
+async fn watch(stats: Arc<Stats>, timeout: Duration) -> bool {
+    let bar = ProgressBar::new(0);
     bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {per_sec} · {msg}")
+        ProgressStyle::with_template("{elapsed_precise} [{bar:20}] {pos}/{len} {wide_msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    let started = Instant::now();
+    let _above = crate::telemetry::print_above(&bar);
+    let mut written_at = None;
     loop {
+        let written_all = stats.written_all.load(Ordering::Relaxed);
+        let expected = stats.expected.load(Ordering::Relaxed);
         let done = stats.total();
+        bar.set_length(expected);
         bar.set_position(done);
-        bar.set_message(stats.line());
-        if done >= expected {
+        let writing = if written_all { "" } else { "writing · " };
+        bar.set_message(format!("{writing}{}", stats.short_line()));
+        if written_all && done >= expected {
             bar.finish();
             return true;
         }
-        if started.elapsed() > timeout {
+        if written_all && written_at.is_none() {
+            written_at = Some(Instant::now());
+        }
+        if written_at.is_some_and(|at: Instant| at.elapsed() > timeout) {
             bar.abandon();
             return false;
         }
@@ -486,7 +603,7 @@ async fn watch(stats: &Stats, expected: u64, timeout: Duration) -> bool {
 
 async fn dead_letter_depth(settings: &Settings, names: &Names) -> anyhow::Result<u32> {
     use lapin::options::QueueDeclareOptions;
-    let conn = broker::connect(&settings.amqp_url, "urutan demo report").await?;
+    let conn = broker::connect(&settings.broker(), "urutan demo report").await?;
     let ch = call("channel.open", conn.create_channel()).await?;
     let passive = QueueDeclareOptions {
         passive: true,
@@ -513,7 +630,7 @@ fn print_report(
     settings: &Settings,
 ) {
     let total = stats.total();
-    println!("\n== urutan demo report ==");
+    println!("\n\n== urutan demo report ==");
     println!(
         "written through the outbox: {events} events; injected: {} duplicates, {} stale, {} poison",
         injected.duplicates, injected.stale, injected.poison

@@ -102,9 +102,7 @@ impl Health {
 /// follows an outage and its end within a couple of seconds.
 pub async fn watch_database(pool: PgPool, health: std::sync::Arc<Health>, stop: CancellationToken) {
     loop {
-        let up = tokio::time::timeout(Duration::from_secs(2), crate::store::ping(&pool))
-            .await
-            .unwrap_or(false);
+        let up = crate::store::ping(&pool, Duration::from_secs(2)).await;
         health.set_database(up);
         tokio::select! {
             () = stop.cancelled() => return,

@@ -15,7 +15,10 @@
 //!
 //! Around it: [`config`] (validated settings), [`supervisor`] (starts the
 //! workers, reconnects, owns shutdown), [`health`] + [`http`] + [`metrics`]
-//! (what operators see), [`telemetry`] (logs).
+//! (what operators see), [`ops`] (`urutan status` and `urutan explain`),
+//! [`dlq`] (dead letters: recorded by the workers, listed and replayed by
+//! `urutan dlq`), [`telemetry`] (logs), [`effects`] (webhooks for applied
+//! versions, recorded in the apply transaction, sent by `urutan effects`).
 //!
 //! The external contract (names, message format, outcomes, tables, settings,
 //! commands, metrics, endpoints) is `docs/contract.md`; "section N" in the
@@ -24,11 +27,14 @@
 pub mod broker;
 pub mod config;
 pub mod demo;
+pub mod dlq;
+pub mod effects;
 pub mod handoff;
 pub mod health;
 pub mod http;
 pub mod message;
 pub mod metrics;
+pub mod ops;
 pub mod outbox;
 pub mod outcome;
 pub mod retire;

@@ -40,15 +40,43 @@ enum Command {
     /// Check the invariants (order, exactly once, newest state) from the database; exit 1 on a violation.
     Verify,
     /// The whole pipeline on the local services with a generated workload and a verified report.
+    #[command(after_help = urutan::demo::HELP)]
     Demo {
         #[command(flatten)]
         options: DemoOptions,
+    },
+    /// The dead-letter queue: list, show, replay or purge dead-lettered messages.
+    Dlq {
+        #[command(subcommand)]
+        command: urutan::dlq::DlqCommand,
+    },
+    /// Is the pool healthy? Ring, windows, shards, dead letters, outbox, relay; a check by exit code.
+    #[command(after_help = urutan::ops::status::HELP)]
+    Status {
+        #[command(flatten)]
+        options: urutan::ops::status::StatusOptions,
+    },
+    /// Why is this order in this state? Its versions: applied, parked, dead-lettered, queued, missing.
+    #[command(after_help = urutan::ops::explain::HELP)]
+    Explain {
+        #[command(flatten)]
+        options: urutan::ops::explain::ExplainOptions,
+    },
+    /// The effects dispatcher: deliver webhooks for applied versions (EFFECTS) until SIGTERM/SIGINT.
+    Effects {
+        #[command(flatten)]
+        effects: urutan::effects::EffectsSettings,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init(cli.settings.log_format);
+    match cli.command {
+        Command::Status { .. } | Command::Explain { .. } | Command::Dlq { .. } => {
+            telemetry::init_for_reports(cli.settings.log_format)
+        }
+        _ => telemetry::init(cli.settings.log_format),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -58,6 +86,11 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(execute(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        // Reported already (`urutan status`, `urutan explain`): only the code.
+        Err(e) if e.is::<urutan::ops::Exit>() => ExitCode::from(
+            e.downcast_ref::<urutan::ops::Exit>()
+                .map_or(1, |exit| exit.0),
+        ),
         Err(e) => {
             error!("{e:#}");
             ExitCode::FAILURE
@@ -70,7 +103,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
     let settings = cli.settings;
     match cli.command {
         Command::Run => {
-            let hooks = fault_hooks()?;
+            let hooks = Hooks::from_env()?;
             let supervisor = Supervisor::build(settings.clone(), hooks)
                 .await
                 .with_context(|| {
@@ -83,7 +116,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             info!("stopped cleanly");
         }
         Command::Migrate => {
-            let pool = store::prepare(&settings.database_url, 1)
+            let pool = store::prepare(&settings.database(), 1)
                 .await
                 .with_context(|| format!("cannot migrate {}", settings.database_url))?;
             pool.close().await;
@@ -92,10 +125,10 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Topology => {
             // Declares the topology and, since bindings may change the ring,
             // opens an epoch with relay publishing paused (see `handoff`).
-            let pool = store::prepare(&settings.database_url, 2)
+            let pool = store::prepare(&settings.database(), 2)
                 .await
                 .with_context(|| format!("cannot open {}", settings.database_url))?;
-            let conn = broker::connect(&settings.amqp_url, "urutan topology")
+            let conn = broker::connect(&settings.broker(), "urutan topology")
                 .await
                 .with_context(|| format!("cannot connect to {}", settings.amqp_url))?;
             let names = Names::new(&settings.topology_prefix);
@@ -115,7 +148,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Relay { relay } => run_relay(settings, relay).await?,
         Command::Verify => {
-            let pool = store::prepare(&settings.database_url, 2)
+            let pool = store::prepare(&settings.database(), 2)
                 .await
                 .with_context(|| format!("cannot open {}", settings.database_url))?;
             let dlq = dead_letter_depth(&settings).await;
@@ -127,7 +160,61 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             let passed = urutan::demo::run(settings, options).await?;
             anyhow::ensure!(passed, "the demo did not verify");
         }
+        Command::Dlq { command } => urutan::dlq::run(settings, command).await?,
+        Command::Status { options } => urutan::ops::status(&settings, &options).await?,
+        Command::Explain { options } => urutan::ops::explain(&settings, &options.order_id).await?,
+        Command::Effects { effects } => run_effects(settings, effects).await?,
     }
+    Ok(())
+}
+
+/// `urutan effects`: checks EFFECTS, serves the HTTP endpoints and
+/// dispatches until a signal.
+async fn run_effects(
+    settings: Settings,
+    effects: urutan::effects::EffectsSettings,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    // First, before any connection: a bad setting is one line and exit 1.
+    let config = effects.config()?;
+    let listener = tokio::net::TcpListener::bind(settings.metrics_addr)
+        .await
+        .with_context(|| format!("cannot listen on METRICS_ADDR {}", settings.metrics_addr))?;
+    let size = effects.effects_concurrency.min(16) + 2;
+    let pool = store::prepare(&settings.database_url, size)
+        .await
+        .with_context(|| format!("cannot open {}", settings.database_url))?;
+    info!(http = %listener.local_addr()?, "urutan effects starting");
+    // Fault injection for crash drills: die after an answer, before recording it.
+    let after_send = match std::env::var_os("URUTAN_FAULT_ABORT_AFTER_EFFECT_SENT") {
+        None => None,
+        Some(n) => {
+            let n: u64 = n.to_string_lossy().trim().parse().map_err(|_| {
+                anyhow::anyhow!("URUTAN_FAULT_ABORT_AFTER_EFFECT_SENT must be a whole number")
+            })?;
+            let answers = std::sync::atomic::AtomicU64::new(0);
+            Some(std::sync::Arc::new(move || {
+                if answers.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 >= n {
+                    abort_now();
+                }
+            }) as urutan::effects::AfterSend)
+        }
+    };
+    let metrics = urutan::metrics::install();
+    let dispatcher =
+        urutan::effects::Dispatcher::new(pool.clone(), config, effects, after_send).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let http = tokio::spawn(urutan::effects::http::serve(
+        listener,
+        metrics,
+        dispatcher.ready.clone(),
+        shutdown.clone(),
+    ));
+    dispatcher.run(shutdown).await;
+    let _ = http.await;
+    pool.close().await;
+    info!("effects dispatcher stopped cleanly");
     Ok(())
 }
 
@@ -169,73 +256,10 @@ fn abort_now() {
     std::process::abort()
 }
 
-/// Fault injection for `urutan run` (crash drills: `tests/faults.rs`,
-/// `benches/faults.rs`); no hook is installed unless one of these is set:
-/// - `URUTAN_FAULT_HANDLER_DELAY_MS=<ms>`: a slow handler; each valid event
-///   waits that long before it is applied (in `block_in_place`, so the
-///   runtime's other tasks, heartbeats included, keep running);
-/// - `URUTAN_FAULT_ABORT_AFTER_COMMIT=<n>`: abort at the n-th outcome, which
-///   is durable and not yet acked (a crash between commit and ack), counted
-///   from start or, with `URUTAN_FAULT_ARM_ON_SIGUSR1` set, from the last
-///   SIGUSR1, and not at all after a SIGUSR2 (so a drill picks the moment
-///   and the replica).
-fn fault_hooks() -> anyhow::Result<Hooks> {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    let number = |name: &str| -> anyhow::Result<Option<u64>> {
-        let Some(value) = std::env::var_os(name) else {
-            return Ok(None);
-        };
-        let value = value.to_string_lossy();
-        let n = value
-            .trim()
-            .parse()
-            .map_err(|_| anyhow::anyhow!("{name} must be a whole number, got {value:?}"))?;
-        Ok(Some(n))
-    };
-    let mut hooks = Hooks::default();
-    if let Some(ms) = number("URUTAN_FAULT_HANDLER_DELAY_MS")?.filter(|ms| *ms > 0) {
-        let delay = std::time::Duration::from_millis(ms);
-        hooks.before_apply = Some(Arc::new(move |_| {
-            tokio::task::block_in_place(|| std::thread::sleep(delay))
-        }));
-    }
-    if let Some(n) = number("URUTAN_FAULT_ABORT_AFTER_COMMIT")? {
-        let armed = Arc::new(AtomicBool::new(
-            std::env::var_os("URUTAN_FAULT_ARM_ON_SIGUSR1").is_none(),
-        ));
-        let outcomes = Arc::new(AtomicU64::new(0));
-        if !armed.load(Ordering::SeqCst) {
-            use tokio::signal::unix::{SignalKind, signal};
-            let mut usr1 = signal(SignalKind::user_defined1())?;
-            let mut usr2 = signal(SignalKind::user_defined2())?;
-            let (arm, count) = (armed.clone(), outcomes.clone());
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        Some(()) = usr1.recv() => {
-                            count.store(0, Ordering::SeqCst);
-                            arm.store(true, Ordering::SeqCst);
-                        }
-                        Some(()) = usr2.recv() => arm.store(false, Ordering::SeqCst),
-                        else => return,
-                    }
-                }
-            });
-        }
-        hooks.on_outcome = Some(Arc::new(move |_| {
-            if armed.load(Ordering::SeqCst) && outcomes.fetch_add(1, Ordering::SeqCst) + 1 >= n {
-                abort_now();
-            }
-        }));
-    }
-    Ok(hooks)
-}
-
 /// Messages in the dead-letter queue, if the broker answers.
 async fn dead_letter_depth(settings: &Settings) -> Option<u32> {
     use lapin::options::QueueDeclareOptions;
-    let conn = broker::connect(&settings.amqp_url, "urutan verify")
+    let conn = broker::connect(&settings.broker(), "urutan verify")
         .await
         .ok()?;
     let ch = conn.create_channel().await.ok()?;

@@ -27,12 +27,23 @@ pub const RESHARDING: &str = "urutan_resharding";
 pub const RESHARDING_DURATION_SECONDS: &str = "urutan_resharding_duration_seconds";
 pub const OUTBOX_PUBLISH_DURATION_SECONDS: &str = "urutan_outbox_publish_duration_seconds";
 pub const READY: &str = "urutan_ready";
+// `urutan effects` (described and registered in `effects::metric`).
+pub const EFFECTS_SENT_TOTAL: &str = "urutan_effects_sent_total";
+pub const EFFECTS_RETRIES_TOTAL: &str = "urutan_effects_retries_total";
+pub const EFFECTS_DEAD_LETTERS_TOTAL: &str = "urutan_effects_dead_letters_total";
+pub const EFFECTS_REQUEST_DURATION_SECONDS: &str = "urutan_effects_request_duration_seconds";
+pub const EFFECTS_BACKLOG: &str = "urutan_effects_backlog";
+pub const EFFECTS_OLDEST_PENDING_SECONDS: &str = "urutan_effects_oldest_pending_seconds";
+pub const EFFECTS_DEAD_LETTERED: &str = "urutan_effects_dead_lettered";
+pub const EFFECTS_IN_FLIGHT: &str = "urutan_effects_in_flight";
+pub const EFFECTS_ROUTES_CURRENT: &str = "urutan_effects_routes_current";
 
 /// Every `reason` of `urutan_retries_total` the code emits (see
 /// `StoreError::reason` and the handler's requeue reasons).
 pub const RETRY_REASONS: &[&str] = &[
     "connection",
     "pool_timeout",
+    "timeout",
     "serialization",
     "deadlock",
     "database",
@@ -160,6 +171,12 @@ pub fn install() -> PrometheusHandle {
                     b.set_buckets_for_metric(
                         Matcher::Full(RESHARDING_DURATION_SECONDS.into()),
                         LAG_BUCKETS,
+                    )
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(EFFECTS_REQUEST_DURATION_SECONDS.into()),
+                        HANDLE_BUCKETS,
                     )
                 })
                 .unwrap_or_else(|e| unreachable!("bucket lists are not empty: {e}"));

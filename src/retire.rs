@@ -52,7 +52,11 @@ pub async fn retire_shards(
     let started = std::time::Instant::now();
     for shard in (from..to).rev() {
         loop {
-            match retire_when_drained(&pool, &conn, &names, shard, epoch).await {
+            let attempt = retire_when_drained(&pool, &conn, &names, shard, epoch);
+            let Some(attempt) = stop.run_until_cancelled(attempt).await else {
+                return;
+            };
+            match attempt {
                 Ok(true) => {
                     health.retire(shard);
                     info!(shard, "retired a removed shard (drained, queue deleted)");

@@ -291,7 +291,14 @@ async fn complete(pool: &PgPool, record: &Record) -> Result<Option<f64>, sqlx::E
 /// prepares again.
 pub async fn watch(pool: PgPool, (versi, waiting): (i64, bool), stop: CancellationToken) -> bool {
     loop {
-        match watch_once(&pool, versi, waiting).await {
+        // Cancellable: on a silent database link the query may never answer.
+        let Some(looked) = stop
+            .run_until_cancelled(watch_once(&pool, versi, waiting))
+            .await
+        else {
+            return false;
+        };
+        match looked {
             Ok(true) => {
                 stop.cancel();
                 return true;

@@ -39,6 +39,11 @@ pub enum Refused {
     Topology(#[from] TopologyError),
     #[error(transparent)]
     Ring(#[from] RingError),
+    #[error(
+        "this broker user may not put epoch markers into the shard queues ({0}): grant it write \
+         permission on `amq.default` (deploy/rabbitmq/least-privilege.sh does)"
+    )]
+    Markers(String),
 }
 
 /// What [`prepare_topology`] set up.
@@ -52,6 +57,10 @@ pub struct Prepared {
     /// This replica wants another shard count but a resharding is in
     /// progress: prepare again once it completes.
     pub waiting: bool,
+    /// Asked to declare, the broker refused (the user may not configure
+    /// the topology): it was checked passively instead. Later prepares of
+    /// this pool only check.
+    pub declare_refused: bool,
 }
 
 /// A worker pool, built (HTTP port bound) but not yet running.
@@ -103,8 +112,9 @@ impl Supervisor {
             health.clone(),
             background.clone(),
         ));
+        let database = settings.database();
         let Some(pool) = retry_until_ready("database", &shutdown, || {
-            store::prepare(&settings.database_url, settings.pool_size())
+            store::prepare(&database, settings.pool_size())
         })
         .await
         else {
@@ -120,7 +130,7 @@ impl Supervisor {
         ));
         tasks.spawn(store::run_retention(
             pool.clone(),
-            settings.dedup_retention,
+            settings.retention(),
             background.clone(),
         ));
 
@@ -128,7 +138,13 @@ impl Supervisor {
         background.cancel();
         tasks.close();
         tasks.wait().await;
-        pool.close().await;
+        // Bounded: a connection whose link went silent may never say goodbye.
+        if tokio::time::timeout(Duration::from_secs(10), pool.close())
+            .await
+            .is_err()
+        {
+            warn!("database connections did not close within 10 s; leaving them");
+        }
         if http.is_finished() {
             // Only reachable if the server failed early; surface that.
             if let Ok(Err(e)) = http.await {
@@ -152,9 +168,12 @@ async fn consume_until_shutdown(
 ) -> Result<(), RunError> {
     let names = Names::new(&settings.topology_prefix);
     let mut lost_before = false;
+    // Switched to check mode once the broker refused a declare: a refusal
+    // is not transient, and asking again only repeats it.
+    let mut prepare_with = settings.clone();
     loop {
         let connected = retry_until_ready("broker", shutdown, || {
-            connect_and_mark(settings, &names, pool)
+            connect_and_mark(&prepare_with, &names, pool)
         })
         .await;
         let Some(connected) = connected else {
@@ -166,7 +185,11 @@ async fn consume_until_shutdown(
             epoch,
             ring,
             waiting,
+            declare_refused,
         } = prepared;
+        if declare_refused {
+            prepare_with.topology_mode = TopologyMode::Check;
+        }
         let conn = Arc::new(conn);
         if lost_before {
             metrics::counter!(m::BROKER_RECONNECTS_TOTAL).increment(1);
@@ -228,7 +251,7 @@ async fn connect_and_mark(
     names: &Names,
     pool: &PgPool,
 ) -> Result<Result<(lapin::Connection, Prepared), Refused>, EpochError> {
-    let conn = broker::connect(&settings.amqp_url, "urutan run").await?;
+    let conn = broker::connect(&settings.broker(), "urutan run").await?;
     let prepared = prepare_topology(settings, names, pool, &conn, false).await?;
     Ok(prepared.map(|prepared| (conn, prepared)))
 }
@@ -318,22 +341,54 @@ pub async fn prepare_topology(
             decision.target(),
             decision.allows_shrink(settings.allow_shrink),
         );
-        let plan = match settings.topology_mode {
+        let mut mode = settings.topology_mode;
+        let mut plan = match mode {
             TopologyMode::Declare => {
-                topology::declare(conn, names, target, settings.delivery_limit, allow_shrink).await
+                let queues = topology::QueueSettings {
+                    delivery_limit: settings.delivery_limit,
+                    quorum_group_size: settings.quorum_group_size,
+                };
+                topology::declare_with(conn, names, target, queues, allow_shrink).await
             }
             TopologyMode::Check => topology::check(conn, names, target, allow_shrink).await,
         };
+        if let Err(TopologyError::AccessRefused { detail }) = &plan
+            && !explicit
+        {
+            // Once per process, also if a transient failure after it makes
+            // this pool ask again before it switched to checking.
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                warn!(
+                    refused = %detail,
+                    "this broker user may not declare the topology: checking it passively \
+                     instead (as TOPOLOGY_MODE=check does). Set TOPOLOGY_MODE=check to skip \
+                     the attempt; a new SHARD_COUNT needs `urutan topology` run as a user \
+                     allowed to configure the topology (deploy/rabbitmq/least-privilege.sh \
+                     makes one)"
+                );
+            });
+            mode = TopologyMode::Check;
+            plan = topology::check(conn, names, target, allow_shrink).await;
+        }
         let plan = match plan {
             Ok(plan) => plan,
             Err(TopologyError::Broker(e)) => return Err(EpochError::Broker(e)),
             Err(fatal) => return Ok(Err(fatal.into())),
         };
-        if restarted && settings.topology_mode == TopologyMode::Check {
+        if restarted && mode == TopologyMode::Check {
             mark_broker_alive(conn, names).await?;
         }
         handoff::register_shards(&mut db, plan.consumed).await?;
-        let epoch = handoff::open_epoch(&mut db, conn, names, "topology prepared").await?;
+        let epoch = match handoff::open_epoch(&mut db, conn, names, "topology prepared").await {
+            Ok(epoch) => epoch,
+            Err(EpochError::Broker(broker::BrokerError::Amqp(e)))
+                if topology::is_access_refused(&e) =>
+            {
+                return Ok(Err(Refused::Markers(topology::refusal_text(&e))));
+            }
+            Err(e) => return Err(e),
+        };
         handoff::close_windows(&mut db, epoch).await?;
         let ring = match decision {
             Decision::Change { from, to } => {
@@ -351,6 +406,7 @@ pub async fn prepare_topology(
             epoch,
             ring,
             waiting,
+            declare_refused: mode != settings.topology_mode,
         }))
     }
     .await;
@@ -407,6 +463,7 @@ async fn run_workers(
             batch_linger: Duration::from_millis(settings.batch_linger_ms),
             delivery_limit: settings.delivery_limit,
             max_body_bytes: settings.max_body_bytes as usize,
+            database_timeout: settings.database_timeout + Duration::from_secs(5),
             pool: pool.clone(),
             health: health.clone(),
             hooks: hooks.clone(),

@@ -9,6 +9,8 @@
 --
 -- Role names default to urutan_worker, urutan_relay and urutan_producer;
 -- override them with -v worker_role=... -v relay_role=... -v producer_role=...
+-- An operator role for `urutan dlq` is made only when named:
+-- -v operator_role=urutan_operator (password from OPERATOR_PASSWORD).
 -- A role is created (LOGIN) if missing and gets its password from the
 -- environment (never a command line) when the variable is set; re-running is
 -- safe. Needs psql 15+ (\getenv).
@@ -20,6 +22,9 @@
 --   relay     `urutan relay`: reads, marks and purges outbox rows; opens
 --             epochs (on every broker connect). Nothing else.
 --   producer  your application: may only add rows to the outbox.
+--   operator  `urutan dlq`: reads and resolves dead-letter records, records
+--             messages found in the DLQ without one, reads the state that
+--             says what a replayed message became. Nothing else.
 --
 -- Migrations stay with the owner: a worker or relay started before
 -- `urutan migrate` stops with "migration(s) pending ... run `urutan migrate`
@@ -41,6 +46,7 @@
 \getenv worker_password WORKER_PASSWORD
 \getenv relay_password RELAY_PASSWORD
 \getenv producer_password PRODUCER_PASSWORD
+\getenv operator_password OPERATOR_PASSWORD
 SELECT current_database() AS dbname \gset
 
 BEGIN;
@@ -99,6 +105,12 @@ GRANT SELECT, UPDATE ON urutan_jendela TO :"relay_role";
 GRANT SELECT, INSERT, DELETE ON urutan_ring_berubah TO :"worker_role";
 GRANT SELECT, DELETE ON urutan_ring_berubah TO :"relay_role";
 
+-- Dead-letter records: written before each reject (INSERT ... RETURNING
+-- needs SELECT), resolved ones purged after DEAD_LETTER_RETENTION (DELETE;
+-- UPDATE: the purge locks the rows it deletes).
+GRANT SELECT, INSERT, UPDATE, DELETE ON urutan_dead_letter TO :"worker_role";
+GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"worker_role";
+
 -- Relay: the outbox (UPDATE: it locks rows FOR UPDATE and marks them sent;
 -- DELETE: it purges sent rows).
 GRANT SELECT, UPDATE, DELETE ON outbox TO :"relay_role";
@@ -106,5 +118,23 @@ GRANT SELECT, UPDATE, DELETE ON outbox TO :"relay_role";
 -- Producer: adds outbox rows, nothing else.
 GRANT INSERT, SELECT (id) ON outbox TO :"producer_role"; -- SELECT (id): RETURNING id
 GRANT USAGE ON SEQUENCE outbox_id_seq TO :"producer_role";
+
+-- Operator (`urutan dlq`), only if named.
+\if :{?operator_role}
+SELECT NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'operator_role') AS missing \gset
+\if :missing
+CREATE ROLE :"operator_role" LOGIN;
+\endif
+\if :{?operator_password}
+ALTER ROLE :"operator_role" PASSWORD :'operator_password';
+\endif
+GRANT CONNECT ON DATABASE :"dbname" TO :"operator_role";
+GRANT USAGE ON SCHEMA public TO :"operator_role";
+GRANT SELECT ON _sqlx_migrations TO :"operator_role";
+GRANT SELECT, INSERT, UPDATE ON urutan_dead_letter TO :"operator_role";
+GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"operator_role";
+-- What a replayed message became: applied, stale, duplicate or parked.
+GRANT SELECT ON pesanan, pesan_diproses, pesanan_riwayat, urutan_parkir TO :"operator_role";
+\endif
 
 COMMIT;

@@ -5,9 +5,10 @@
 #   TOPOLOGY_USER=urutan-topology TOPOLOGY_PASSWORD='...' \
 #   WORKER_USER=urutan-worker     WORKER_PASSWORD='...' \
 #   RELAY_USER=urutan-relay       RELAY_PASSWORD='...' \
+#   OPERATOR_USER=urutan-operator OPERATOR_PASSWORD='...' \
 #   ./least-privilege.sh
 #
-# Creates (or updates) up to three users in VHOST (created if missing):
+# Creates (or updates) up to four users in VHOST (created if missing):
 #   topology  configure/write/read on the topology's own objects only;
 #             runs `urutan topology`
 #   worker    configure nothing, write only `amq.default` (epoch markers
@@ -15,6 +16,9 @@
 #   relay     configure nothing, write only the entry exchange and
 #             `amq.default`, read nothing; runs `urutan relay` (optional: set
 #             RELAY_PASSWORD to create it)
+#   operator  configure nothing, write the entry exchange and `amq.default`,
+#             read only the DLQ; runs `urutan dlq` (optional: set
+#             OPERATOR_PASSWORD to create it)
 #
 # Passwords come from the environment and reach rabbitmqctl on stdin, never
 # on a command line (the process list). Re-running it is safe: existing users
@@ -32,6 +36,7 @@ PREFIX="${PREFIX:-pesanan}"
 TOPOLOGY_USER="${TOPOLOGY_USER:-urutan-topology}"
 WORKER_USER="${WORKER_USER:-urutan-worker}"
 RELAY_USER="${RELAY_USER:-urutan-relay}"
+OPERATOR_USER="${OPERATOR_USER:-urutan-operator}"
 RABBITMQCTL="${RABBITMQCTL:-rabbitmqctl}"
 
 die() {
@@ -68,6 +73,7 @@ TOPOLOGY_WRITE="^(${P}(-hash|\\.dlx|\\.dlq|\\.shard-\\d{3})|amq\\.default)\$"
 TOPOLOGY_READ="^${P}(-hash|\\.dlx|\\.shard-\\d{3})?\$"
 SHARD_QUEUES="^${P}\\.shard-\\d{3}\$"
 SENTINEL="^${P}\\.alive\$"
+DEAD_LETTER_QUEUE="^${P}\\.dlq\$"
 DEFAULT_EXCHANGE='^amq\.default$'
 NOTHING='^$'
 
@@ -126,6 +132,16 @@ if [ -n "${RELAY_PASSWORD:-}" ]; then
     # write: publish outbox rows to the entry exchange, and epoch markers
     # into shard queues through the default exchange.
     grant "$RELAY_USER" "$NOTHING" "^(${P}|amq\\.default)\$" "$NOTHING"
+fi
+
+if [ -n "${OPERATOR_PASSWORD:-}" ]; then
+    ensure_user "$OPERATOR_USER" "$OPERATOR_PASSWORD"
+    # `urutan dlq`: read the DLQ (basic.get; `purge` needs only this);
+    # write the entry exchange (`replay` publishes there) and amq.default
+    # (a message looked at is put back at the end of the DLQ through the
+    # default exchange, never handed back, which would count a delivery).
+    # `list` and `show` need none of it while every message is recorded.
+    grant "$OPERATOR_USER" "$NOTHING" "^(${P}|amq\\.default)\$" "$DEAD_LETTER_QUEUE"
 fi
 
 echo

@@ -5,11 +5,13 @@ pub mod delivery;
 pub mod restart;
 pub mod topology;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lapin::{Connection, ConnectionProperties};
+use tracing::{info, warn};
 
-use crate::config::SecretUrl;
+use crate::config::BrokerUrls;
 
 pub use topology::{Names, ShardPlan, TopologyError};
 
@@ -23,6 +25,8 @@ pub enum BrokerError {
     Amqp(#[from] lapin::Error),
     #[error("the broker did not answer `{0}` within {CALL_TIMEOUT:?}")]
     Timeout(&'static str),
+    #[error("broker node {node} did not complete the handshake within {after:?}")]
+    HandshakeTimeout { node: String, after: Duration },
     #[error("the broker cancelled the consumer (was the queue deleted?)")]
     ConsumerCancelled,
     #[error("the channel was lost before the message could be settled")]
@@ -40,10 +44,53 @@ pub async fn call<T>(
     }
 }
 
-/// Opens a connection named `name` (shown in the broker's connection list).
+/// How long one node of several may take to accept a connection before the
+/// next is tried. A frozen node accepts TCP but never answers the handshake;
+/// a single node gets the whole [`CALL_TIMEOUT`].
+pub const NODE_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where this process's next connection starts in the node list: a random
+/// node at first (so replicas spread over a cluster), then always the node
+/// after the last one connected to (so a reconnect moves away from a node
+/// that just failed).
+static NEXT_NODE: std::sync::LazyLock<AtomicUsize> =
+    std::sync::LazyLock::new(|| AtomicUsize::new(rand::random::<u16>().into()));
+
+/// Opens a connection named `name` (shown in the broker's connection list)
+/// to a live node of `nodes`, trying each once, and logs the node it uses.
 /// No automatic recovery: the supervisor rebuilds connections itself, which
 /// keeps the recovery path one we test.
-pub async fn connect(url: &SecretUrl, name: &str) -> Result<Connection, BrokerError> {
-    let props = ConnectionProperties::default().with_connection_name(name.into());
-    call("connect", Connection::connect(url.expose(), props)).await
+pub async fn connect(nodes: &BrokerUrls, name: &str) -> Result<Connection, BrokerError> {
+    let urls = nodes.nodes();
+    let start = NEXT_NODE.load(Ordering::Relaxed);
+    let limit = if urls.len() == 1 {
+        CALL_TIMEOUT
+    } else {
+        NODE_CONNECT_TIMEOUT
+    };
+    let mut failure = None;
+    for attempt in 0..urls.len() {
+        let index = (start + attempt) % urls.len();
+        let node = &urls[index];
+        let props = ConnectionProperties::default().with_connection_name(name.into());
+        let error =
+            match tokio::time::timeout(limit, Connection::connect(node.expose(), props)).await {
+                Ok(Ok(conn)) => {
+                    NEXT_NODE.store(index + 1, Ordering::Relaxed);
+                    info!(%node, connection = name, "connected to the broker");
+                    return Ok(conn);
+                }
+                Ok(Err(e)) => BrokerError::Amqp(e),
+                Err(_) => BrokerError::HandshakeTimeout {
+                    node: node.to_string(),
+                    after: limit,
+                },
+            };
+        if urls.len() > 1 {
+            warn!(%node, connection = name, error = %error, "broker node unavailable; trying the next");
+        }
+        failure = Some(error);
+    }
+    // The list is never empty, so some attempt failed.
+    Err(failure.unwrap_or(BrokerError::Timeout("connect")))
 }

@@ -88,6 +88,12 @@ pub enum TopologyError {
          configure it"
     )]
     Missing { object: String },
+    #[error(
+        "this broker user may not declare the topology ({detail}): run `urutan topology` as a \
+         user allowed to configure it (deploy/rabbitmq/least-privilege.sh makes one), and run \
+         the pool with TOPOLOGY_MODE=check"
+    )]
+    AccessRefused { detail: String },
     #[error(transparent)]
     Broker(#[from] BrokerError),
 }
@@ -95,11 +101,58 @@ pub enum TopologyError {
 /// Declares everything for `shard_count` shards and returns the shard plan.
 /// Safe to run any number of times and from several processes at once:
 /// existing shards are kept, new ones are appended at the end of the ring.
+/// A user without configure permission gets [`TopologyError::AccessRefused`]
+/// (not retryable: a refusal is not transient).
 pub async fn declare(
     conn: &Connection,
     names: &Names,
     shard_count: u16,
     delivery_limit: u32,
+    allow_shrink: bool,
+) -> Result<ShardPlan, TopologyError> {
+    let queues = QueueSettings {
+        delivery_limit,
+        quorum_group_size: None,
+    };
+    declare_with(conn, names, shard_count, queues, allow_shrink).await
+}
+
+/// What urutan sets on the quorum queues it declares.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSettings {
+    /// `x-delivery-limit` of the shard queues.
+    pub delivery_limit: u32,
+    /// `x-quorum-initial-group-size` (replicas per queue); `None` leaves it
+    /// to the broker's default. Like the delivery limit it is compared on
+    /// every declare: another value than the queues were created with is a
+    /// mismatch (change the members of existing queues with
+    /// `rabbitmq-queues grow/shrink`, not with this setting).
+    pub quorum_group_size: Option<u16>,
+}
+
+/// [`declare`] with every queue setting.
+pub async fn declare_with(
+    conn: &Connection,
+    names: &Names,
+    shard_count: u16,
+    queues: QueueSettings,
+    allow_shrink: bool,
+) -> Result<ShardPlan, TopologyError> {
+    match declare_all(conn, names, shard_count, queues, allow_shrink).await {
+        Err(TopologyError::Broker(BrokerError::Amqp(e))) if is_access_refused(&e) => {
+            Err(TopologyError::AccessRefused {
+                detail: refusal_text(&e),
+            })
+        }
+        other => other,
+    }
+}
+
+async fn declare_all(
+    conn: &Connection,
+    names: &Names,
+    shard_count: u16,
+    queues: QueueSettings,
     allow_shrink: bool,
 ) -> Result<ShardPlan, TopologyError> {
     let existing = count_existing_shards(conn, names).await?;
@@ -136,7 +189,7 @@ pub async fn declare(
     };
     call(
         "queue.declare",
-        ch.queue_declare(dlq.as_str().into(), queue_opts, quorum_args()),
+        ch.queue_declare(dlq.as_str().into(), queue_opts, quorum_args(&queues)),
     )
     .await
     .map_err(|e| mismatch_or(e, &dlq))?;
@@ -180,7 +233,7 @@ pub async fn declare(
             ch.queue_declare(
                 queue.as_str().into(),
                 queue_opts,
-                shard_args(names, delivery_limit),
+                shard_args(names, &queues),
             ),
         )
         .await
@@ -362,14 +415,21 @@ pub async fn delete_all(conn: &Connection, names: &Names) -> Result<(), BrokerEr
     Ok(())
 }
 
-fn quorum_args() -> FieldTable {
+fn quorum_args(queues: &QueueSettings) -> FieldTable {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), string("quorum"));
+    if let Some(size) = queues.quorum_group_size {
+        args.insert(
+            "x-quorum-initial-group-size".into(),
+            AMQPValue::LongLongInt(i64::from(size)),
+        );
+    }
     args
 }
 
-fn shard_args(names: &Names, delivery_limit: u32) -> FieldTable {
-    let mut args = quorum_args();
+fn shard_args(names: &Names, queues: &QueueSettings) -> FieldTable {
+    let delivery_limit = queues.delivery_limit;
+    let mut args = quorum_args(queues);
     args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
     args.insert(
         "x-delivery-limit".into(),
@@ -409,6 +469,15 @@ pub(crate) fn is_not_found(e: &lapin::Error) -> bool {
 /// 403 ACCESS_REFUSED: the user lacks the permission.
 pub(crate) fn is_access_refused(e: &lapin::Error) -> bool {
     amqp_reply_code(e) == Some(403)
+}
+
+/// The broker's reply text of a refusal (e.g. "ACCESS_REFUSED - access to
+/// exchange 'pesanan.dlx' in vhost '/' refused for user 'urutan-worker'").
+pub(crate) fn refusal_text(e: &lapin::Error) -> String {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => amqp.get_message().to_string(),
+        _ => e.to_string(),
+    }
 }
 
 /// 406 PRECONDITION_FAILED on a declare: the object exists with other arguments.

@@ -140,14 +140,14 @@ impl Relay {
         active: &mut bool,
         reconnect: bool,
     ) -> Result<(), RelayError> {
-        let url = &self.settings.database_url;
+        let url = &self.settings.database();
         let mut db = PgConnection::connect(url.expose()).await?;
         self.health.set_database(true);
         if !acquire_lock(&mut db, &self.settings.topology_prefix, shutdown).await? {
             return Ok(()); // shutdown while standby
         }
         info!("active relay (holding the outbox lock)");
-        let conn = broker::connect(&self.settings.amqp_url, "urutan relay").await?;
+        let conn = broker::connect(&self.settings.broker(), "urutan relay").await?;
         if reconnect {
             metrics::counter!(crate::metrics::BROKER_RECONNECTS_TOTAL).increment(1);
             info!("reconnected to the broker");

@@ -34,7 +34,20 @@ use crate::store::{Applied, BatchItem, BatchResult, StoreError};
 enum Prepared {
     Marker(i64),
     Event(Event),
-    Dead(Rejection),
+    /// Refused, with the handler's last error (a delivery limit reached in place).
+    Dead(Rejection, Option<String>),
+}
+
+/// What the batch transaction(s) did with one item, and the database's
+/// error if it refused that item alone.
+type ItemResult = (BatchResult, Option<String>);
+
+/// How one delivery of a batch ends.
+enum Step {
+    /// Parked, or a marker passed: ack (its outcome, if any, comes later).
+    Ack,
+    /// An outcome, with the last error for a dead letter that has one.
+    Done(Outcome, Option<String>),
 }
 
 impl ShardWorker {
@@ -57,7 +70,8 @@ impl ShardWorker {
     }
 
     /// Applies a batch; returns each delivery's broker action and whether
-    /// parked messages may now be releasable.
+    /// parked messages may now be releasable. Dead letters are recorded
+    /// (committed) before any of them is settled.
     pub(super) async fn process_batch(
         &self,
         ch: &Channel,
@@ -73,38 +87,63 @@ impl ShardWorker {
             .filter_map(|p| match p {
                 Prepared::Marker(epoch) => Some(BatchItem::Marker(*epoch)),
                 Prepared::Event(event) => Some(BatchItem::Event(event)),
-                Prepared::Dead(_) => None,
+                Prepared::Dead(..) => None,
             })
             .collect();
         let results = self.apply_in_order(ch, session, &items, shutdown).await?;
         let mut results = results.into_iter();
         let mut may_release = false;
-        let mut settles = Vec::with_capacity(deliveries.len());
-        for (delivery, prepared) in deliveries.iter().zip(&prepared) {
-            let message_id = delivery.properties.message_id().as_ref();
-            let message_id = message_id.map(|id| id.as_str());
-            let outcome = match prepared {
-                Prepared::Dead(rejection) => Outcome::DeadLettered(*rejection),
+        let steps: Vec<Step> = prepared
+            .iter()
+            .map(|prepared| match prepared {
+                Prepared::Dead(rejection, error) => {
+                    Step::Done(Outcome::DeadLettered(*rejection), error.clone())
+                }
                 Prepared::Marker(_) | Prepared::Event(_) => match results.next() {
-                    Some(BatchResult::Event(Applied::Done(outcome))) => outcome,
-                    Some(BatchResult::Event(Applied::Parked)) => {
+                    Some((BatchResult::Event(Applied::Done(outcome)), error)) => {
+                        Step::Done(outcome, error)
+                    }
+                    Some((BatchResult::Event(Applied::Parked), _)) => {
                         session.metrics.parked.increment(1);
                         may_release = true;
-                        settles.push(Settle::Ack);
-                        continue;
+                        Step::Ack
                     }
                     // A passed marker (the function answers every item).
-                    Some(BatchResult::Marker) | None => {
+                    Some((BatchResult::Marker, _)) | None => {
                         may_release = true;
-                        settles.push(Settle::Ack);
-                        continue;
+                        Step::Ack
                     }
                 },
+            })
+            .collect();
+        let dead_letters = deliveries
+            .iter()
+            .zip(&steps)
+            .filter_map(|(delivery, step)| match step {
+                Step::Done(Outcome::DeadLettered(rejection), error) => {
+                    Some(crate::dlq::record::rejected(
+                        delivery,
+                        self.shard,
+                        *rejection,
+                        error.as_deref(),
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        self.record_dead_letters(ch, session, dead_letters, shutdown)
+            .await?;
+        let mut settles = Vec::with_capacity(deliveries.len());
+        for ((delivery, prepared), step) in deliveries.iter().zip(&prepared).zip(steps) {
+            let Step::Done(outcome, _) = step else {
+                settles.push(Settle::Ack);
+                continue;
             };
             if let Prepared::Event(event) = prepared {
                 super::steps::record_lag(session, event);
             }
-            settles.push(self.record(session, outcome, message_id));
+            let message_id = delivery.properties.message_id().as_ref();
+            settles.push(self.record(session, outcome, message_id.map(|id| id.as_str())));
         }
         Ok((settles, may_release))
     }
@@ -124,7 +163,7 @@ impl ShardWorker {
                     reason = rejection.reason(),
                     "contract violation in a batch"
                 );
-                return Prepared::Dead(rejection);
+                return Prepared::Dead(rejection, None);
             }
         };
         let Some(hook) = &self.hooks.before_apply else {
@@ -134,16 +173,18 @@ impl ShardWorker {
         let left = attempts
             .saturating_sub(delivery::previous_deliveries(delivery))
             .max(1);
+        let mut last_error = None;
         for attempt in 1..=left {
             let run = std::panic::catch_unwind(AssertUnwindSafe(|| hook(&event)));
-            if run.is_ok() {
+            let Err(panic) = run else {
                 return Prepared::Event(event);
-            }
+            };
+            last_error = Some(super::steps::panic_message(panic.as_ref()));
             error!(message_id = %event.message_id, attempt, "the handler panicked on this message");
             metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => "panic")
                 .increment(1);
         }
-        Prepared::Dead(Rejection::DeliveryLimit)
+        Prepared::Dead(Rejection::DeliveryLimit, last_error)
     }
 
     /// Applies `items` in arrival order: in ONE transaction, unless the
@@ -161,7 +202,7 @@ impl ShardWorker {
         session: &Session,
         items: &[BatchItem<'_>],
         shutdown: &CancellationToken,
-    ) -> Result<Vec<BatchResult>, BrokerError> {
+    ) -> Result<Vec<ItemResult>, BrokerError> {
         let mut results = Vec::with_capacity(items.len());
         let mut groups: VecDeque<&[BatchItem<'_>]> =
             items.chunks(session.group_limit().max(1)).collect();
@@ -176,7 +217,7 @@ impl ShardWorker {
                 )
                 .await;
             match applied {
-                Ok(done) => results.extend(done),
+                Ok(done) => results.extend(done.into_iter().map(|r| (r, None))),
                 Err(Held::GaveUp) => {
                     let (first, second) = group.split_at(group.len() / 2);
                     warn!(
@@ -192,7 +233,7 @@ impl ShardWorker {
                     groups.push_front(first);
                 }
                 Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
-                Err(Held::Refused) => {
+                Err(Held::Refused(_)) => {
                     results.extend(self.one_by_one(ch, session, group, shutdown).await?)
                 }
             }
@@ -208,7 +249,7 @@ impl ShardWorker {
         session: &Session,
         items: &[BatchItem<'_>],
         shutdown: &CancellationToken,
-    ) -> Result<Vec<BatchResult>, BrokerError> {
+    ) -> Result<Vec<ItemResult>, BrokerError> {
         warn!("the database refused a batch; applying it one message at a time");
         let mut results = Vec::with_capacity(items.len());
         for item in items {
@@ -217,11 +258,11 @@ impl ShardWorker {
                 .held(ch, shutdown, || session.apply_batch(single, self.shard))
                 .await;
             match applied {
-                Ok(mut one) => results.push(one.pop().unwrap_or(BatchResult::Marker)),
+                Ok(mut one) => results.push((one.pop().unwrap_or(BatchResult::Marker), None)),
                 Err(Held::Abandon | Held::GaveUp) => return Err(BrokerError::ChannelLost),
-                Err(Held::Refused) => {
+                Err(Held::Refused(error)) => {
                     let outcome = Outcome::DeadLettered(Rejection::DatabaseRefused);
-                    results.push(BatchResult::Event(Applied::Done(outcome)));
+                    results.push((BatchResult::Event(Applied::Done(outcome)), Some(error)));
                 }
             }
         }

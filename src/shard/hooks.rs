@@ -38,3 +38,78 @@ impl std::fmt::Debug for Hooks {
             .finish()
     }
 }
+
+/// A fault-injection setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("{name} must be a whole number, got {value:?}")]
+    NotANumber { name: String, value: String },
+    #[error("cannot listen for SIGUSR1/SIGUSR2: {0}")]
+    Signal(std::io::Error),
+}
+
+impl Hooks {
+    /// Fault injection for `urutan run` (crash drills: `tests/faults.rs`,
+    /// `benches/faults.rs`); no hook is installed unless one of these is set:
+    /// - `URUTAN_FAULT_HANDLER_DELAY_MS=<ms>`: a slow handler; each valid event
+    ///   waits that long before it is applied (in `block_in_place`, so the
+    ///   runtime's other tasks, heartbeats included, keep running);
+    /// - `URUTAN_FAULT_ABORT_AFTER_COMMIT=<n>`: abort at the n-th outcome, which
+    ///   is durable and not yet acked (a crash between commit and ack), counted
+    ///   from start or, with `URUTAN_FAULT_ARM_ON_SIGUSR1` set, from the last
+    ///   SIGUSR1, and not at all after a SIGUSR2 (so a drill picks the moment
+    ///   and the replica).
+    pub fn from_env() -> Result<Self, HookError> {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let number = |name: &str| -> Result<Option<u64>, HookError> {
+            let Some(value) = std::env::var_os(name) else {
+                return Ok(None);
+            };
+            let value = value.to_string_lossy();
+            let n = value.trim().parse().map_err(|_| HookError::NotANumber {
+                name: name.to_owned(),
+                value: value.to_string(),
+            })?;
+            Ok(Some(n))
+        };
+        let mut hooks = Hooks::default();
+        if let Some(ms) = number("URUTAN_FAULT_HANDLER_DELAY_MS")?.filter(|ms| *ms > 0) {
+            let delay = std::time::Duration::from_millis(ms);
+            hooks.before_apply = Some(Arc::new(move |_| {
+                tokio::task::block_in_place(|| std::thread::sleep(delay))
+            }));
+        }
+        if let Some(n) = number("URUTAN_FAULT_ABORT_AFTER_COMMIT")? {
+            let armed = Arc::new(AtomicBool::new(
+                std::env::var_os("URUTAN_FAULT_ARM_ON_SIGUSR1").is_none(),
+            ));
+            let outcomes = Arc::new(AtomicU64::new(0));
+            if !armed.load(Ordering::SeqCst) {
+                use tokio::signal::unix::{SignalKind, signal};
+                let mut usr1 = signal(SignalKind::user_defined1()).map_err(HookError::Signal)?;
+                let mut usr2 = signal(SignalKind::user_defined2()).map_err(HookError::Signal)?;
+                let (arm, count) = (armed.clone(), outcomes.clone());
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            Some(()) = usr1.recv() => {
+                                count.store(0, Ordering::SeqCst);
+                                arm.store(true, Ordering::SeqCst);
+                            }
+                            Some(()) = usr2.recv() => arm.store(false, Ordering::SeqCst),
+                            else => return,
+                        }
+                    }
+                });
+            }
+            hooks.on_outcome = Some(Arc::new(move |_| {
+                if armed.load(Ordering::SeqCst) && outcomes.fetch_add(1, Ordering::SeqCst) + 1 >= n
+                {
+                    std::process::abort();
+                }
+            }));
+        }
+        Ok(hooks)
+    }
+}

@@ -25,7 +25,7 @@ use sqlx::{PgPool, Postgres};
 
 use crate::message::Event;
 use crate::metrics::ShardMetrics;
-use crate::store::{self, Applied, BatchItem, BatchResult, StoreError};
+use crate::store::{self, Applied, BatchItem, BatchResult, NewDeadLetter, StoreError};
 
 /// Longest time a worker keeps a pooled connection before giving it back.
 pub(super) const HOLD: std::time::Duration = std::time::Duration::from_millis(100);
@@ -43,6 +43,8 @@ const GROUP_LIMIT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 /// What one channel life of a shard worker keeps between deliveries.
 pub(super) struct Session {
     pool: PgPool,
+    /// The longest one apply transaction may take (see [`store::bounded`]).
+    limit: std::time::Duration,
     kept: Mutex<Option<Leased>>,
     /// Batch mode: most messages per transaction since PostgreSQL's lock
     /// table last overflowed, and when that was.
@@ -51,9 +53,10 @@ pub(super) struct Session {
 }
 
 impl Session {
-    pub fn new(pool: PgPool, shard: u16) -> Self {
+    pub fn new(pool: PgPool, shard: u16, limit: std::time::Duration) -> Self {
         Self {
             pool,
+            limit,
             kept: Mutex::new(None),
             group_limit: Mutex::new(None),
             metrics: ShardMetrics::new(shard),
@@ -115,7 +118,8 @@ impl Session {
     /// [`store::apply`] on the kept connection.
     pub async fn apply(&self, event: &Event, shard: u16) -> Result<Applied, StoreError> {
         let mut leased = self.take().await?;
-        let applied = store::apply(&mut *leased.conn, event, shard).await;
+        let apply = async |conn: &mut sqlx::PgConnection| store::apply(conn, event, shard).await;
+        let applied = store::bounded(&mut leased.conn, self.limit, apply).await;
         self.put(leased, applied.is_ok());
         applied
     }
@@ -127,9 +131,21 @@ impl Session {
         shard: u16,
     ) -> Result<Vec<BatchResult>, StoreError> {
         let mut leased = self.take().await?;
-        let results = store::apply_batch(&mut leased.conn, items, shard).await;
+        let apply =
+            async |conn: &mut sqlx::PgConnection| store::apply_batch(conn, items, shard).await;
+        let results = store::bounded(&mut leased.conn, self.limit, apply).await;
         self.put(leased, results.is_ok());
         results
+    }
+
+    /// [`store::record_dead_letters`] on the kept connection.
+    pub async fn record_dead_letters(&self, rows: &[NewDeadLetter]) -> Result<(), StoreError> {
+        let mut leased = self.take().await?;
+        let record =
+            async |conn: &mut sqlx::PgConnection| store::record_dead_letters(conn, rows).await;
+        let recorded = store::bounded(&mut leased.conn, self.limit, record).await;
+        self.put(leased, recorded.is_ok());
+        recorded
     }
 
     /// When the kept connection is due back to the pool (`None`: none kept).

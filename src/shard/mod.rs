@@ -23,7 +23,7 @@ mod steps;
 use lease::Session;
 use steps::Held;
 
-pub use hooks::{EventHook, Hooks, Observed, OutcomeHook};
+pub use hooks::{EventHook, HookError, Hooks, Observed, OutcomeHook};
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -65,6 +65,9 @@ pub struct ShardWorker {
     pub batch_linger: Duration,
     pub delivery_limit: u32,
     pub max_body_bytes: usize,
+    /// The longest one database step (a transaction) may take before it is
+    /// abandoned and retried: a silent link must not hold a message forever.
+    pub database_timeout: Duration,
     pub pool: PgPool,
     pub health: Arc<Health>,
     pub hooks: Hooks,
@@ -84,8 +87,9 @@ enum Decision {
     /// Recorded and parked (its outcome comes at release), or an epoch
     /// marker passed: ack, and look for parked messages to release.
     Ack,
-    /// The handler failed on this message: reject with requeue.
-    Requeue(&'static str),
+    /// The handler failed on this message (`reason`: the retry label,
+    /// `error`: what failed): reject with requeue.
+    Requeue { reason: &'static str, error: String },
     /// The channel died while the message was held: say nothing, it comes back.
     Abandon,
 }
@@ -140,7 +144,7 @@ impl ShardWorker {
         )
         .await?;
         self.health.set_consumer(self.shard, true);
-        let session = Session::new(self.pool.clone(), self.shard);
+        let session = Session::new(self.pool.clone(), self.shard, self.database_timeout);
         let mut release_tick = tokio::time::interval(handoff::RELEASE_EVERY);
         release_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Parked messages may be left from an earlier life: look once.
@@ -261,17 +265,31 @@ impl ShardWorker {
             let decided = AssertUnwindSafe(self.decide(ch, session, delivery, shutdown))
                 .catch_unwind()
                 .await;
-            let decision = decided.unwrap_or_else(|_| {
+            let decision = decided.unwrap_or_else(|panic| {
                 error!("the handler panicked on this message; requeueing it");
-                Decision::Requeue("panic")
+                Decision::Requeue {
+                    reason: "panic",
+                    error: steps::panic_message(panic.as_ref()),
+                }
             });
             let message_id = delivery.properties.message_id().as_ref();
             let message_id = message_id.map(|id| id.as_str());
             Ok(match decision {
                 Decision::Abandon => return Err(BrokerError::ChannelLost),
-                Decision::Done(outcome) => (self.record(session, outcome, message_id), false),
+                Decision::Done(outcome) => {
+                    if let Outcome::DeadLettered(rejection) = outcome {
+                        let row =
+                            crate::dlq::record::rejected(delivery, self.shard, rejection, None);
+                        self.record_dead_letters(ch, session, vec![row], shutdown)
+                            .await?;
+                    }
+                    (self.record(session, outcome, message_id), false)
+                }
                 Decision::Ack => (Settle::Ack, true),
-                Decision::Requeue(reason) => (self.requeue(session, delivery, reason), false),
+                Decision::Requeue { reason, error } => {
+                    let requeue = self.requeue(ch, session, delivery, reason, &error, shutdown);
+                    (requeue.await?, false)
+                }
             })
         }
         .instrument(span)

@@ -8,23 +8,24 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use lapin::Channel;
 use lapin::message::Delivery;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::{Decision, Observed, SHUTDOWN_GRACE, Session, ShardWorker};
-use crate::broker::delivery;
+use crate::broker::{BrokerError, delivery};
+use crate::dlq;
 use crate::handoff;
 use crate::message::{self, Event, Rejection};
 use crate::metrics as m;
 use crate::outcome::{Outcome, Settle};
-use crate::store::{self, Applied, StoreError};
+use crate::store::{self, Applied, NewDeadLetter, StoreError};
 
 /// Entities released per release call (one transaction).
 const RELEASE_BATCH: i32 = 200;
 
 /// Why a held database step stopped without a result.
 pub(super) enum Held {
-    /// The database refused this message's data.
-    Refused,
+    /// The database refused this message's data (the error, for the record).
+    Refused(String),
     /// The channel died, or shutdown's grace ran out: the message comes back.
     Abandon,
     /// The caller's `give_up` matched this transient error: the caller has
@@ -55,7 +56,10 @@ impl ShardWorker {
             return match passed {
                 Ok(()) => Decision::Ack,
                 Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
-                Err(Held::Refused) => Decision::Requeue("refused"),
+                Err(Held::Refused(error)) => Decision::Requeue {
+                    reason: "refused",
+                    error,
+                },
             };
         }
         let envelope = delivery::envelope(delivery);
@@ -84,7 +88,10 @@ impl ShardWorker {
                 debug!("parked until older messages of this entity are done");
                 Decision::Ack
             }
-            Err(Held::Refused) => Decision::Requeue("refused"),
+            Err(Held::Refused(error)) => Decision::Requeue {
+                reason: "refused",
+                error,
+            },
             Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
         }
     }
@@ -130,7 +137,7 @@ impl ShardWorker {
                 Ok(value) => return Ok(value),
                 Err(StoreError::Refused(e)) => {
                     warn!(error = %e, "the database refused this message");
-                    return Err(Held::Refused);
+                    return Err(Held::Refused(e.to_string()));
                 }
                 Err(e) if give_up(&e) => return Err(Held::GaveUp),
                 Err(e) => e,
@@ -181,22 +188,73 @@ impl ShardWorker {
     }
 
     /// A handler failure: requeue it, and if that return exhausts the queue's
-    /// delivery limit (the queue then dead-letters it), count it as such.
-    pub(super) fn requeue(
+    /// delivery limit (the queue then dead-letters it), record it (with
+    /// `error`, the last failure) and count it as such.
+    pub(super) async fn requeue(
         &self,
+        ch: &Channel,
         session: &Session,
         delivery: &Delivery,
         reason: &'static str,
-    ) -> Settle {
+        error: &str,
+        shutdown: &CancellationToken,
+    ) -> Result<Settle, BrokerError> {
         metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => reason)
             .increment(1);
         let returns = delivery::previous_deliveries(delivery) + 1;
         if returns > u64::from(self.delivery_limit) {
+            let rejection = Rejection::DeliveryLimit;
+            let row = dlq::record::rejected(delivery, self.shard, rejection, Some(error));
+            self.record_dead_letters(ch, session, vec![row], shutdown)
+                .await?;
             let message_id = delivery.properties.message_id().as_ref();
-            let outcome = Outcome::DeadLettered(Rejection::DeliveryLimit);
+            let outcome = Outcome::DeadLettered(rejection);
             self.record(session, outcome, message_id.map(|id| id.as_str()));
         }
-        Settle::Requeue
+        Ok(Settle::Requeue)
+    }
+
+    /// Commits the dead-letter records of deliveries about to go to the
+    /// DLQ, BEFORE their reject: held through transient database failures
+    /// like any other write, so no message reaches the DLQ without its row
+    /// (while the database is down, a contract violation waits in its shard
+    /// like every other message). A crash between commit and reject
+    /// redelivers the message, whose second record is absorbed by the
+    /// unique delivery key. Should PostgreSQL refuse a record's data (the
+    /// record is sanitised so that it does not), the record is written
+    /// without the message's content; refused again, the message is
+    /// dead-lettered without a row, and `urutan dlq` records it from the queue.
+    pub(super) async fn record_dead_letters(
+        &self,
+        ch: &Channel,
+        session: &Session,
+        rows: Vec<NewDeadLetter>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), BrokerError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let full = self
+            .held(ch, shutdown, || session.record_dead_letters(&rows))
+            .await;
+        let refused = match full {
+            Ok(()) => return Ok(()),
+            Err(Held::Abandon | Held::GaveUp) => return Err(BrokerError::ChannelLost),
+            Err(Held::Refused(e)) => e,
+        };
+        warn!(error = %refused, "the database refused a dead-letter record; recording it without the message's content");
+        let minimal: Vec<NewDeadLetter> = rows.iter().map(NewDeadLetter::minimal).collect();
+        let bare = self
+            .held(ch, shutdown, || session.record_dead_letters(&minimal))
+            .await;
+        match bare {
+            Ok(()) => Ok(()),
+            Err(Held::Abandon | Held::GaveUp) => Err(BrokerError::ChannelLost),
+            Err(Held::Refused(e)) => {
+                error!(error = %e, "cannot record the dead letter; dead-lettering it without a record (`urutan dlq list` records it from the queue)");
+                Ok(())
+            }
+        }
     }
 
     /// Applies this shard's parked messages that may go now. Returns true
@@ -246,5 +304,16 @@ pub(super) fn record_lag(session: &Session, event: &Event) {
         .and_then(|t| SystemTime::now().duration_since(t).ok());
     if let Some(lag) = lag {
         session.metrics.lag.record(lag.as_secs_f64());
+    }
+}
+
+/// The text of a panic's payload (what `panic!` or `resume_unwind` was given).
+pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        format!("the handler panicked: {s}")
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        format!("the handler panicked: {s}")
+    } else {
+        "the handler panicked".to_owned()
     }
 }

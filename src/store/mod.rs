@@ -1,7 +1,9 @@
 //! PostgreSQL: connecting (and creating the database), migrations, the apply
-//! transaction and dedup retention. Errors say whether to retry or give up.
+//! transaction, dead-letter records and retention. Errors say whether to
+//! retry or give up.
 
 mod apply;
+mod dead_letter;
 mod retention;
 
 use std::time::Duration;
@@ -13,7 +15,10 @@ use tracing::info;
 use crate::config::SecretUrl;
 
 pub use apply::{Applied, BatchItem, BatchResult, apply, apply_batch, parse_result};
-pub use retention::{purge_expired, run_retention};
+pub use dead_letter::{
+    NewDeadLetter, insert_dead_letter, purge_resolved_dead_letters, record_dead_letters,
+};
+pub use retention::{Retention, purge_expired, run_retention};
 
 /// The embedded migrations of `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -51,6 +56,7 @@ impl From<sqlx::Error> for StoreError {
     fn from(source: sqlx::Error) -> Self {
         let reason = match &source {
             sqlx::Error::PoolTimedOut => "pool_timeout",
+            sqlx::Error::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => "timeout",
             sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolClosed => "connection",
             sqlx::Error::Database(db) => {
                 let code = db.code().unwrap_or_default();
@@ -109,13 +115,32 @@ pub async fn ensure_database(url: &SecretUrl) -> Result<(), sqlx::Error> {
     admin.close().await
 }
 
+/// How long a connection going back to the pool may take to answer the
+/// check that it is still usable.
+const RELEASE_CHECK: Duration = Duration::from_secs(5);
+
 /// Opens a pool of `size` connections. Acquiring waits at most 5 s, so a
-/// database outage surfaces as a transient error instead of a hang.
+/// database outage surfaces as a transient error instead of a hang. A
+/// connection going back to the pool must answer a ping within
+/// [`RELEASE_CHECK`] or is closed: sqlx's own release ping has no bound, and a
+/// connection whose link went silent (no FIN, no RST) would keep its pool
+/// slot forever (and `PgPool::close` would wait for it).
 pub async fn connect(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {
+    use sqlx::Connection as _;
     PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(Duration::from_secs(5))
         .test_before_acquire(false)
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                // An error (not `Ok(false)`) makes sqlx close it without the
+                // goodbye a silent link would never carry.
+                match tokio::time::timeout(RELEASE_CHECK, conn.ping()).await {
+                    Ok(answer) => answer.map(|()| true),
+                    Err(_) => Err(sqlx::Error::Io(std::io::ErrorKind::TimedOut.into())),
+                }
+            })
+        })
         .connect_with(options(url)?)
         .await
 }
@@ -143,7 +168,17 @@ pub async fn prepare(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> 
     }
     // On a pool of its own, closed afterwards: a failed run leaves the
     // migrator's session lock behind on the connection it used.
-    let migrator_pool = connect(url, 1).await?;
+    // Without the session limits of `Settings::database`: a migration on a
+    // large table may rightly take longer.
+    let unlimited = options(url)?.options([
+        ("statement_timeout", "0"),
+        ("idle_in_transaction_session_timeout", "0"),
+    ]);
+    let migrator_pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(unlimited)
+        .await?;
     let migrated = MIGRATOR.run(&migrator_pool).await;
     migrator_pool.close().await;
     match migrated {
@@ -192,7 +227,37 @@ fn is_permission_denied(e: &sqlx::migrate::MigrateError) -> bool {
     db.code().as_deref() == Some("42501")
 }
 
-/// True if the database answers a trivial query now.
-pub async fn ping(pool: &PgPool) -> bool {
-    sqlx::query("SELECT 1").execute(pool).await.is_ok()
+/// True if the database answers a trivial query within `limit`.
+pub async fn ping(pool: &PgPool, limit: Duration) -> bool {
+    let Ok(Ok(mut conn)) = tokio::time::timeout(limit, pool.acquire()).await else {
+        return false;
+    };
+    let ping = async |c: &mut sqlx::PgConnection| sqlx::query("SELECT 1").execute(c).await;
+    bounded(&mut conn, limit, ping).await.is_ok()
+}
+
+/// Runs `work` on `conn` for at most `limit`. On a timeout the connection
+/// is closed instead of going back to the pool: sqlx would otherwise test it
+/// with an unbounded ping, and a silent link (packets dropped, no FIN, no
+/// RST) would keep that pool slot forever.
+pub async fn bounded<T, E>(
+    conn: &mut sqlx::pool::PoolConnection<sqlx::Postgres>,
+    limit: Duration,
+    work: impl AsyncFnOnce(&mut sqlx::PgConnection) -> Result<T, E>,
+) -> Result<T, StoreError>
+where
+    StoreError: From<E>,
+{
+    let finished = tokio::time::timeout(limit, work(&mut *conn)).await;
+    match finished {
+        Ok(done) => Ok(done?),
+        Err(_) => {
+            conn.close_on_drop();
+            let silent = std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {limit:?}"),
+            );
+            Err(sqlx::Error::Io(silent).into())
+        }
+    }
 }

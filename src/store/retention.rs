@@ -1,4 +1,5 @@
-//! Dedup retention: processed message ids older than `DEDUP_RETENTION` are
+//! Retention: processed message ids older than `DEDUP_RETENTION`, and
+//! dead-letter records resolved longer than `DEAD_LETTER_RETENTION` ago, are
 //! deleted in bounded batches, so the workers never wait on a long delete.
 
 use std::time::Duration;
@@ -38,13 +39,43 @@ pub async fn purge_expired(pool: &PgPool, retention: Duration) -> Result<u64, sq
     }
 }
 
+/// How long each kind of row is kept.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    /// Processed message ids (`DEDUP_RETENTION`).
+    pub dedup: Duration,
+    /// Resolved dead-letter records (`DEAD_LETTER_RETENTION`).
+    pub dead_letters: Duration,
+}
+
 /// Purges now and then every few minutes until `shutdown`.
-pub async fn run_retention(pool: PgPool, retention: Duration, shutdown: CancellationToken) {
+pub async fn run_retention(pool: PgPool, retention: Retention, shutdown: CancellationToken) {
     loop {
-        match purge_expired(&pool, retention).await {
+        // Cancellable: on a silent database link the purge may never answer.
+        let Some(purged) = shutdown
+            .run_until_cancelled(purge_expired(&pool, retention.dedup))
+            .await
+        else {
+            return;
+        };
+        match purged {
             Ok(0) => {}
             Ok(n) => info!(rows = n, "purged expired message ids"),
             Err(e) => warn!(error = %e, "dedup retention pass failed; will try again"),
+        }
+        let Some(purged) = shutdown
+            .run_until_cancelled(super::purge_resolved_dead_letters(
+                &pool,
+                retention.dead_letters,
+            ))
+            .await
+        else {
+            return;
+        };
+        match purged {
+            Ok(0) => {}
+            Ok(n) => info!(rows = n, "purged resolved dead-letter records"),
+            Err(e) => warn!(error = %e, "dead-letter retention pass failed; will try again"),
         }
         tokio::select! {
             () = shutdown.cancelled() => return,

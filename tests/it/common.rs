@@ -183,7 +183,7 @@ impl TestEnv {
     /// Default settings pointed at this environment, HTTP on a free port.
     pub fn settings(&self, shards: u16) -> Settings {
         let mut s = Settings::defaults();
-        s.amqp_url = self.amqp_url();
+        s.amqp_url = self.amqp_url().into();
         s.database_url = self.database_url();
         s.shard_count = shards;
         s.metrics_addr = "127.0.0.1:0".parse().expect("addr");

@@ -1,8 +1,9 @@
 //! The Grafana dashboard (`deploy/grafana/urutan.json`) and the alert rules
 //! (`deploy/prometheus/alerts.yaml`) query only metrics that exist: every
 //! `urutan_*` name is one `src/metrics.rs` names and the real `urutan run` /
-//! `urutan relay` processes export, every `rabbitmq_*` name is one the
-//! broker's `rabbitmq_prometheus` plugin serves on `/metrics/per-object`.
+//! `urutan relay` / `urutan effects` processes export, every `rabbitmq_*`
+//! name is one the broker's `rabbitmq_prometheus` plugin serves on
+//! `/metrics/per-object`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, TcpListener};
@@ -196,6 +197,10 @@ struct Process {
 
 impl Process {
     fn start(env: &TestEnv, command: &'static str) -> Self {
+        Self::start_with(env, command, &[])
+    }
+
+    fn start_with(env: &TestEnv, command: &'static str, extra: &[(&str, &str)]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -207,6 +212,7 @@ impl Process {
             .envs(env.process_env(2))
             .env("METRICS_ADDR", http.to_string())
             .env("NO_COLOR", "1")
+            .envs(extra.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log.reopen().expect("open log file")))
@@ -392,6 +398,27 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
     assert_eq!(http_get(standby.http, "/readyz").await.0, 503);
     drop(standby);
 
+    // The effects dispatcher (an endpoint nobody listens on: it retries).
+    let mut effects = Process::start_with(
+        &env,
+        "effects",
+        &[
+            ("EFFECTS", "*=http://127.0.0.1:9/hook"),
+            ("EFFECTS_SECRET", "a-secret-of-sixteen-bytes-or-more"),
+        ],
+    );
+    let effects_scrape = effects
+        .wait_scrape(
+            "urutan_ready{role=\"effects\"} 1 and its backlog",
+            limit,
+            |s| {
+                metric_sum(s, "urutan_ready", &["role=\"effects\""]) == 1.0
+                    && has_series(s, "urutan_effects_backlog", &[])
+            },
+        )
+        .await;
+    let in_effects = scrape_names(&effects_scrape);
+
     let (in_worker, in_relay) = (scrape_names(&worker_scrape), scrape_names(&relay_scrape));
     let mut missing = Vec::new();
     let mut exporter = BTreeMap::new();
@@ -400,6 +427,7 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
             (true, true) => "worker+relay",
             (true, false) => "worker",
             (false, true) => "relay",
+            (false, false) if in_effects.contains(name) => "effects",
             (false, false) => {
                 missing.push(name.clone());
                 continue;
@@ -410,8 +438,9 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
     eprintln!("urutan metrics the dashboard and alerts use, by exporter: {exporter:#?}");
     assert!(
         missing.is_empty(),
-        "queried by the dashboard or the alerts but exported by neither urutan run nor \
-         urutan relay: {missing:?}\nworker:\n{worker_scrape}\nrelay:\n{relay_scrape}"
+        "queried by the dashboard or the alerts but exported by none of urutan run, \
+         urutan relay, urutan effects: {missing:?}\nworker:\n{worker_scrape}\nrelay:\n{relay_scrape}\n\
+         effects:\n{effects_scrape}"
     );
 
     rabbitmq_names_are_served(&env, &used).await;

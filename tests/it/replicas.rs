@@ -174,7 +174,7 @@ async fn graceful_handovers_spend_no_delivery() {
     settings.prefetch = 10;
     settings.delivery_limit = 1;
     // Declare, then queue the whole backlog before any replica consumes.
-    let conn = urutan::broker::connect(&env.amqp_url(), "t")
+    let conn = urutan::broker::connect(&env.amqp_url().into(), "t")
         .await
         .expect("connect");
     let names = urutan::broker::Names::new("pesanan");

@@ -143,7 +143,7 @@ async fn declare(
     delivery_limit: u32,
     allow_shrink: bool,
 ) -> Result<ShardPlan, TopologyError> {
-    let conn = urutan::broker::connect(&env.amqp_url(), "t")
+    let conn = urutan::broker::connect(&env.amqp_url().into(), "t")
         .await
         .expect("connect");
     let names = Names::new("pesanan");
@@ -584,4 +584,39 @@ async fn a_least_privilege_worker_checks_the_topology_passively() {
     })
     .await;
     pool.stop().await;
+}
+
+/// `QUORUM_GROUP_SIZE` sets `x-quorum-initial-group-size` on the queues;
+/// like `DELIVERY_LIMIT` it is part of the topology: the broker compares it
+/// on every declare, so another value later is a clear mismatch error.
+#[tokio::test]
+async fn the_quorum_group_size_is_part_of_the_topology() {
+    let env = TestEnv::new("topo_group").await;
+    let conn = urutan::broker::connect(&env.amqp_url().into(), "t")
+        .await
+        .expect("connect");
+    let names = Names::new("pesanan");
+    let with = |size| topology::QueueSettings {
+        delivery_limit: 5,
+        quorum_group_size: size,
+    };
+    topology::declare_with(&conn, &names, 2, with(Some(1)), false)
+        .await
+        .expect("declare with a group size");
+    topology::declare_with(&conn, &names, 3, with(Some(1)), false)
+        .await
+        .expect("declare again with the same size, one more shard");
+    let listed = queues(&env);
+    for queue in [shard(0), shard(2), "pesanan.dlq".to_owned()] {
+        let args = arguments(&listed[&queue]);
+        assert_eq!(args["x-quorum-initial-group-size"], json!(1), "{queue}");
+    }
+    let err = topology::declare_with(&conn, &names, 3, with(None), false)
+        .await
+        .expect_err("another value is a mismatch");
+    assert!(
+        err.to_string().contains("x-quorum-initial-group-size"),
+        "{err}"
+    );
+    let _ = conn.close(200, "done".into()).await;
 }

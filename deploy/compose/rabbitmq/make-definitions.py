@@ -2,7 +2,7 @@
 """Writes definitions.json (next to this file) for the LOCAL compose stack.
 
 RabbitMQ imports it at boot (rabbitmq.conf: load_definitions): the vhost
-`urutan`, an administrator for the management UI and the three
+`urutan`, an administrator for the management UI and the four
 least-privilege users of deploy/rabbitmq/least-privilege.sh with the same
 permission patterns (prefix `pesanan`).
 
@@ -39,6 +39,8 @@ USERS = {
         f"^{P}\\.alive$", "^amq\\.default$", f"^{P}\\.shard-\\d{{3}}$")),
     "urutan-relay": ("relay-local-only", [], (
         "^$", f"^({P}|amq\\.default)$", "^$")),
+    "urutan-operator": ("operator-local-only", [], (
+        "^$", f"^({P}|amq\\.default)$", f"^{P}\\.dlq$")),
 }
 
 OUT = pathlib.Path(__file__).resolve().parent / "definitions.json"

@@ -1,0 +1,230 @@
+//! The effect tables (migration 0009): the routes the apply transaction
+//! reads, and the dispatcher's claims and results.
+//!
+//! Invariants the queries keep:
+//! - an effect is claimed only when it is the first pending effect of its
+//!   order (in `(versi, tujuan)` order) and its lease is free, with
+//!   `FOR UPDATE SKIP LOCKED`: two dispatchers never hold the same effect,
+//!   and an order never has two effects in flight;
+//! - a claim bumps `percobaan`; a result is recorded only under the claim
+//!   that made it (same `percobaan`, still pending), so a dispatcher whose
+//!   lease expired cannot overwrite a later attempt;
+//! - a pending effect stays pending until a 2xx or a dead letter is
+//!   recorded: a crash anywhere leaves it to be claimed again once its lease
+//!   expires, and sent again with the same key.
+
+use std::time::Duration;
+
+use sqlx::{Acquire, PgPool};
+
+use super::routes::Routes;
+
+/// One claimed effect, ready to send.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Claimed {
+    pub efek: i64,
+    pub pesanan_id: String,
+    pub versi: i64,
+    /// `webhook-id` and `Idempotency-Key`.
+    pub message_id: String,
+    /// The body, exactly as signed and sent.
+    pub isi: String,
+    pub url: String,
+    /// This attempt's number (1 for the first); the claim's fencing token.
+    pub percobaan: i32,
+}
+
+/// What to record for an attempt.
+#[derive(Debug, Clone)]
+pub enum Recorded {
+    /// Answered 2xx.
+    Sent { code: u16 },
+    /// Try again after `after` (lease released).
+    Retry {
+        code: Option<u16>,
+        answer: String,
+        after: Duration,
+    },
+    /// Given up: dead-lettered with the last answer or error.
+    Dead { code: Option<u16>, answer: String },
+}
+
+/// What changed when a dispatcher wrote its routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sync {
+    Unchanged,
+    /// The previous routes (as `status=host` lines, secrets left out).
+    Replaced {
+        before: Vec<String>,
+    },
+}
+
+/// Makes `routes` the routes in force (one transaction; concurrent writers
+/// are serialised by a table lock that apply transactions, which only
+/// read the table, do not wait for).
+pub async fn sync_routes(pool: &PgPool, routes: &Routes) -> Result<Sync, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin().await?;
+    sqlx::query("LOCK TABLE urutan_efek_rute IN EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await?;
+    let wanted: Vec<(String, String)> = routes
+        .0
+        .iter()
+        .map(|r| (r.status.as_sql().to_owned(), r.url.as_str().to_owned()))
+        .collect();
+    let mut current: Vec<(String, String)> = sqlx::query_as(
+        "SELECT r.status, t.url FROM urutan_efek_rute r JOIN urutan_efek_tujuan t USING (tujuan)",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut sorted = wanted.clone();
+    sorted.sort();
+    current.sort();
+    if sorted == current {
+        tx.commit().await?;
+        return Ok(Sync::Unchanged);
+    }
+    let (statuses, urls): (Vec<String>, Vec<String>) = wanted.into_iter().unzip();
+    sqlx::query(
+        "INSERT INTO urutan_efek_tujuan (url) SELECT DISTINCT u FROM unnest($1::text[]) u \
+         ON CONFLICT (url) DO NOTHING",
+    )
+    .bind(&urls)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM urutan_efek_rute")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO urutan_efek_rute (status, tujuan) \
+         SELECT DISTINCT w.status, t.tujuan FROM unnest($1::text[], $2::text[]) w(status, url) \
+         JOIN urutan_efek_tujuan t ON t.url = w.url",
+    )
+    .bind(&statuses)
+    .bind(&urls)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let before = current
+        .iter()
+        .map(|(status, url)| match url::Url::parse(url) {
+            Ok(u) => format!("{status}={}", super::routes::redact(&u)),
+            Err(_) => format!("{status}=?"),
+        })
+        .collect();
+    Ok(Sync::Replaced { before })
+}
+
+/// The routes in force, as `(status, url)` pairs (sorted).
+pub async fn current_routes(pool: &PgPool) -> Result<Vec<(String, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT r.status, t.url FROM urutan_efek_rute r JOIN urutan_efek_tujuan t USING (tujuan) \
+         ORDER BY 1, 2",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Claims at most `limit` effects that may go now (see the module doc) for
+/// `lease`, on behalf of `owner`.
+pub async fn claim(
+    pool: &PgPool,
+    limit: i64,
+    lease: Duration,
+    owner: &str,
+) -> Result<Vec<Claimed>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH calon AS (
+             SELECT e.efek FROM urutan_efek e
+             WHERE e.keadaan = 'menunggu' AND e.coba_pada <= now()
+               AND (e.sewa_sampai IS NULL OR e.sewa_sampai < now())
+               AND NOT EXISTS (
+                   SELECT 1 FROM urutan_efek d
+                   WHERE d.pesanan_id = e.pesanan_id AND d.keadaan = 'menunggu'
+                     AND (d.versi, d.tujuan) < (e.versi, e.tujuan))
+             ORDER BY e.efek
+             LIMIT $1
+             FOR UPDATE SKIP LOCKED
+         )
+         UPDATE urutan_efek e
+         SET sewa_sampai = now() + make_interval(secs => $2), sewa_oleh = $3,
+             percobaan = e.percobaan + 1
+         FROM calon, urutan_efek_tujuan t
+         WHERE e.efek = calon.efek AND t.tujuan = e.tujuan
+         RETURNING e.efek, e.pesanan_id, e.versi, e.message_id, e.isi::text AS isi, t.url,
+                   e.percobaan",
+    )
+    .bind(limit)
+    .bind(lease.as_secs_f64())
+    .bind(owner)
+    .fetch_all(pool)
+    .await
+}
+
+/// Records the result of attempt `percobaan` of effect `efek`; false if the
+/// claim was lost meanwhile (lease expired and claimed again, or settled).
+pub async fn record(
+    pool: &PgPool,
+    efek: i64,
+    percobaan: i32,
+    result: &Recorded,
+) -> Result<bool, sqlx::Error> {
+    let (keadaan, code, answer, after) = match result {
+        Recorded::Sent { code } => ("terkirim", Some(*code), None, Duration::ZERO),
+        Recorded::Retry {
+            code,
+            answer,
+            after,
+        } => ("menunggu", *code, Some(answer.as_str()), *after),
+        Recorded::Dead { code, answer } => ("gagal", *code, Some(answer.as_str()), Duration::ZERO),
+    };
+    let done = sqlx::query(
+        "UPDATE urutan_efek
+         SET keadaan = $3, kode = $4, jawaban = $5, sewa_sampai = NULL, sewa_oleh = NULL,
+             coba_pada = now() + make_interval(secs => $6),
+             selesai_pada = CASE WHEN $3 = 'menunggu' THEN NULL ELSE now() END
+         WHERE efek = $1 AND percobaan = $2 AND keadaan = 'menunggu'",
+    )
+    .bind(efek)
+    .bind(percobaan)
+    .bind(keadaan)
+    .bind(code.map(i32::from))
+    .bind(answer)
+    .bind(after.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Per endpoint URL: (pending effects, age of the oldest pending in
+/// seconds, dead-lettered effects held).
+pub async fn backlog(pool: &PgPool) -> Result<Vec<(String, i64, f64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT t.url,
+                count(*) FILTER (WHERE e.keadaan = 'menunggu'),
+                coalesce(extract(epoch FROM now() - min(e.dibuat_pada)
+                                 FILTER (WHERE e.keadaan = 'menunggu'))::float8, 0),
+                count(*) FILTER (WHERE e.keadaan = 'gagal')
+         FROM urutan_efek_tujuan t
+         LEFT JOIN urutan_efek e ON e.tujuan = t.tujuan AND e.keadaan <> 'terkirim'
+         GROUP BY t.url",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Deletes sent effects older than `retention`, a bounded slice at a time;
+/// returns how many went.
+pub async fn purge_sent(pool: &PgPool, retention: Duration) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "DELETE FROM urutan_efek WHERE efek IN (
+             SELECT efek FROM urutan_efek
+             WHERE keadaan = 'terkirim' AND selesai_pada < now() - make_interval(secs => $1)
+             LIMIT 10000)",
+    )
+    .bind(retention.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}

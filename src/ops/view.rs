@@ -1,0 +1,317 @@
+//! The screens for people: `urutan status` and `urutan explain` as text.
+
+use std::fmt::{self, Write as _};
+
+use chrono::{DateTime, Utc};
+
+use super::explain::Explanation;
+use super::status::Status;
+
+/// A wall-clock time for people.
+pub fn when(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// How long ago `since` was, in the largest fitting unit ("42 s", "7 min",
+/// "3 h", "2 d").
+pub fn age(now: DateTime<Utc>, since: DateTime<Utc>) -> String {
+    let s = (now - since).num_seconds().max(0);
+    match s {
+        0..120 => format!("{s} s"),
+        120..7_200 => format!("{} min", s / 60),
+        7_200..172_800 => format!("{} h", s / 3_600),
+        _ => format!("{} d", s / 86_400),
+    }
+}
+
+fn ago(now: DateTime<Utc>, t: Option<DateTime<Utc>>) -> String {
+    t.map_or("-".into(), |t| format!("{} ago", age(now, t)))
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or("?".into(), |v| v.to_string())
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let now = self.checked_at;
+        let verdict = match self.exit_code {
+            0 => "healthy".to_owned(),
+            3 => "incomplete: a service cannot be reached (exit 3)".to_owned(),
+            code => format!("needs attention (exit {code})"),
+        };
+        writeln!(f, "urutan status at {}: {verdict}", when(now))?;
+        writeln!(f)?;
+        for (label, reach) in [("database", &self.database), ("broker", &self.broker)] {
+            let state = reach.error.as_deref().unwrap_or("reachable");
+            writeln!(f, "{label:<13}{}: {state}", reach.url)?;
+        }
+        match &self.ring {
+            Some(r) => {
+                let progress = if r.resharding {
+                    format!(
+                        "RESHARDING {} -> {} in progress for {} (until every shard passes epoch {})",
+                        opt(r.from),
+                        r.shard_count,
+                        age(now, r.since),
+                        r.epoch
+                    )
+                } else {
+                    "no resharding in progress".into()
+                };
+                writeln!(
+                    f,
+                    "{:<13}{} shards (record {}, {} by {}); {progress}",
+                    "ring",
+                    r.shard_count,
+                    r.versi,
+                    when(r.since),
+                    r.by
+                )?;
+            }
+            None => writeln!(f, "{:<13}none recorded", "ring")?,
+        }
+        if let Some(e) = &self.epochs {
+            writeln!(
+                f,
+                "{:<13}latest {} ({}, {} ago); every shard has passed {}",
+                "epochs",
+                e.latest,
+                e.latest_reason,
+                age(now, e.latest_opened_at),
+                opt(e.passed_by_all)
+            )?;
+        }
+        if self.windows.is_empty() {
+            writeln!(f, "{:<13}none open", "windows")?;
+        }
+        for w in &self.windows {
+            let until = w.epoch.map_or("its epoch is not open yet".into(), |e| {
+                format!("closes with epoch {e}")
+            });
+            writeln!(
+                f,
+                "{:<13}#{} {} (open {}; {until})",
+                "window",
+                w.id,
+                w.reason,
+                age(now, w.opened_at)
+            )?;
+        }
+        writeln!(f)?;
+        self.fmt_shards(f)?;
+        writeln!(f)?;
+        let replicas = match (self.replicas_seen, &self.replicas_unknown) {
+            (Some(n), _) => format!(
+                "{n} seen (the most consumers on one shard queue: per shard one is active, \
+                 the others stand by)"
+            ),
+            (None, Some(why)) => format!("unknown: {why}"),
+            (None, None) => "none seen".into(),
+        };
+        writeln!(f, "{:<13}{replicas}", "replicas")?;
+        self.fmt_dead_letters(f)?;
+        match &self.outbox {
+            Some(o) => {
+                let relay = match &o.relay {
+                    Some(r) => format!(
+                        "relay active (pid {}{}{})",
+                        r.pid,
+                        r.client
+                            .as_deref()
+                            .map_or(String::new(), |c| format!(" from {c}")),
+                        r.since
+                            .map_or(String::new(), |t| format!(", since {}", when(t)))
+                    ),
+                    None => "no relay active".into(),
+                };
+                let oldest = o.oldest_unsent_at.map_or(String::new(), |t| {
+                    format!(", the oldest {} old", age(now, t))
+                });
+                writeln!(f, "{:<13}{} unsent{oldest}; {relay}", "outbox", o.unsent)?;
+            }
+            None => writeln!(f, "{:<13}unknown (database not read)", "outbox")?,
+        }
+        writeln!(f)?;
+        if self.attention.is_empty() {
+            writeln!(f, "nothing needs attention")?;
+        } else {
+            writeln!(f, "needs attention:")?;
+            for a in &self.attention {
+                writeln!(f, "  - {} [{}]", a.message, a.code)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Status {
+    fn fmt_shards(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let now = self.checked_at;
+        writeln!(
+            f,
+            "shard  queue                     ready  consumers      epoch  parked  last applied"
+        )?;
+        for s in &self.shards {
+            let queue = match s.exists {
+                Some(false) => format!("{} (missing)", s.queue),
+                _ if !s.bound => format!("{} (unbound)", s.queue),
+                _ => s.queue.clone(),
+            };
+            let consumers = match (s.consumers, s.consumers_registered) {
+                (Some(active), Some(all)) if all > active => {
+                    format!("{active} (+{} standby)", all - active)
+                }
+                (active, _) => opt(active),
+            };
+            let parked = match s.oldest_parked_at {
+                Some(t) if s.parked > 0 => format!("{} ({})", s.parked, age(now, t)),
+                _ => s.parked.to_string(),
+            };
+            writeln!(
+                f,
+                "{:03}    {queue:<25} {:>5}  {consumers:<13}  {:>5}  {parked:>6}  {}",
+                s.shard,
+                opt(s.ready),
+                opt(s.epoch_passed),
+                ago(now, s.last_applied_at)
+            )?;
+        }
+        if self.shards.is_empty() {
+            writeln!(f, "(no shard known)")?;
+        }
+        Ok(())
+    }
+
+    fn fmt_dead_letters(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let now = self.checked_at;
+        let dl = &self.dead_letters;
+        let depth = dl
+            .depth
+            .map_or("depth unknown".into(), |n| format!("{n} message(s)"));
+        let mut reasons = String::new();
+        if !dl.records_available {
+            reasons.push_str(super::NO_DEAD_LETTER_RECORDS);
+        } else if dl.by_reason.is_empty() {
+            reasons.push_str("no dead-letter record waiting");
+        } else {
+            reasons.push_str("by reason:");
+            for r in &dl.by_reason {
+                let _ = write!(
+                    reasons,
+                    " {} {} (last {} ago);",
+                    r.reason,
+                    r.count,
+                    age(now, r.last_at)
+                );
+            }
+            reasons.pop();
+        }
+        writeln!(f, "{:<13}{}: {depth}; {reasons}", "dead letters", dl.queue)
+    }
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let now = Utc::now();
+        match &self.state {
+            Some(s) => {
+                writeln!(
+                    f,
+                    "order {}: status {} at versi {} (epoch {}), updated {} ({} ago)",
+                    self.order_id,
+                    s.status,
+                    s.versi,
+                    s.epoch,
+                    when(s.updated_at),
+                    age(now, s.updated_at)
+                )?;
+                if let Some(data) = &s.data {
+                    writeln!(f, "data: {}", cap(data, 200))?;
+                }
+            }
+            None => writeln!(
+                f,
+                "order {}: no stored state (nothing applied)",
+                self.order_id
+            )?,
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "{:<8} {:<13} {:<5} {:<6} {:<20} {:<23} note",
+            "versi", "what", "shard", "epoch", "message id", "when"
+        )?;
+        for line in super::story::lines(self, now) {
+            writeln!(f, "{line}")?;
+        }
+        for d in self
+            .dead_letters
+            .iter()
+            .flatten()
+            .filter(|d| d.versi.is_none())
+        {
+            writeln!(
+                f,
+                "(version unknown) dead-lettered on shard {:03} {}: reason {}: {}",
+                d.shard,
+                when(d.at),
+                d.reason,
+                d.detail
+            )?;
+        }
+        writeln!(f)?;
+        self.fmt_queues(f)?;
+        if let Err(e) = &self.outbox {
+            writeln!(f, "outbox: {e}")?;
+        }
+        if self.dead_letters.is_none() {
+            writeln!(f, "{}", super::NO_DEAD_LETTER_RECORDS)?;
+        }
+        writeln!(
+            f,
+            "epochs: <=E is an upper bound (the latest epoch opened before that version was \
+             applied; the history does not record epochs); the stored version's is exact"
+        )
+    }
+}
+
+impl Explanation {
+    fn fmt_queues(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (shards, dlq) = match &self.queues {
+            Ok(q) => q,
+            Err(e) => return writeln!(f, "queued: unknown ({e})"),
+        };
+        let total: u32 = shards.iter().flatten().map(|q| q.ready).sum();
+        let last = self
+            .applied
+            .last()
+            .map(|a| a.shard)
+            .or(self.parked.last().map(|p| p.shard));
+        let here = last
+            .and_then(|s| usize::try_from(s).ok())
+            .and_then(|s| Some((s, shards.get(s).copied().flatten()?)))
+            .map_or(String::new(), |(s, q)| {
+                format!(
+                    "shard {s:03}, where it was last seen, holds {} ready message(s); ",
+                    q.ready
+                )
+            });
+        writeln!(
+            f,
+            "queued: a queued message cannot be looked at without taking it (single-active-\
+             consumer queues refuse basic.get): {here}all {} shard queues hold {total}; the \
+             dead-letter queue holds {}",
+            shards.len(),
+            dlq.map_or("?".into(), |q| q.ready.to_string())
+        )
+    }
+}
+
+/// `s` cut to at most `max` characters, marked when cut.
+fn cap(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}… ({} bytes)", &s[..i], s.len()),
+        None => s.to_owned(),
+    }
+}

@@ -1,0 +1,140 @@
+//! Dead-letter records (`urutan_dead_letter`, migration 0008): written by a
+//! worker before it rejects a delivery into the DLQ, read and resolved by
+//! `urutan dlq`, purged after `DEAD_LETTER_RETENTION` once resolved.
+//!
+//! Invariant: at most one unresolved row per delivery key (a partial unique
+//! index). Recording is `ON CONFLICT DO NOTHING`, so a redelivery of a
+//! message whose row committed before a crash (and before its reject)
+//! records nothing new.
+
+use std::time::Duration;
+
+use sqlx::types::Json;
+use sqlx::{Connection, PgConnection, PgExecutor, PgPool};
+
+use super::StoreError;
+
+/// One dead-letter row to record (see the migration for each column).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDeadLetter {
+    pub delivery_key: String,
+    pub message_id: Option<String>,
+    pub pesanan_id: Option<String>,
+    pub versi: Option<i64>,
+    /// -1 when unknown (recorded from the queue without a shard in x-death).
+    pub shard: i32,
+    pub reason: String,
+    pub detail: String,
+    pub last_error: Option<String>,
+    /// `worker` or `queue`.
+    pub recorded_by: &'static str,
+    pub exchange: Option<String>,
+    pub routing_key: Option<String>,
+    pub properties: serde_json::Value,
+    pub headers: serde_json::Value,
+    /// At most [`crate::dlq::record::BODY_KEPT`] bytes.
+    pub body: Vec<u8>,
+    /// The full body size.
+    pub body_bytes: i32,
+    pub x_death: Option<serde_json::Value>,
+    /// When it was dead-lettered, if not now (the broker's x-death time of
+    /// a message recorded from the queue).
+    pub dead_lettered_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl NewDeadLetter {
+    /// The same record without anything taken from the message's content
+    /// (headers, properties, body, order id): the fallback if PostgreSQL
+    /// refuses the full row, so the delivery still has a row.
+    pub fn minimal(&self) -> Self {
+        Self {
+            pesanan_id: None,
+            properties: serde_json::json!({}),
+            headers: serde_json::json!({}),
+            body: Vec::new(),
+            x_death: None,
+            ..self.clone()
+        }
+    }
+}
+
+/// Inserts `row` unless its key already has an unresolved row; returns the
+/// new row's id (`None`: one was there).
+pub async fn insert_dead_letter<'c>(
+    executor: impl PgExecutor<'c>,
+    row: &NewDeadLetter,
+) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO urutan_dead_letter (delivery_key, message_id, pesanan_id, versi, shard,
+             reason, detail, last_error, recorded_by, exchange, routing_key, properties,
+             headers, body, body_bytes, x_death, dead_lettered_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                 coalesce($17, now()))
+         ON CONFLICT (delivery_key) WHERE resolved_at IS NULL DO NOTHING
+         RETURNING id",
+    )
+    .bind(&row.delivery_key)
+    .bind(&row.message_id)
+    .bind(&row.pesanan_id)
+    .bind(row.versi)
+    .bind(row.shard)
+    .bind(&row.reason)
+    .bind(&row.detail)
+    .bind(&row.last_error)
+    .bind(row.recorded_by)
+    .bind(&row.exchange)
+    .bind(&row.routing_key)
+    .bind(Json(&row.properties))
+    .bind(Json(&row.headers))
+    .bind(&row.body)
+    .bind(row.body_bytes)
+    .bind(row.x_death.as_ref().map(Json))
+    .bind(row.dead_lettered_at)
+    .fetch_optional(executor)
+    .await
+}
+
+/// Records `rows` in one transaction (a worker, before it rejects the
+/// deliveries): committed when this returns `Ok`.
+pub async fn record_dead_letters(
+    conn: &mut PgConnection,
+    rows: &[NewDeadLetter],
+) -> Result<(), StoreError> {
+    let mut tx = conn.begin().await?;
+    for row in rows {
+        insert_dead_letter(&mut *tx, row).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Rows deleted per statement.
+const BATCH: i64 = 5_000;
+
+/// Deletes resolved dead-letter rows resolved longer than `retention` ago,
+/// [`BATCH`] per statement. Unresolved rows stay: their message is still in
+/// the DLQ. Returns how many rows went.
+pub async fn purge_resolved_dead_letters(
+    pool: &PgPool,
+    retention: Duration,
+) -> Result<u64, sqlx::Error> {
+    let mut total = 0;
+    loop {
+        let deleted = sqlx::query(
+            "DELETE FROM urutan_dead_letter WHERE id IN (
+                 SELECT id FROM urutan_dead_letter
+                 WHERE resolved_at < now() - make_interval(secs => $1)
+                 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(retention.as_secs_f64())
+        .bind(BATCH)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        total += deleted;
+        if deleted < BATCH as u64 {
+            return Ok(total);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,1025 @@
+//! Downstream effects (issue 18) against a real HTTP server started here: a
+//! payment-like API that verifies the Standard Webhooks signature, keeps an
+//! idempotency-key store (the same key gets the first answer back and never
+//! charges twice), and can be told to fail, hang past the timeout, answer
+//! slowly, answer 4xx, or go down. Events go through the real broker and
+//! worker pool; the dispatcher is the real `urutan effects` binary.
+//!
+//! The invariant every test checks: each applied version that matches a
+//! route is charged exactly once at its endpoint, in version order per order,
+//! and nothing is lost.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::routing::post;
+use lapin::types::{AMQPValue, LongString};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use urutan::effects::Secret;
+
+use crate::common::{Msg, RunningPool, TestEnv, http_get, metric_sum, wait_for};
+
+/// The Standard Webhooks specification's example secret.
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+// ---------------------------------------------------------------- the server
+
+/// How the server answers an order's requests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Behaviour {
+    /// Charge once per key, answer 200.
+    Pay,
+    /// 503, no charge.
+    Fail,
+    /// 422 for the order's version 1 (stored for the key, like a payment
+    /// API stores errors); later versions are paid.
+    Reject,
+    /// Charge, then answer only after this long (past the client's timeout).
+    Hang(Duration),
+    /// Charge, then answer after this long (within the timeout).
+    Slow(Duration),
+}
+
+#[derive(Debug, Clone)]
+struct Charge {
+    path: String,
+    key: String,
+    order: String,
+    versi: i64,
+}
+
+/// Everything the server saw.
+#[derive(Default)]
+struct Book {
+    /// (path, idempotency key) -> the first answer.
+    answers: HashMap<(String, String), (u16, String)>,
+    charges: Vec<Charge>,
+    /// Every request with a valid signature: (path, order, versi, key).
+    requests: Vec<(String, String, i64, String)>,
+    in_flight: HashMap<String, u32>,
+    /// Orders that had two requests in flight at once.
+    overlapped: HashSet<String>,
+    bad_signatures: u32,
+    /// Bodies whose data did not belong to their version.
+    wrong_data: u32,
+    behaviour: HashMap<String, Behaviour>,
+}
+
+impl Book {
+    fn behaviour(&self, order: &str) -> Behaviour {
+        self.behaviour.get(order).copied().unwrap_or(Behaviour::Pay)
+    }
+}
+
+#[derive(Clone)]
+struct ServerState {
+    book: Arc<Mutex<Book>>,
+    secret: Secret,
+}
+
+/// Decrements the order's in-flight count however the handler ends.
+struct InFlight(Arc<Mutex<Book>>, String);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut book = self.0.lock().expect("book");
+        if let Some(n) = book.in_flight.get_mut(&self.1) {
+            *n -= 1;
+        }
+    }
+}
+
+async fn webhook(
+    State(state): State<ServerState>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, String) {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (id, timestamp, signature) = (
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        header("webhook-signature"),
+    );
+    let timestamp: i64 = timestamp.parse().unwrap_or(0);
+    let fresh = (chrono::Utc::now().timestamp() - timestamp).abs() < 300;
+    let signed = urutan::effects::sign::verify(&state.secret, &signature, &id, timestamp, &body);
+    if !signed || !fresh || header("idempotency-key") != id || id.is_empty() {
+        state.book.lock().expect("book").bad_signatures += 1;
+        return (StatusCode::UNAUTHORIZED, "bad signature".into());
+    }
+    let event: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let order = event["id"].as_str().unwrap_or("?").to_owned();
+    let versi = event["versi"].as_i64().unwrap_or(0);
+    let path = uri.path().to_owned();
+    let behaviour = {
+        let mut book = state.book.lock().expect("book");
+        if event["data"]["amount"].as_i64() != Some(versi * 100)
+            || event["status"].as_str() != Some(status_of(versi))
+        {
+            book.wrong_data += 1;
+        }
+        book.requests
+            .push((path.clone(), order.clone(), versi, id.clone()));
+        let n = book.in_flight.entry(order.clone()).or_default();
+        *n += 1;
+        if *n > 1 {
+            book.overlapped.insert(order.clone());
+        }
+        book.behaviour(&order)
+    };
+    let _in_flight = InFlight(state.book.clone(), order.clone());
+    if behaviour == Behaviour::Fail {
+        return (StatusCode::SERVICE_UNAVAILABLE, "try later".into());
+    }
+    let (code, answer, fresh) = {
+        let mut book = state.book.lock().expect("book");
+        let key = (path.clone(), id.clone());
+        if let Some(first) = book.answers.get(&key) {
+            let (code, answer) = first.clone(); // a replay: the first answer, no new charge
+            (code, answer, false)
+        } else if behaviour == Behaviour::Reject && versi == 1 {
+            let first = (422, format!("card declined for {order}"));
+            book.answers.insert(key, first.clone());
+            (first.0, first.1, true)
+        } else {
+            book.charges.push(Charge {
+                path,
+                key: id.clone(),
+                order,
+                versi,
+            });
+            let first = (200, format!("receipt {}", book.charges.len()));
+            book.answers.insert(key, first.clone());
+            (first.0, first.1, true)
+        }
+    };
+    match behaviour {
+        // A hang happens once per key, after the charge: the retry finds it.
+        Behaviour::Hang(d) if fresh => tokio::time::sleep(d).await,
+        Behaviour::Slow(d) => tokio::time::sleep(d).await,
+        _ => {}
+    }
+    (StatusCode::from_u16(code).expect("status"), answer)
+}
+
+/// The payment-like API on a local port.
+struct PayServer {
+    addr: SocketAddr,
+    state: ServerState,
+    stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl PayServer {
+    async fn start() -> Self {
+        let state = ServerState {
+            book: Arc::default(),
+            secret: Secret::parse(SECRET).expect("secret"),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut server = Self {
+            addr,
+            state,
+            stop: CancellationToken::new(),
+            task: None,
+        };
+        server.serve(listener);
+        server
+    }
+
+    fn serve(&mut self, listener: tokio::net::TcpListener) {
+        let app = Router::new()
+            .route("/charge", post(webhook))
+            .route("/index", post(webhook))
+            .with_state(self.state.clone());
+        let stop = self.stop.clone();
+        self.task = Some(tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await;
+        }));
+    }
+
+    /// Closes the port (connections refused) until [`Self::restart`].
+    async fn stop(&mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+
+    /// Listens again on the same port, with the same book.
+    async fn restart(&mut self) {
+        self.stop = CancellationToken::new();
+        let listener = tokio::net::TcpListener::bind(self.addr)
+            .await
+            .expect("rebind the same port");
+        self.serve(listener);
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn set(&self, order: &str, behaviour: Behaviour) {
+        let mut book = self.state.book.lock().expect("book");
+        book.behaviour.insert(order.to_owned(), behaviour);
+    }
+
+    fn book<T>(&self, read: impl FnOnce(&Book) -> T) -> T {
+        read(&self.state.book.lock().expect("book"))
+    }
+
+    /// Requests for `order` (any path, replays included), by version.
+    fn requests_for(&self, order: &str) -> Vec<i64> {
+        self.book(|b| {
+            b.requests
+                .iter()
+                .filter(|r| r.1 == order)
+                .map(|r| r.2)
+                .collect()
+        })
+    }
+
+    /// Every expected (order, versi) at `path` charged exactly once, in
+    /// version order per order; nothing else charged; every signature good;
+    /// every body carried its own version's data.
+    fn assert_exactly_once_in_order(&self, path: &str, expected: &BTreeMap<String, Vec<i64>>) {
+        self.book(|b| {
+            let mut charged: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+            for c in b.charges.iter().filter(|c| c.path == path) {
+                charged.entry(c.order.clone()).or_default().push(c.versi);
+            }
+            for (order, versions) in expected {
+                assert_eq!(
+                    charged.get(order),
+                    Some(versions),
+                    "order {order}: charges at {path} (exactly once each, in version order)"
+                );
+            }
+            assert_eq!(charged.len(), expected.len(), "no other order charged");
+            let keys: HashSet<(&str, &str)> = b
+                .charges
+                .iter()
+                .map(|c| (c.path.as_str(), c.key.as_str()))
+                .collect();
+            assert_eq!(keys.len(), b.charges.len(), "one charge per key and path");
+            let mut last: HashMap<(&str, &str), i64> = HashMap::new();
+            for (p, order, versi, _) in &b.requests {
+                let prev = last.entry((p, order)).or_insert(0);
+                assert!(
+                    *versi >= *prev,
+                    "order {order}: version {versi} requested after {prev} at {p}"
+                );
+                *prev = *versi;
+            }
+            assert_eq!(b.bad_signatures, 0, "every signature verified");
+            assert_eq!(b.wrong_data, 0, "every body carried its version's data");
+        });
+    }
+}
+
+// ------------------------------------------------------------ the dispatcher
+
+/// A `urutan effects` process with its own HTTP port and log file (killed
+/// with SIGKILL when dropped).
+struct Dispatcher {
+    child: tokio::process::Child,
+    http: SocketAddr,
+    log: tempfile::NamedTempFile,
+}
+
+/// Settings that keep the tests short: 1 s timeout (lease 7 s), fast retries.
+const FAST: &[(&str, &str)] = &[
+    ("EFFECTS_TIMEOUT", "1s"),
+    ("EFFECTS_BACKOFF_MIN", "100ms"),
+    ("EFFECTS_BACKOFF_MAX", "1s"),
+    ("EFFECTS_MAX_ATTEMPTS", "1000"),
+    ("EFFECTS_POLL", "50ms"),
+];
+
+impl Dispatcher {
+    fn start(env: &TestEnv, effects: &str, extra: &[(&str, &str)]) -> Self {
+        let port = StdListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let http = SocketAddr::from(([127, 0, 0, 1], port));
+        let log = tempfile::NamedTempFile::new().expect("log file");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
+            .arg("effects")
+            .envs(env.process_env(2))
+            .env("METRICS_ADDR", http.to_string())
+            .env("EFFECTS", effects)
+            .env("EFFECTS_SECRET", SECRET)
+            .envs(FAST.iter().copied())
+            .envs(extra.iter().copied())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log.reopen().expect("open log file")))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn urutan effects");
+        Self { child, http, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// Waits until `/readyz` answers 200 (routes written, claiming).
+    async fn wait_ready(&mut self) {
+        let start = Instant::now();
+        while http_get(self.http, "/readyz").await.0 != 200 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("urutan effects exited ({status}):\n{}", self.log());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "urutan effects not ready after 30 s:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn scrape(&self) -> String {
+        http_get(self.http, "/metrics").await.1
+    }
+
+    /// SIGTERM, then a clean exit within 30 s.
+    async fn stop(mut self) {
+        let pid = self.child.id().expect("running");
+        crate::common::sh("kill", &["-TERM", &pid.to_string()]);
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("urutan effects did not stop within 30 s")
+            .expect("wait");
+        assert!(
+            status.success(),
+            "urutan effects exited {status}:\n{}",
+            self.log()
+        );
+    }
+}
+
+// -------------------------------------------------------------- the workload
+
+fn status_of(versi: i64) -> &'static str {
+    if versi % 2 == 0 { "dibayar" } else { "dibuat" }
+}
+
+/// Version `versi` of `order`, with data that names its version.
+fn event(order: &str, versi: i64) -> Msg {
+    let body = serde_json::json!({
+        "id": order, "status": status_of(versi), "versi": versi,
+        "data": {"amount": versi * 100},
+    });
+    Msg {
+        message_id: Some(format!("{order}-v{versi}")),
+        header: Some(AMQPValue::LongString(LongString::from(order.as_bytes()))),
+        delivery_mode: Some(2),
+        body: body.to_string().into_bytes(),
+    }
+}
+
+/// `orders` orders named `{prefix}{i}`, versions `from..=to`, interleaved.
+fn workload(prefix: &str, orders: usize, from: i64, to: i64) -> (Vec<Msg>, Vec<String>) {
+    let names: Vec<String> = (0..orders).map(|i| format!("{prefix}{i}")).collect();
+    let msgs = (from..=to)
+        .flat_map(|v| names.iter().map(move |o| event(o, v)))
+        .collect();
+    (msgs, names)
+}
+
+fn expect_all(names: &[String], to: i64, keep: impl Fn(i64) -> bool) -> BTreeMap<String, Vec<i64>> {
+    names
+        .iter()
+        .map(|o| (o.clone(), (1..=to).filter(|v| keep(*v)).collect()))
+        .collect()
+}
+
+async fn effects_in(db: &PgPool, keadaan: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM urutan_efek WHERE keadaan = $1")
+        .bind(keadaan)
+        .fetch_one(db)
+        .await
+        .expect("count effects")
+}
+
+/// Waits until `n` effects exist and none is pending.
+async fn wait_settled(db: &PgPool, n: i64, limit: Duration) {
+    wait_for("every effect settled", limit, || async {
+        let total: i64 = sqlx::query_scalar("SELECT count(*) FROM urutan_efek")
+            .fetch_one(db)
+            .await
+            .expect("count");
+        total == n && effects_in(db, "menunggu").await == 0
+    })
+    .await;
+}
+
+/// A dead-lettered effect: order, versi, HTTP status, answer, attempts.
+type DeadLetter = (String, i64, Option<i32>, Option<String>, i32);
+
+/// A pool applying through the real broker (strict mode unless `prefetch`).
+async fn pipeline(env: &TestEnv, prefetch: u16) -> RunningPool {
+    let mut settings = env.settings(4);
+    settings.prefetch = prefetch;
+    let pool = RunningPool::start(settings).await;
+    pool.wait_ready().await;
+    pool
+}
+
+// ------------------------------------------------------------------ the tests
+
+/// Every apply path records one effect per matching endpoint for an applied
+/// version, with that version's data, and none for stale, duplicate or
+/// parked deliveries: strict mode, the set-based batch (an order once), the
+/// batch loop (an order twice in one batch), and a parked message released
+/// later by `urutan_lepas`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_apply_path_records_effects_in_its_transaction() {
+    let env = TestEnv::new("effects_paths").await;
+    let db = env.db().await;
+    let routes = urutan::effects::Routes::parse(
+        "dibayar=http://pay.test/capture;*=http://search.test/index;dibayar=http://search.test/index",
+    )
+    .expect("routes");
+    urutan::effects::store::sync_routes(&db, &routes)
+        .await
+        .expect("routes written");
+    let apply = |id: &str, order: &str, versi: i64| {
+        let (db, id, order) = (db.clone(), id.to_owned(), order.to_owned());
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT urutan_terapkan($1, $2, $3, $4, $5::jsonb, 0)")
+                .bind(&id)
+                .bind(&order)
+                .bind(status_of(versi))
+                .bind(versi)
+                .bind(serde_json::json!({"amount": versi * 100}).to_string())
+                .fetch_one(&db)
+                .await
+                .expect("urutan_terapkan")
+        }
+    };
+    let effects = || async {
+        sqlx::query_as::<_, (String, i64, String, String)>(
+            "SELECT e.pesanan_id, e.versi, t.url, e.isi::text FROM urutan_efek e
+             JOIN urutan_efek_tujuan t USING (tujuan) ORDER BY e.pesanan_id, e.versi, t.url",
+        )
+        .fetch_all(&db)
+        .await
+        .expect("effects")
+    };
+
+    // Strict mode: applied, then a duplicate and a stale delivery.
+    assert_eq!(apply("A-v1", "A", 1).await, "applied");
+    assert_eq!(apply("A-v2", "A", 2).await, "applied");
+    assert_eq!(apply("A-v2", "A", 2).await, "duplicate");
+    assert_eq!(apply("A-v1-again", "A", 1).await, "stale");
+    let rows = effects().await;
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r.0.as_str(), r.1, r.2.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            ("A", 1, "http://search.test/index"),
+            ("A", 2, "http://pay.test/capture"),
+            ("A", 2, "http://search.test/index"),
+        ],
+        "one effect per applied version and distinct matching endpoint"
+    );
+    let body: serde_json::Value = serde_json::from_str(&rows[1].3).expect("json body");
+    assert_eq!(
+        body,
+        serde_json::json!({"id": "A", "status": "dibayar", "versi": 2, "data": {"amount": 200}}),
+        "the body is the applied event"
+    );
+
+    // Ordered batches: B once (set-based), C twice (the loop), a stale A.
+    let batch = |items: Vec<(&str, &str, i64)>| {
+        let db = db.clone();
+        let items: Vec<(String, String, i64)> = items
+            .into_iter()
+            .map(|(id, o, v)| (id.to_owned(), o.to_owned(), v))
+            .collect();
+        async move {
+            let ids: Vec<&str> = items.iter().map(|i| i.0.as_str()).collect();
+            let orders: Vec<&str> = items.iter().map(|i| i.1.as_str()).collect();
+            let statuses: Vec<&str> = items.iter().map(|i| status_of(i.2)).collect();
+            let versis: Vec<i64> = items.iter().map(|i| i.2).collect();
+            let datas: Vec<String> = items
+                .iter()
+                .map(|i| serde_json::json!({"amount": i.2 * 100}).to_string())
+                .collect();
+            let markers: Vec<Option<i64>> = vec![None; items.len()];
+            sqlx::query_scalar::<_, Vec<String>>(
+                "SELECT urutan_terapkan_batch($1, $2, $3, $4, $5, $6, 0)",
+            )
+            .bind(&ids)
+            .bind(&orders)
+            .bind(&statuses)
+            .bind(&versis)
+            .bind(&datas)
+            .bind(&markers)
+            .fetch_one(&db)
+            .await
+            .expect("urutan_terapkan_batch")
+        }
+    };
+    assert_eq!(
+        batch(vec![("B-v1", "B", 1), ("A-v1-b", "A", 1)]).await,
+        ["applied", "stale"]
+    );
+    assert_eq!(
+        batch(vec![
+            ("C-v1", "C", 1),
+            ("B-v2", "B", 2),
+            ("C-v2", "C", 2),
+            ("C-v3", "C", 3),
+            ("C-v2", "C", 2),
+        ])
+        .await,
+        ["applied", "applied", "applied", "applied", "duplicate"]
+    );
+
+    // Parked while a window is open, released by urutan_lepas once its
+    // previous version is applied.
+    sqlx::query("INSERT INTO urutan_shard (shard, epoch) VALUES (0, 0) ON CONFLICT DO NOTHING")
+        .execute(&db)
+        .await
+        .expect("shard");
+    sqlx::query("INSERT INTO urutan_jendela (sebab) VALUES ('test window')")
+        .execute(&db)
+        .await
+        .expect("window");
+    assert_eq!(apply("D-v1", "D", 1).await, "applied");
+    assert_eq!(apply("D-v3", "D", 3).await, "parked");
+    let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM urutan_efek WHERE pesanan_id = 'D'")
+        .fetch_one(&db)
+        .await
+        .expect("count");
+    assert_eq!(parked, 1, "a parked version has no effect yet");
+    assert_eq!(apply("D-v2", "D", 2).await, "applied");
+    let released: Vec<(String, String)> =
+        sqlx::query_as("SELECT message_id, hasil FROM urutan_lepas(0, 100)")
+            .fetch_all(&db)
+            .await
+            .expect("urutan_lepas");
+    assert_eq!(released, [("D-v3".to_owned(), "applied".to_owned())]);
+
+    // Every applied version: its effects, with its own data.
+    let rows = effects().await;
+    let history: Vec<(String, i64, String)> =
+        sqlx::query_as("SELECT pesanan_id, versi, status FROM pesanan_riwayat ORDER BY seq")
+            .fetch_all(&db)
+            .await
+            .expect("history");
+    let expected: usize = history
+        .iter()
+        .map(|h| if h.2 == "dibayar" { 2 } else { 1 })
+        .sum();
+    assert_eq!(rows.len(), expected, "effects of {history:?}: {rows:?}");
+    for (order, versi, _url, isi) in &rows {
+        let body: serde_json::Value = serde_json::from_str(isi).expect("json");
+        assert_eq!(body["id"], order.as_str());
+        assert_eq!(body["versi"], *versi);
+        assert_eq!(body["status"], status_of(*versi));
+        assert_eq!(
+            body["data"]["amount"],
+            versi * 100,
+            "{order} v{versi}: own data"
+        );
+    }
+    for (order, versi) in [("B", 1), ("B", 2), ("C", 1), ("C", 2), ("C", 3), ("D", 3)] {
+        assert!(
+            rows.iter().any(|r| r.0 == order && r.1 == versi),
+            "{order} v{versi} has its effect"
+        );
+    }
+
+    // EFFECTS unset: the routes are cleared and new versions record nothing.
+    let cleared = urutan::effects::store::sync_routes(&db, &urutan::effects::Routes::default())
+        .await
+        .expect("routes cleared");
+    assert!(matches!(
+        cleared,
+        urutan::effects::store::Sync::Replaced { .. }
+    ));
+    assert_eq!(apply("A-v3", "A", 3).await, "applied");
+    assert_eq!(
+        effects().await.len(),
+        rows.len(),
+        "no effect without routes"
+    );
+}
+
+/// A dispatcher killed after the endpoint answered and before the result
+/// was recorded: the next one sends the same effect again with the same key,
+/// the endpoint answers from its idempotency store, nothing is charged twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_killed_before_recording_only_resends_with_the_same_key() {
+    let env = TestEnv::new("effects_kill").await;
+    let server = PayServer::start().await;
+    let effects = format!("*={}", server.url("/charge"));
+    let pool = pipeline(&env, 1).await;
+    let db = env.db().await;
+    let mut first = Dispatcher::start(
+        &env,
+        &effects,
+        &[("URUTAN_FAULT_ABORT_AFTER_EFFECT_SENT", "7")],
+    );
+    first.wait_ready().await;
+
+    let (msgs, names) = workload("K", 5, 1, 4);
+    env.publisher().await.send_all(&msgs).await;
+    let died = tokio::time::timeout(Duration::from_secs(60), first.child.wait())
+        .await
+        .expect("the dispatcher did not die at its 7th answer within 60 s")
+        .expect("wait");
+    assert_eq!(died.signal(), Some(6), "SIGABRT: {}", first.log());
+    let answered = server.book(|b| b.requests.len());
+    assert!(
+        answered >= 7,
+        "it died right after its 7th answer ({answered} requests)"
+    );
+    let pending_with_attempt: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM urutan_efek WHERE keadaan = 'menunggu' AND percobaan > 0",
+    )
+    .fetch_one(&db)
+    .await
+    .expect("count");
+    assert!(
+        pending_with_attempt >= 1,
+        "its last answer was never recorded"
+    );
+
+    // A new dispatcher takes over once the dead one's leases expire.
+    let mut second = Dispatcher::start(&env, &effects, &[]);
+    second.wait_ready().await;
+    wait_settled(&db, 20, Duration::from_secs(60)).await;
+    server.assert_exactly_once_in_order("/charge", &expect_all(&names, 4, |_| true));
+    let (requests, keys) = server.book(|b| {
+        let keys: HashSet<&String> = b.requests.iter().map(|r| &r.3).collect();
+        (b.requests.len(), keys.len())
+    });
+    assert_eq!(keys, 20, "every effect's key");
+    assert!(
+        requests > keys,
+        "the unrecorded effect(s) were sent again ({requests} requests for {keys} keys)"
+    );
+    assert_eq!(effects_in(&db, "terkirim").await, 20);
+    second.stop().await;
+    pool.stop().await;
+}
+
+/// The endpoint down for 30 s: effects wait and retry with backoff, nothing
+/// is dead-lettered or lost, and every one is charged once when it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_endpoint_down_for_30_s_loses_nothing() {
+    let env = TestEnv::new("effects_down").await;
+    let mut server = PayServer::start().await;
+    let effects = format!("dibayar={}", server.url("/charge"));
+    let pool = pipeline(&env, 1).await;
+    let db = env.db().await;
+    let mut dispatcher = Dispatcher::start(&env, &effects, &[("EFFECTS_BACKOFF_MAX", "3s")]);
+    dispatcher.wait_ready().await;
+    let publisher = env.publisher().await;
+
+    let (before, names) = workload("D", 6, 1, 2);
+    publisher.send_all(&before).await;
+    wait_settled(&db, 6, Duration::from_secs(30)).await;
+
+    server.stop().await;
+    let down = Instant::now();
+    let (during, _) = workload("D", 6, 3, 6);
+    publisher.send_all(&during).await;
+    wait_for(
+        "effects retried against the closed port",
+        Duration::from_secs(20),
+        || async {
+            metric_sum(
+                &dispatcher.scrape().await,
+                "urutan_effects_retries_total",
+                &["reason=\"connection\""],
+            ) >= 6.0
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(down.elapsed())).await;
+    assert_eq!(effects_in(&db, "gagal").await, 0, "nothing dead-lettered");
+    assert_eq!(
+        effects_in(&db, "menunggu").await,
+        12,
+        "the outage's effects wait"
+    );
+    server.restart().await;
+
+    wait_settled(&db, 18, Duration::from_secs(30)).await;
+    server.assert_exactly_once_in_order("/charge", &expect_all(&names, 6, |v| v % 2 == 0));
+    let scrape = dispatcher.scrape().await;
+    assert_eq!(metric_sum(&scrape, "urutan_effects_sent_total", &[]), 18.0);
+    assert_eq!(
+        metric_sum(&scrape, "urutan_effects_dead_letters_total", &[]),
+        0.0
+    );
+    dispatcher.stop().await;
+    pool.stop().await;
+}
+
+/// One order's endpoint fails (503) while the others flow; its next version
+/// waits until it is through. A 422 is dead-lettered at once with the
+/// answer and lets the order's next version go. An answer that comes after
+/// the timeout (the charge made) is retried with the same key and charged
+/// once; slow answers within the timeout are simply sent. An effect that
+/// cannot be sent at all (its message id is no valid header value) is
+/// dead-lettered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_order_waits_while_others_flow() {
+    let env = TestEnv::new("effects_hol").await;
+    let server = PayServer::start().await;
+    let effects = format!("*={}", server.url("/charge"));
+    let pool = pipeline(&env, 1).await;
+    let db = env.db().await;
+    server.set("F0", Behaviour::Fail);
+    server.set("R0", Behaviour::Reject);
+    server.set("H0", Behaviour::Hang(Duration::from_secs(2)));
+    server.set("S0", Behaviour::Slow(Duration::from_millis(300)));
+    let mut dispatcher = Dispatcher::start(&env, &effects, &[]);
+    dispatcher.wait_ready().await;
+
+    let (flowing, names) = workload("N", 10, 1, 3);
+    let mut msgs = flowing;
+    for order in ["F0", "R0", "H0", "S0", "X0"] {
+        msgs.extend((1..=3).map(|v| event(order, v)));
+    }
+    // X0's first message id is valid for the contract but not as an HTTP
+    // header value: that effect cannot be sent at all.
+    let x0_v1 = msgs.len() - 3;
+    msgs[x0_v1].message_id = Some("X0-v1\nbad".into());
+    env.publisher().await.send_all(&msgs).await;
+
+    // Everyone else is through while F0 is still failing its first version.
+    wait_for(
+        "the other orders' effects sent",
+        Duration::from_secs(60),
+        || async { effects_in(&db, "terkirim").await >= 30 + 3 + 3 + 2 + 2 },
+    )
+    .await;
+    let f0 = server.requests_for("F0");
+    assert!(f0.len() >= 2, "F0 v1 was retried: {f0:?}");
+    assert!(
+        f0.iter().all(|v| *v == 1),
+        "F0 v2 never went before v1: {f0:?}"
+    );
+    server.assert_exactly_once_in_order(
+        "/charge",
+        &names
+            .iter()
+            .map(|o| (o.clone(), vec![1, 2, 3]))
+            .chain([
+                ("R0".to_owned(), vec![2, 3]),
+                ("X0".to_owned(), vec![2, 3]),
+                ("H0".to_owned(), vec![1, 2, 3]),
+                ("S0".to_owned(), vec![1, 2, 3]),
+            ])
+            .collect(),
+    );
+    let dead: Vec<DeadLetter> = sqlx::query_as(
+        "SELECT pesanan_id, versi, kode, jawaban, percobaan FROM urutan_efek
+         WHERE keadaan = 'gagal' ORDER BY pesanan_id",
+    )
+    .fetch_all(&db)
+    .await
+    .expect("dead letters");
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    let (order, versi, code, _, attempts) = &dead[1];
+    assert_eq!(
+        (order.as_str(), *versi, *code, *attempts),
+        ("X0", 1, None, 1)
+    );
+    assert!(
+        server.requests_for("X0").iter().all(|v| *v > 1),
+        "X0 v1 never sent"
+    );
+    let (order, versi, code, answer, attempts) = &dead[0];
+    assert_eq!(
+        (order.as_str(), *versi, *code, *attempts),
+        ("R0", 1, Some(422), 1)
+    );
+    assert_eq!(
+        answer.as_deref(),
+        Some("card declined for R0"),
+        "the answer is kept"
+    );
+    let h0 = server.requests_for("H0");
+    assert!(h0.len() > 3, "H0 v1's late answer made a retry: {h0:?}");
+
+    // F0's endpoint recovers: its versions go, in order.
+    server.set("F0", Behaviour::Pay);
+    wait_settled(&db, 45, Duration::from_secs(30)).await;
+    let charged_f0: Vec<i64> = server.book(|b| {
+        b.charges
+            .iter()
+            .filter(|c| c.order == "F0")
+            .map(|c| c.versi)
+            .collect()
+    });
+    assert_eq!(charged_f0, [1, 2, 3]);
+    let overlapped = server.book(|b| b.overlapped.clone());
+    assert!(
+        overlapped.iter().all(|o| o == "H0"),
+        "no order had two requests in flight (H0's hang outlives its timeout): {overlapped:?}"
+    );
+    let scrape = dispatcher.scrape().await;
+    assert_eq!(
+        metric_sum(
+            &scrape,
+            "urutan_effects_dead_letters_total",
+            &["reason=\"http_4xx\""]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(
+            &scrape,
+            "urutan_effects_dead_letters_total",
+            &["reason=\"invalid_request\""]
+        ),
+        1.0
+    );
+    assert!(
+        metric_sum(
+            &scrape,
+            "urutan_effects_retries_total",
+            &["reason=\"http_5xx\""]
+        ) >= 2.0
+    );
+    assert!(
+        metric_sum(
+            &scrape,
+            "urutan_effects_retries_total",
+            &["reason=\"timeout\""]
+        ) >= 1.0
+    );
+    dispatcher.stop().await;
+    pool.stop().await;
+}
+
+/// Two dispatchers at once, batch mode, two endpoints per paid version: no
+/// effect is sent twice, no order has two requests in flight, both share
+/// the work, and everything is charged once in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dispatchers_never_send_an_effect_twice() {
+    let env = TestEnv::new("effects_two").await;
+    let server = PayServer::start().await;
+    let effects = format!(
+        "dibayar={};*={}",
+        server.url("/charge"),
+        server.url("/index")
+    );
+    let pool = pipeline(&env, 16).await;
+    let db = env.db().await;
+    let (msgs, names) = workload("T", 40, 1, 6);
+    for name in &names {
+        server.set(name, Behaviour::Slow(Duration::from_millis(20)));
+    }
+    let slow = [("EFFECTS_CONCURRENCY", "8")];
+    let mut a = Dispatcher::start(&env, &effects, &slow);
+    let mut b = Dispatcher::start(&env, &effects, &slow);
+    a.wait_ready().await;
+    b.wait_ready().await;
+    env.publisher().await.send_all(&msgs).await;
+
+    let total = 40 * 6 + 40 * 3;
+    wait_settled(&db, total, Duration::from_secs(120)).await;
+    server.assert_exactly_once_in_order("/charge", &expect_all(&names, 6, |v| v % 2 == 0));
+    server.assert_exactly_once_in_order("/index", &expect_all(&names, 6, |_| true));
+    server.book(|book| {
+        assert_eq!(
+            book.requests.len(),
+            usize::try_from(total).expect("usize"),
+            "no effect was sent twice"
+        );
+        assert!(
+            book.overlapped.is_empty(),
+            "orders with two requests in flight: {:?}",
+            book.overlapped
+        );
+    });
+    let sent_a = metric_sum(&a.scrape().await, "urutan_effects_sent_total", &[]);
+    let sent_b = metric_sum(&b.scrape().await, "urutan_effects_sent_total", &[]);
+    assert_eq!(sent_a + sent_b, total as f64);
+    assert!(
+        sent_a > 0.0 && sent_b > 0.0,
+        "both worked: {sent_a} + {sent_b}"
+    );
+    a.stop().await;
+    b.stop().await;
+    pool.stop().await;
+}
+
+/// The server checks every signature: a dispatcher with another secret gets
+/// 401s, which are dead-lettered at once, and nothing is charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_signature_is_refused_by_the_server_and_dead_lettered() {
+    let env = TestEnv::new("effects_sig").await;
+    let server = PayServer::start().await;
+    let effects = format!("*={}", server.url("/charge"));
+    let pool = pipeline(&env, 1).await;
+    let db = env.db().await;
+    let mut dispatcher = Dispatcher::start(
+        &env,
+        &effects,
+        &[(
+            "EFFECTS_SECRET",
+            "whsec_c29tZSBvdGhlciBzZWNyZXQgb2YgZW5vdWdo",
+        )],
+    );
+    dispatcher.wait_ready().await;
+    let (msgs, _) = workload("W", 3, 1, 2);
+    env.publisher().await.send_all(&msgs).await;
+    wait_settled(&db, 6, Duration::from_secs(30)).await;
+    assert_eq!(effects_in(&db, "gagal").await, 6);
+    server.book(|b| {
+        assert_eq!(b.bad_signatures, 6, "each refused once");
+        assert!(b.charges.is_empty(), "nothing charged");
+    });
+    let codes: Vec<Option<i32>> = sqlx::query_scalar("SELECT DISTINCT kode FROM urutan_efek")
+        .fetch_all(&db)
+        .await
+        .expect("codes");
+    assert_eq!(codes, [Some(401)]);
+    dispatcher.stop().await;
+    pool.stop().await;
+}
+
+/// A bad EFFECTS (or a missing secret) stops `urutan effects` at start with
+/// exit 1 and one line that names the problem and shows no secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_effects_setting_is_refused_at_start_with_one_line() {
+    let cases = [
+        (
+            "dibayar=https://pay.internal/capture;dikirim",
+            Some(SECRET),
+            "EFFECTS entry 2 (`dikirim`): no `=`",
+        ),
+        (
+            "dibayar=ftp://user:hunter2@pay.internal/capture",
+            Some(SECRET),
+            "EFFECTS entry 1 (`dibayar=ftp://pay.internal/…`): unsupported scheme `ftp`",
+        ),
+        (
+            "*=https://search.internal/index",
+            None,
+            "EFFECTS is set but EFFECTS_SECRET is not",
+        ),
+    ];
+    for (effects, secret, line) in cases {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"));
+        cmd.arg("effects")
+            .env("EFFECTS", effects)
+            .env("DATABASE_URL", "postgres://postgres@127.0.0.1:1/never")
+            .env("METRICS_ADDR", "127.0.0.1:0")
+            .env("NO_COLOR", "1")
+            .env_remove("EFFECTS_SECRET")
+            .kill_on_drop(true);
+        if let Some(secret) = secret {
+            cmd.env("EFFECTS_SECRET", secret);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+            .await
+            .expect("urutan effects did not exit within 30 s")
+            .expect("run urutan effects");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{effects}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "one line: {stderr}");
+        assert!(lines[0].contains(line), "{effects}: {stderr}");
+        assert!(
+            !stderr.contains("hunter2") && !stderr.contains("MfKQ9r8"),
+            "{stderr}"
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! A silent database link (packets dropped, sockets left open, as a dead NAT
+//! or load balancer leaves them): no apply may hang on it. The worker gives a
+//! transaction up after `DATABASE_TIMEOUT` + 5 s and retries on a new
+//! connection; the server ends the abandoned session (and frees its order's
+//! lock) after `DATABASE_TIMEOUT` idle in transaction or in a statement.
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use crate::proxy::Proxy;
+
+/// Proxies in front of the local database and broker, and `env`'s settings
+/// for `shards` shards pointed through them.
+async fn behind_proxies(env: &TestEnv, shards: u16) -> (Proxy, Proxy, urutan::config::Settings) {
+    let db_link = Proxy::start("127.0.0.1:5432".parse().expect("addr")).await;
+    let broker_link = Proxy::start("127.0.0.1:5672".parse().expect("addr")).await;
+    let mut settings = env.settings(shards);
+    settings.database_url = settings.database_url.with(|u| {
+        let _ = u.set_port(Some(db_link.addr.port()));
+    });
+    settings.amqp_url = env
+        .amqp_url()
+        .with(|u| {
+            let _ = u.set_port(Some(broker_link.addr.port()));
+        })
+        .into();
+    (db_link, broker_link, settings)
+}
+
+#[tokio::test]
+async fn a_silent_database_link_holds_no_apply_beyond_its_bound() {
+    let env = TestEnv::new("silent_db").await;
+    let (link, _broker_link, mut settings) = behind_proxies(&env, 2).await;
+    settings.database_timeout = Duration::from_secs(2);
+    let pool = RunningPool::start(settings).await;
+    pool.wait_ready().await;
+
+    let (entities, versions) = (10, 40);
+    let publisher = env.publisher().await;
+    let events: Vec<Msg> = (1..=versions)
+        .flat_map(|v| (0..entities).map(move |e| Msg::event(&format!("order-{e}"), v)))
+        .collect();
+    let db = env.db().await;
+    let applied = || async { count(&db, "SELECT count(*) FROM pesanan_riwayat").await };
+    publisher.send_all(&events[..events.len() / 2]).await;
+    wait_for("some versions applied", Duration::from_secs(30), || async {
+        applied().await > 0
+    })
+    .await;
+    // Every connection the pool holds goes silent, mid-load, for good.
+    link.silence_open();
+    let silenced = Instant::now();
+    publisher.send_all(&events[events.len() / 2..]).await;
+    let total = events.len() as i64;
+    wait_for("every version applied", Duration::from_secs(60), || async {
+        applied().await == total
+    })
+    .await;
+    let took = silenced.elapsed();
+    eprintln!(
+        "silent database link, DATABASE_TIMEOUT=2s: everything applied {took:?} after the silence"
+    );
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    // Bound: the client gives up after 2 + 5 s, the server ends the held
+    // session after 2 s; the rest is backoff (at most 5 s) and the work.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    pool.wait_ready().await;
+    pool.stop().await;
+}
+
+/// Order holds on slow, jittery links to both services (jitter never
+/// reorders bytes within a connection, only delays them), and batch mode
+/// keeps most of its throughput with a 100 ms database round trip: a batch
+/// costs a couple of round trips whatever its size. Prints both drain rates.
+#[tokio::test]
+async fn batch_mode_on_a_slow_database_link() {
+    let mut rates = Vec::new();
+    for one_way in [Duration::ZERO, Duration::from_millis(50)] {
+        let env = TestEnv::new("slow_db").await;
+        let (db_link, broker_link, mut settings) = behind_proxies(&env, 4).await;
+        settings.prefetch = 256;
+        let (entities, versions) = (40, 100);
+        let publisher = env.publisher().await;
+        // The pool starts on the slow links; the clock runs from the first
+        // publish (so start-up round trips do not count) to the last apply.
+        db_link.delay(one_way, one_way / 5);
+        broker_link.delay(one_way / 10, one_way / 50);
+        let pool = RunningPool::start(settings).await;
+        pool.wait_ready().await;
+        let events: Vec<Msg> = (1..=versions)
+            .flat_map(|v| (0..entities).map(move |e| Msg::event(&format!("order-{e}"), v)))
+            .collect();
+        let chunks_before = db_link.chunks();
+        let started = Instant::now();
+        publisher.send_all(&events).await;
+        let db = env.db().await;
+        let total = events.len() as i64;
+        wait_for("the backlog applied", Duration::from_secs(120), || async {
+            count(&db, "SELECT count(*) FROM pesanan_riwayat").await == total
+        })
+        .await;
+        let rate = total as f64 / started.elapsed().as_secs_f64();
+        assert_gapless_in_order(&history(&db).await, entities, versions);
+        let chunks = db_link.chunks() - chunks_before;
+        eprintln!(
+            "batch mode (PREFETCH=256, 4 shards), database one-way delay {one_way:?}: {rate:.0} msg/s, {chunks} database chunks"
+        );
+        rates.push(rate);
+        db_link.delay(Duration::ZERO, Duration::ZERO);
+        broker_link.delay(Duration::ZERO, Duration::ZERO);
+        pool.stop().await;
+    }
+    let ratio = rates[1] / rates[0];
+    eprintln!("batch mode with a 100 ms database round trip: {ratio:.2} of its rate without");
+    assert!(ratio > 0.1, "ratio {ratio:.2}");
+}
+
+/// Connections to both services reset mid-load (RST/FIN, new ones accepted),
+/// on a bandwidth-capped broker link: everything is applied once, in order.
+#[tokio::test]
+async fn links_cut_under_load_on_a_narrow_broker_link() {
+    let env = TestEnv::new("cut_links").await;
+    let (db_link, broker_link, settings) = behind_proxies(&env, 3).await;
+    broker_link.limit(256 * 1024);
+    let pool = RunningPool::start(settings).await;
+    pool.wait_ready().await;
+    let (entities, versions) = (12, 30);
+    let events: Vec<Msg> = (1..=versions)
+        .flat_map(|v| (0..entities).map(move |e| Msg::event(&format!("order-{e}"), v)))
+        .collect();
+    let publisher = env.publisher().await;
+    let db = env.db().await;
+    let applied = || async { count(&db, "SELECT count(*) FROM pesanan_riwayat").await };
+    publisher.send_all(&events[..events.len() / 2]).await;
+    wait_for("some versions applied", Duration::from_secs(30), || async {
+        applied().await > 0
+    })
+    .await;
+    db_link.cut_open();
+    broker_link.cut_open();
+    publisher.send_all(&events[events.len() / 2..]).await;
+    let total = events.len() as i64;
+    wait_for("every version applied", Duration::from_secs(90), || async {
+        applied().await == total
+    })
+    .await;
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    assert!(
+        broker_link.accepted() >= 2,
+        "the pool reconnected to the broker"
+    );
+    pool.wait_ready().await;
+    pool.stop().await;
+}
