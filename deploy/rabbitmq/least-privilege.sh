@@ -24,7 +24,10 @@
 # on a command line (the process list). Re-running it is safe: existing users
 # get the given password and the permissions below, nothing else changes.
 # Needs rabbitmqctl with access to the node (run it where RabbitMQ runs, or
-# set RABBITMQCTL="rabbitmqctl -n rabbit@host"). RabbitMQ 3.10+.
+# set RABBITMQCTL="rabbitmqctl -n rabbit@host"). RabbitMQ 3.10+. On 4.x
+# (Erlang 26+) rabbitmqctl reads a password from stdin only when `add_user`
+# gets nothing but the user name (its wrapper counts arguments): there, name
+# the node with RABBITMQ_NODENAME=rabbit@host in the environment, not `-n`.
 
 set -euo pipefail
 
@@ -86,14 +89,20 @@ ensure_vhost() {
     fi
 }
 
-# ensure_user NAME PASSWORD: creates the user, or sets its password.
+user_exists() { ctl -s list_users | cut -f1 | grep -Fxq -- "$1"; }
+
+# ensure_user NAME PASSWORD: creates the user, or sets its password. No
+# `-q` before add_user/change_password: with one more argument, rabbitmqctl
+# 4.x reads no stdin and creates no user (and still exits 0).
 ensure_user() {
     local name="$1" password="$2"
-    if ctl -s list_users | cut -f1 | grep -Fxq -- "$name"; then
-        printf '%s' "$password" | ctl -q change_password "$name" >/dev/null
+    if user_exists "$name"; then
+        printf '%s' "$password" | ctl change_password "$name" >/dev/null
         echo "updated the password of $name"
     else
-        printf '%s' "$password" | ctl -q add_user "$name" >/dev/null
+        printf '%s' "$password" | ctl add_user "$name" >/dev/null
+        user_exists "$name" ||
+            die "rabbitmqctl add_user $name did not create the user (on RabbitMQ 4.x, give the node with RABBITMQ_NODENAME, not RABBITMQCTL options)"
         echo "created user $name"
     fi
 }

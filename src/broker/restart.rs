@@ -19,11 +19,14 @@ use lapin::options::ExchangeDeclareOptions;
 use lapin::types::FieldTable;
 use lapin::{Connection, ExchangeKind};
 
-use super::topology::is_not_found;
+use super::topology::{is_access_refused, is_not_found};
 use super::{BrokerError, Names, call};
 
 /// Whether the sentinel is gone: the broker (re)started since it was
-/// declared. Costs one channel (a missing exchange closes it).
+/// declared. Costs one channel (a missing exchange closes it). A user with
+/// no permission at all on the sentinel cannot probe it on RabbitMQ 4.2.6+
+/// (403 to a passive declare): that counts as a restart, the safe answer
+/// (as when the user cannot declare it, see the supervisor).
 pub async fn restarted(conn: &Connection, names: &Names) -> Result<bool, BrokerError> {
     let ch = call("channel.open", conn.create_channel()).await?;
     let passive = ExchangeDeclareOptions {
@@ -41,7 +44,7 @@ pub async fn restarted(conn: &Connection, names: &Names) -> Result<bool, BrokerE
             let _ = ch.close(200, "sentinel probed".into()).await;
             Ok(false)
         }
-        Err(BrokerError::Amqp(e)) if is_not_found(&e) => Ok(true),
+        Err(BrokerError::Amqp(e)) if is_not_found(&e) || is_access_refused(&e) => Ok(true),
         Err(e) => Err(e),
     }
 }

@@ -287,6 +287,11 @@ async fn declare_all(
 /// that the topology for `shard_count` shards exists, for a worker running
 /// with a least-privilege user (`TOPOLOGY_MODE=check`). Passive declares
 /// cannot see arguments; `urutan topology` is what declares them.
+///
+/// RabbitMQ 4.2.6 and later refuse a passive declare (403) to a user with no
+/// permission at all on the object; the worker user has none on the
+/// exchanges and the DLQ (it only reads the shard queues). Such an object
+/// cannot be checked: it is named in one warning, not a fatal error.
 pub async fn check(
     conn: &Connection,
     names: &Names,
@@ -305,6 +310,7 @@ pub async fn check(
             wanted: shard_count,
         });
     }
+    let mut unchecked = Vec::new();
     let passive_exchange = ExchangeDeclareOptions {
         passive: true,
         ..Default::default()
@@ -327,6 +333,10 @@ pub async fn check(
             Err(BrokerError::Amqp(e)) if is_not_found(&e) => {
                 return Err(TopologyError::Missing { object: exchange });
             }
+            Err(BrokerError::Amqp(e)) if is_access_refused(&e) => {
+                unchecked.push(exchange);
+                continue;
+            }
             Err(e) => return Err(e.into()),
         }
         let _ = ch.close(200, "checked".into()).await;
@@ -343,9 +353,17 @@ pub async fn check(
         Err(BrokerError::Amqp(e)) if is_not_found(&e) => {
             return Err(TopologyError::Missing { object: dlq });
         }
+        Err(BrokerError::Amqp(e)) if is_access_refused(&e) => unchecked.push(dlq),
         Err(e) => return Err(e.into()),
     }
     let _ = ch.close(200, "checked".into()).await;
+    if !unchecked.is_empty() {
+        tracing::warn!(
+            objects = %unchecked.join(", "),
+            "topology check: not checked, this user has no permission on them (RabbitMQ \
+             4.2.6+ refuses a passive declare then); `urutan topology` declares them"
+        );
+    }
     Ok(ShardPlan {
         bound: shard_count,
         consumed: existing,
@@ -474,12 +492,17 @@ fn mismatch_or(e: BrokerError, object: &str) -> TopologyError {
     }
 }
 
-/// 503 COMMAND_INVALID "invalid exchange type": the plugin is not enabled.
+/// "invalid exchange type": the plugin is not enabled. RabbitMQ 3.10 says so
+/// with 503 COMMAND_INVALID (closing the connection), 4.x with 406
+/// PRECONDITION_FAILED (closing the channel), which reads as a mismatch.
 fn plugin_missing_or(e: TopologyError) -> TopologyError {
     match e {
         TopologyError::Broker(b)
             if reply_code(&b) == Some(503) || b.to_string().contains("invalid exchange type") =>
         {
+            TopologyError::PluginMissing
+        }
+        TopologyError::Mismatch { detail, .. } if detail.contains("invalid exchange type") => {
             TopologyError::PluginMissing
         }
         other => other,

@@ -22,6 +22,70 @@ use urutan::supervisor::{RunError, Supervisor};
 pub const AMQP_BASE: &str = "amqp://guest:guest@127.0.0.1:5672";
 pub const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
 
+// The broker under test is the local one unless the environment names
+// another (deploy/brokers/matrix.sh runs the suite on RabbitMQ 4.0 and 4.3):
+//
+// | variable | default |
+// |---|---|
+// | `URUTAN_TEST_AMQP_BASE` | [`AMQP_BASE`] |
+// | `URUTAN_TEST_RABBITMQCTL` | `rabbitmqctl` |
+// | `URUTAN_TEST_RABBITMQ_DIAGNOSTICS` | `rabbitmq-diagnostics` |
+// | `URUTAN_TEST_RABBITMQ_PLUGINS` | `rabbitmq-plugins` |
+//
+// The CLI variables are command lines, split on whitespace, e.g.
+// `bash deploy/brokers/node.sh ctl urutan-m43`.
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| default.to_owned())
+}
+
+/// `amqp://guest:guest@host:port` of the broker under test.
+pub fn amqp_base() -> String {
+    env_or("URUTAN_TEST_AMQP_BASE", AMQP_BASE)
+}
+
+/// `host:port` of the broker under test.
+pub fn amqp_addr() -> String {
+    let base = amqp_base();
+    let rest = base.split_once("://").map_or(base.as_str(), |(_, r)| r);
+    let addr = rest.rsplit_once('@').map_or(rest, |(_, a)| a);
+    addr.trim_end_matches('/').to_owned()
+}
+
+/// An AMQP URL of the broker under test for `user` in `vhost`.
+pub fn amqp_url_as(user: &str, password: &str, vhost: &str) -> String {
+    format!(
+        "amqp://{user}:{password}@{}/{}",
+        amqp_addr(),
+        vhost.replace('/', "%2f")
+    )
+}
+
+/// The command line that stands for a RabbitMQ CLI tool of the broker under
+/// test (`rabbitmqctl`, `rabbitmq-diagnostics`, `rabbitmq-plugins`); any
+/// other program as it is.
+pub fn cli_line(program: &str) -> String {
+    match program {
+        "rabbitmqctl" => env_or("URUTAN_TEST_RABBITMQCTL", program),
+        "rabbitmq-diagnostics" => env_or("URUTAN_TEST_RABBITMQ_DIAGNOSTICS", program),
+        "rabbitmq-plugins" => env_or("URUTAN_TEST_RABBITMQ_PLUGINS", program),
+        _ => program.to_owned(),
+    }
+}
+
+/// A [`Command`] for `program`, the RabbitMQ CLI tools aimed at the broker
+/// under test (see [`cli_line`]).
+pub fn command(program: &str) -> Command {
+    let line = cli_line(program);
+    let mut words = line.split_whitespace();
+    let mut cmd = Command::new(words.next().unwrap_or(program));
+    cmd.args(words);
+    cmd
+}
+
 /// Waits for `cond` to hold, polling every 100 ms, for at most `limit`.
 pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut cond: F)
 where
@@ -41,9 +105,19 @@ where
     }
 }
 
-/// Runs a command line and panics with its output if it fails.
+/// Whether the broker under test keeps its consistent-hash rings across a
+/// restart: Khepri (its metadata store from 4.2, the only one from 4.3)
+/// stores them; the Mnesia store (3.x up to 4.1) rebuilds them at boot in
+/// an order of its own.
+pub fn broker_keeps_rings() -> bool {
+    let khepri = "try rabbit_khepri:is_enabled() catch _:_ -> false end.";
+    sh("rabbitmqctl", &["-q", "eval", khepri]).trim() == "true"
+}
+
+/// Runs a command line and panics with its output if it fails; the
+/// RabbitMQ CLI tools act on the broker under test (see [`command`]).
 pub fn sh(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
+    let out = command(program)
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
@@ -95,7 +169,9 @@ impl TestEnv {
 
     pub fn amqp_url(&self) -> SecretUrl {
         let vhost = self.vhost.replace('/', "%2f");
-        format!("{AMQP_BASE}/{vhost}").parse().expect("amqp url")
+        format!("{}/{vhost}", amqp_base())
+            .parse()
+            .expect("amqp url")
     }
 
     pub fn database_url(&self) -> SecretUrl {
@@ -160,7 +236,7 @@ impl Drop for TestEnv {
             );
             return;
         }
-        let _ = Command::new("rabbitmqctl")
+        let _ = command("rabbitmqctl")
             .args(["-q", "delete_vhost", &self.vhost])
             .output();
         let _ = Command::new("psql")

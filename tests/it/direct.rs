@@ -70,10 +70,16 @@ async fn check(env: &TestEnv, db: &PgPool, orders: usize, versions: i64) {
 /// v6..v10 of every order wait on the old ring's shards, the producer
 /// reconnects first and publishes v11 into the rebuilt ring, then the pool
 /// starts and the producer publishes v12. Repeated (fresh environment) until the
-/// restart really moved some order, at most three times.
+/// restart really moved some order, at most three times; once on a broker
+/// on Khepri (4.2+), which keeps its ring: there nothing may move.
 async fn restart_with_a_direct_producer(prefetch: u16) {
     for attempt in 1..=3 {
-        if restart_with_a_direct_producer_once(prefetch, attempt).await > 0 {
+        let moved = restart_with_a_direct_producer_once(prefetch, attempt).await;
+        if broker_keeps_rings() {
+            assert_eq!(moved, 0, "a broker on Khepri rebuilt its ring at a restart");
+            return;
+        }
+        if moved > 0 {
             return;
         }
         eprintln!("attempt {attempt}: the restart rebuilt the same ring; again");
@@ -319,7 +325,7 @@ async fn a_worker_refused_the_sentinel_treats_each_connection_as_a_restart() {
         .expect("delete the sentinel");
     let mut settings = env.settings(3);
     settings.topology_mode = urutan::config::TopologyMode::Check;
-    settings.amqp_url = format!("amqp://{user}:pw-nosentinel@127.0.0.1:5672/{}", env.vhost)
+    settings.amqp_url = amqp_url_as(&user, "pw-nosentinel", &env.vhost)
         .parse()
         .expect("url");
     let db = env.db().await;

@@ -77,7 +77,11 @@ pub async fn publish_raw(
     body: &[u8],
 ) {
     let run = async {
-        let mut c = Conn(TcpStream::connect("127.0.0.1:5672").await.expect("connect"));
+        let mut c = Conn(
+            TcpStream::connect(crate::common::amqp_addr())
+                .await
+                .expect("connect"),
+        );
         c.0.write_all(b"AMQP\x00\x00\x09\x01")
             .await
             .expect("protocol header");

@@ -315,10 +315,8 @@ struct BrokerGuard;
 
 impl Drop for BrokerGuard {
     fn drop(&mut self) {
-        let _ = Command::new("rabbitmqctl")
-            .args(["-q", "start_app"])
-            .output();
-        let _ = Command::new("rabbitmqctl")
+        let _ = command("rabbitmqctl").args(["-q", "start_app"]).output();
+        let _ = command("rabbitmqctl")
             .args(["-q", "--timeout", "120", "await_startup"])
             .output();
     }

@@ -68,12 +68,7 @@ impl Credentials {
     }
 
     fn amqp_url(&self, env: &TestEnv) -> String {
-        format!(
-            "amqp://{}:{}@127.0.0.1:5672/{}",
-            self.rabbit_user,
-            self.rabbit_password,
-            env.vhost.replace('/', "%2f")
-        )
+        amqp_url_as(&self.rabbit_user, &self.rabbit_password, &env.vhost)
     }
 
     fn database_url(&self) -> String {
@@ -86,7 +81,7 @@ impl Credentials {
 
 impl Drop for Credentials {
     fn drop(&mut self) {
-        let _ = Command::new("rabbitmqctl")
+        let _ = command("rabbitmqctl")
             .args(["-q", "delete_user", &self.rabbit_user])
             .output();
         for sql in [

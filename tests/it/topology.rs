@@ -504,7 +504,7 @@ struct PluginBack;
 
 impl Drop for PluginBack {
     fn drop(&mut self) {
-        let enabled = std::process::Command::new("rabbitmq-plugins")
+        let enabled = command("rabbitmq-plugins")
             .args(["-q", "enable", "rabbitmq_consistent_hash_exchange"])
             .output();
         if !matches!(&enabled, Ok(out) if out.status.success()) {
@@ -547,7 +547,7 @@ pub(crate) struct Users(pub(crate) Vec<String>);
 impl Drop for Users {
     fn drop(&mut self) {
         for user in &self.0 {
-            let _ = std::process::Command::new("rabbitmqctl")
+            let _ = command("rabbitmqctl")
                 .args(["-q", "delete_user", user])
                 .output();
         }
@@ -574,12 +574,11 @@ async fn a_least_privilege_worker_checks_the_topology_passively() {
         .env("TOPOLOGY_PASSWORD", "t0pology-pw")
         .env("WORKER_USER", &worker_user)
         .env("WORKER_PASSWORD", "w0rker-pw")
+        .env("RABBITMQCTL", cli_line("rabbitmqctl"))
         .output()
         .expect("least-privilege.sh");
     assert!(made.status.success(), "least-privilege.sh: {made:?}");
-    let url = |user: &str, password: &str| {
-        format!("amqp://{user}:{password}@127.0.0.1:5672/{}", env.vhost)
-    };
+    let url = |user: &str, password: &str| amqp_url_as(user, password, &env.vhost);
     let mut settings = env.settings(3);
     settings.topology_mode = urutan::config::TopologyMode::Check;
     settings.amqp_url = url(&worker_user, "w0rker-pw").parse().expect("url");

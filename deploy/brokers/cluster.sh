@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# A three-node RabbitMQ 4.3 cluster on this machine (nodes of deploy/brokers/
+# node.sh in one forky root, joined with join_cluster), and the faults a
+# cluster check injects into it.
+#
+#   cluster.sh start              install 4.3 if needed, start the nodes that
+#                                 are down, join those not in the cluster, wait
+#                                 until all three run (idempotent, ~20 s cold)
+#   cluster.sh stop               stop all three (graceful)
+#   cluster.sh status             each node, and the running nodes as c1 sees them
+#   cluster.sh urls [VHOST]       AMQP_URL naming all three nodes, comma-separated
+#   cluster.sh leaders [VHOST]    quorum queues: name, leader, members (default vhost /)
+#   cluster.sh busiest VHOST      the node that leads most shard queues of VHOST
+#   cluster.sh kill NODE          SIGKILL of its VM (NODE: c1, c2, c3 or a full name)
+#   cluster.sh restart NODE       start one node again (after kill or stop) and wait
+#   cluster.sh rolling            restart the nodes one by one, each only once no
+#                                 quorum queue depends on it (quorum critical check)
+#   cluster.sh freeze NODE SECS   SIGSTOP, SECS seconds, SIGCONT
+#   cluster.sh full-restart       stop all three, start all three, wait
+#   cluster.sh forget             stop and delete all three nodes' data
+#   cluster.sh ctl ARGS...        rabbitmqctl on the first running node
+#
+# Nodes urutan-c1, urutan-c2, urutan-c3 @localhost; AMQP ports 5681-5683
+# (CLUSTER_PORT_BASE, default 5680, + 1..3), distribution ports + 20000.
+# Every step prints what it does. Runs as root.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LOG_TAG=cluster
+# shellcheck source=deploy/brokers/lib.sh
+source "$HERE/lib.sh"
+
+readonly VERSION=4.3
+readonly PORT_BASE=${CLUSTER_PORT_BASE:-5680}
+readonly NODES=(urutan-c1 urutan-c2 urutan-c3)
+readonly WAIT_SECS=${CLUSTER_WAIT_SECS:-180}
+
+node() { bash "$HERE/node.sh" "$@"; }
+port_of() { echo $((PORT_BASE + ${1#urutan-c})); }
+
+# full NODE: urutan-cN from cN, N or urutan-cN (also with @localhost).
+full() {
+    local n=${1%@localhost}
+    n=${n#urutan-}
+    n=${n#c}
+    [[ $n =~ ^[1-3]$ ]] || die "no such cluster node '$1' (c1, c2, c3)"
+    echo "urutan-c$n"
+}
+
+running() { node pid "$1" >/dev/null 2>&1; }
+
+# A node that answers, to ask about the cluster.
+any_node() {
+    local n
+    for n in "${NODES[@]}"; do
+        if running "$n" && timeout 20 bash "$HERE/node.sh" ctl "$n" -q ping >/dev/null 2>&1; then
+            echo "$n"
+            return 0
+        fi
+    done
+    return 1
+}
+
+ctl() {
+    local n
+    n=$(any_node) || die "no cluster node answers"
+    node ctl "$n" "$@"
+}
+
+# running_nodes AS: the cluster's running nodes as node AS sees them, one a line.
+running_nodes() {
+    timeout 30 bash "$HERE/node.sh" ctl "$1" -q cluster_status --formatter json 2>/dev/null |
+        python3 -c 'import json, sys; print("\n".join(json.load(sys.stdin).get("running_nodes", [])))'
+}
+
+in_cluster() { running_nodes "$2" | grep -qx "$1@localhost"; }
+
+wait_all_running() {
+    local deadline=$((SECONDS + WAIT_SECS)) seen
+    while :; do
+        seen=$(running_nodes "${NODES[0]}" 2>/dev/null | grep -c '^urutan-c' || true)
+        ((seen == 3)) && break
+        ((SECONDS < deadline)) || die "the cluster has ${seen} of 3 nodes running after ${WAIT_SECS}s"
+        sleep 1
+    done
+    log "all three nodes run in one cluster"
+}
+
+cmd_start() {
+    local n first=${NODES[0]} started=()
+    bash "$HERE/install.sh" "$VERSION"
+    for n in "${NODES[@]}"; do
+        if ! running "$n"; then
+            node launch "$VERSION" "$n" "$(port_of "$n")"
+            started+=("$n")
+        fi
+    done
+    # Nodes that were clustered before wait for each other to boot: wait
+    # for all of them only once all were launched.
+    for n in "${started[@]}"; do node wait "$n" "$WAIT_SECS"; done
+    for n in "${NODES[@]:1}"; do
+        if in_cluster "$n" "$first"; then
+            continue
+        fi
+        log "joining ${n}@localhost to ${first}@localhost (stop_app, reset, join_cluster, start_app)"
+        node ctl "$n" -q stop_app
+        node ctl "$n" -q reset
+        node ctl "$n" -q join_cluster "${first}@localhost"
+        node ctl "$n" -q start_app
+    done
+    wait_all_running
+}
+
+cmd_stop() {
+    local n
+    # The last to stop is the first to start: c1, which the others joined.
+    for n in "${NODES[2]}" "${NODES[1]}" "${NODES[0]}"; do node stop "$n"; done
+}
+
+cmd_status() {
+    local n
+    node status "${NODES[@]}" 2>/dev/null || true
+    if n=$(any_node); then
+        echo "running in the cluster (as ${n} sees it): $(running_nodes "$n" | tr '\n' ' ')"
+    else
+        echo "no cluster node answers"
+    fi
+}
+
+cmd_urls() {
+    local vhost=${1:-} n urls=()
+    for n in "${NODES[@]}"; do
+        urls+=("amqp://guest:guest@127.0.0.1:$(port_of "$n")${vhost:+/${vhost//\//%2f}}")
+    done
+    (
+        IFS=,
+        echo "${urls[*]}"
+    )
+}
+
+cmd_leaders() {
+    ctl -q list_queues -p "${1:-/}" name type leader members
+}
+
+cmd_busiest() {
+    local vhost=$1
+    ctl -q list_queues -p "$vhost" name leader |
+        awk '$1 ~ /\.shard-[0-9][0-9][0-9]$/ { n[$2]++ } END { for (l in n) print n[l], l }' |
+        sort -rn | head -n 1 | awk '{ print $2 }' | sed 's/@localhost$//'
+}
+
+# wait_not_quorum_critical NODE: until stopping NODE would leave every quorum
+# queue with a majority of its members (bounded).
+wait_not_quorum_critical() {
+    local n=$1 deadline=$((SECONDS + WAIT_SECS))
+    until timeout 60 bash "$HERE/node.sh" queues "$n" -q check_if_node_is_quorum_critical >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || die "${n}: still quorum critical after ${WAIT_SECS}s (quorum queues lack members elsewhere)"
+        sleep 1
+    done
+}
+
+cmd_restart() {
+    local n
+    n=$(full "$1")
+    node launch "$VERSION" "$n" "$(port_of "$n")"
+    node wait "$n" "$WAIT_SECS"
+    wait_all_running
+}
+
+cmd_rolling() {
+    local n t
+    for n in "${NODES[@]}"; do
+        t=$SECONDS
+        wait_not_quorum_critical "$n"
+        log "rolling restart: ${n}@localhost"
+        node stop "$n"
+        cmd_restart "$n"
+        log "rolling restart: ${n}@localhost back in $((SECONDS - t))s"
+    done
+}
+
+cmd_freeze() {
+    local n secs=$2
+    n=$(full "$1")
+    [[ $secs =~ ^[0-9]+$ ]] || die "freeze NODE SECS"
+    node freeze "$n"
+    sleep "$secs"
+    node thaw "$n"
+}
+
+cmd_full_restart() {
+    local n t=$SECONDS
+    cmd_stop
+    log "full stop done in $((SECONDS - t))s; starting all three"
+    for n in "${NODES[@]}"; do node launch "$VERSION" "$n" "$(port_of "$n")"; done
+    for n in "${NODES[@]}"; do node wait "$n" "$WAIT_SECS"; done
+    wait_all_running
+    log "full restart done in $((SECONDS - t))s"
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+start) need_root && cmd_start ;;
+stop) cmd_stop ;;
+status) cmd_status ;;
+urls) cmd_urls "$@" ;;
+leaders) cmd_leaders "$@" ;;
+busiest)
+    (($# == 1)) || die "busiest VHOST"
+    cmd_busiest "$1"
+    ;;
+kill)
+    (($# == 1)) || die "kill NODE"
+    node kill "$(full "$1")"
+    ;;
+restart)
+    (($# == 1)) || die "restart NODE"
+    cmd_restart "$1"
+    ;;
+rolling) cmd_rolling ;;
+freeze)
+    (($# == 2)) || die "freeze NODE SECS"
+    cmd_freeze "$@"
+    ;;
+full-restart) cmd_full_restart ;;
+forget)
+    for n in "${NODES[@]}"; do
+        [[ -f "$BROKERS_DIR/nodes/${n}.env" ]] && node forget "$n"
+    done
+    true
+    ;;
+ctl) ctl "$@" ;;
+*)
+    sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
