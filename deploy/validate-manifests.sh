@@ -265,18 +265,21 @@ rabbitmq_definitions() {
     # permissions it sets, and compare them with definitions.json.
     cat >"$WORK/fakectl" <<EOF
 #!/usr/bin/env bash
-# Stand-in for rabbitmqctl: lists nothing, records set_permissions.
+# Stand-in for rabbitmqctl: lists the users it added, records set_permissions.
 while [ \$# -gt 0 ]; do
     case "\$1" in
         set_permissions) shift; [ "\$1" = "-p" ] && shift 2
             printf '%s\t%s\t%s\t%s\n' "\$1" "\$2" "\$3" "\$4" >>"$WORK/perms.tsv"; exit 0 ;;
-        add_user|change_password) cat >/dev/null; exit 0 ;;
+        add_user) printf '%s\n' "\$2" >>"$WORK/users.tsv"; cat >/dev/null; exit 0 ;;
+        change_password) cat >/dev/null; exit 0 ;;
+        list_users) cat "$WORK/users.tsv" 2>/dev/null; exit 0 ;;
         *) shift ;;
     esac
 done
 EOF
     chmod +x "$WORK/fakectl"
     : >"$WORK/perms.tsv"
+    : >"$WORK/users.tsv"
     VHOST=urutan PREFIX=pesanan TOPOLOGY_PASSWORD=x WORKER_PASSWORD=x RELAY_PASSWORD=x OPERATOR_PASSWORD=x \
         RABBITMQCTL="$WORK/fakectl" bash "$DEPLOY/rabbitmq/least-privilege.sh" >/dev/null || return 1
     "$PY" - "$DEPLOY/compose/rabbitmq/definitions.json" "$WORK/perms.tsv" <<'EOF'
