@@ -111,6 +111,10 @@ GRANT SELECT, DELETE ON urutan_ring_berubah TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON urutan_dead_letter TO :"worker_role";
 GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"worker_role";
 
+-- Messages handed back after a failure, until they are back (recorded
+-- before the requeue, deleted when applied or dead-lettered).
+GRANT SELECT, INSERT, DELETE ON urutan_dikembalikan TO :"worker_role";
+
 -- Relay: the outbox (UPDATE: it locks rows FOR UPDATE and marks them sent;
 -- DELETE: it purges sent rows).
 GRANT SELECT, UPDATE, DELETE ON outbox TO :"relay_role";
@@ -133,6 +137,9 @@ GRANT USAGE ON SCHEMA public TO :"operator_role";
 GRANT SELECT ON _sqlx_migrations TO :"operator_role";
 GRANT SELECT, INSERT, UPDATE ON urutan_dead_letter TO :"operator_role";
 GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"operator_role";
+-- A dead-letter record ends the wait for a returned message (a trigger
+-- deletes it from urutan_dikembalikan).
+GRANT SELECT, DELETE ON urutan_dikembalikan TO :"operator_role";
 -- What a replayed message became: applied, stale, duplicate or parked.
 GRANT SELECT ON pesanan, pesan_diproses, pesanan_riwayat, urutan_parkir TO :"operator_role";
 \endif

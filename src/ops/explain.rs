@@ -60,6 +60,8 @@ pub struct Explanation {
     pub state: Option<State>,
     pub applied: Vec<Applied>,
     pub parked: Vec<Parked>,
+    /// Versions handed back to their shard queue after a failure, not back yet.
+    pub returned: Vec<Returned>,
     /// `None`: the dead-letter table does not exist (not migrated).
     pub dead_letters: Option<Vec<DeadLetter>>,
     /// `Err`: the outbox could not be searched (why).
@@ -106,6 +108,14 @@ pub struct Parked {
 }
 
 #[derive(Debug, Clone)]
+pub struct Returned {
+    pub versi: i64,
+    pub message_id: String,
+    pub shard: i32,
+    pub since: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
 pub struct DeadLetter {
     pub versi: Option<i64>,
     pub message_id: Option<String>,
@@ -135,6 +145,7 @@ impl Explanation {
             state: None,
             applied: Vec::new(),
             parked: Vec::new(),
+            returned: Vec::new(),
             dead_letters: None,
             outbox: Ok(Vec::new()),
             passed_by_all: None,
@@ -246,6 +257,23 @@ async fn read(db: &PgPool, id: &str) -> Result<Explanation, ReadError> {
         since,
     })
     .collect();
+    if tables.returned {
+        found.returned = sqlx::query_as::<_, (i64, String, i32, DateTime<Utc>)>(
+            "SELECT versi, message_id, shard, dikembalikan_pada FROM urutan_dikembalikan
+             WHERE pesanan_id = $1 ORDER BY versi",
+        )
+        .bind(id)
+        .fetch_all(db)
+        .await?
+        .into_iter()
+        .map(|(versi, message_id, shard, since)| Returned {
+            versi,
+            message_id,
+            shard,
+            since,
+        })
+        .collect();
+    }
     if tables.dead_letters {
         found.dead_letters = Some(dead_letters(db, id).await?);
     }

@@ -196,20 +196,27 @@ pub struct Tables {
     pub core: bool,
     /// `urutan_dead_letter` (migration 20261130000008).
     pub dead_letters: bool,
+    /// `urutan_dikembalikan` (migration 20261130000010).
+    pub returned: bool,
 }
 
 impl Tables {
     pub async fn look(db: &PgPool) -> Result<Self, sqlx::Error> {
-        let (core, dead_letters): (bool, bool) = sqlx::query_as(
+        let (core, dead_letters, returned): (bool, bool, bool) = sqlx::query_as(
             "SELECT to_regclass('pesanan') IS NOT NULL AND to_regclass('pesanan_riwayat') IS NOT NULL
                     AND to_regclass('outbox') IS NOT NULL AND to_regclass('urutan_epoch') IS NOT NULL
                     AND to_regclass('urutan_shard') IS NOT NULL AND to_regclass('urutan_parkir') IS NOT NULL
                     AND to_regclass('urutan_ring') IS NOT NULL AND to_regclass('urutan_jendela') IS NOT NULL,
-                    to_regclass('urutan_dead_letter') IS NOT NULL",
+                    to_regclass('urutan_dead_letter') IS NOT NULL,
+                    to_regclass('urutan_dikembalikan') IS NOT NULL",
         )
         .fetch_one(db)
         .await?;
-        Ok(Self { core, dead_letters })
+        Ok(Self {
+            core,
+            dead_letters,
+            returned,
+        })
     }
 }
 

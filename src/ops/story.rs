@@ -210,6 +210,20 @@ fn waits(x: &Explanation, stored: i64, v: i64, epoch: i64) -> String {
     for (reason, _) in &x.windows {
         holding.push(format!("a window is open ({reason})"));
     }
+    for r in x
+        .returned
+        .iter()
+        .filter(|r| r.versi > stored && r.versi < v)
+    {
+        holding.push(format!(
+            "versi {} ({}) was handed back to shard {:03} after a failure at {} and is not back \
+             yet (it is waited for whatever the epochs)",
+            r.versi,
+            r.message_id,
+            r.shard,
+            r.since.format("%Y-%m-%d %H:%M:%S UTC")
+        ));
+    }
     if holding.is_empty() {
         holding.push("neither holds now: released at its shard's next release".into());
     }
@@ -261,7 +275,7 @@ impl fmt::Display for Line {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::explain::{Applied, OutboxRow, Parked, State};
+    use crate::ops::explain::{Applied, OutboxRow, Parked, Returned, State};
 
     fn at() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
@@ -346,6 +360,37 @@ mod tests {
                     .contains("shard(s) 000, 001 have not passed it yet"),
             "{:?}",
             lines[7]
+        );
+    }
+
+    #[test]
+    fn a_parked_version_names_the_returned_one_it_waits_for() {
+        let mut x = order();
+        x.positions = vec![(0, 4), (1, 4)];
+        x.parked.push(Parked {
+            versi: 6,
+            message_id: "E-v6".into(),
+            shard: 1,
+            epoch: 4,
+            since: at(),
+        });
+        x.returned.push(Returned {
+            versi: 5,
+            message_id: "E-v5".into(),
+            shard: 1,
+            since: at(),
+        });
+        let lines = lines(&x, at());
+        let parked = lines
+            .iter()
+            .find(|l| l.what == "parked")
+            .expect("parked line");
+        assert!(
+            parked
+                .note
+                .contains("versi 5 (E-v5) was handed back to shard 001")
+                && !parked.note.contains("neither holds now"),
+            "{parked:?}"
         );
     }
 

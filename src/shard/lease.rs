@@ -138,6 +138,16 @@ impl Session {
         results
     }
 
+    /// [`store::record_returned`] on the kept connection.
+    pub async fn record_returned(&self, event: &Event, shard: u16) -> Result<(), StoreError> {
+        let mut leased = self.take().await?;
+        let record =
+            async |conn: &mut sqlx::PgConnection| store::record_returned(conn, event, shard).await;
+        let recorded = store::bounded(&mut leased.conn, self.limit, record).await;
+        self.put(leased, recorded.is_ok());
+        recorded
+    }
+
     /// [`store::record_dead_letters`] on the kept connection.
     pub async fn record_dead_letters(&self, rows: &[NewDeadLetter]) -> Result<(), StoreError> {
         let mut leased = self.take().await?;

@@ -189,7 +189,10 @@ impl ShardWorker {
 
     /// A handler failure: requeue it, and if that return exhausts the queue's
     /// delivery limit (the queue then dead-letters it), record it (with
-    /// `error`, the last failure) and count it as such.
+    /// `error`, the last failure) and count it as such. Otherwise record it
+    /// as returned first: the broker may redeliver it behind later messages
+    /// (RabbitMQ 3.10.8 after a delivery-limit dead letter), and a newer
+    /// version of its order must wait for it.
     pub(super) async fn requeue(
         &self,
         ch: &Channel,
@@ -210,6 +213,21 @@ impl ShardWorker {
             let message_id = delivery.properties.message_id().as_ref();
             let outcome = Outcome::DeadLettered(rejection);
             self.record(session, outcome, message_id.map(|id| id.as_str()));
+        } else if let Ok(event) =
+            message::decode(&delivery::envelope(delivery), self.max_body_bytes)
+        {
+            let recorded = self
+                .held(ch, shutdown, || session.record_returned(&event, self.shard))
+                .await;
+            match recorded {
+                Ok(()) => {}
+                Err(Held::Abandon | Held::GaveUp) => return Err(BrokerError::ChannelLost),
+                // Cannot happen (nothing in the row is the producer's to
+                // refuse); the message is requeued unrecorded, as before.
+                Err(Held::Refused(e)) => {
+                    error!(error = %e, "cannot record a returned message")
+                }
+            }
         }
         Ok(Settle::Requeue)
     }

@@ -39,6 +39,32 @@ where
     Ok(parse_result(&result))
 }
 
+/// Records that `event` (received on `shard`) is being handed back to its
+/// queue after a failure, so that a newer version of its order waits for it
+/// even if the broker redelivers it behind later messages (see
+/// `migrations/20261130000010_returned.sql`). Its next apply, or its
+/// dead-letter record, ends the wait.
+pub async fn record_returned<'c, E>(
+    executor: E,
+    event: &Event,
+    shard: u16,
+) -> Result<(), StoreError>
+where
+    E: sqlx::PgExecutor<'c>,
+{
+    sqlx::query(
+        "INSERT INTO urutan_dikembalikan (message_id, pesanan_id, versi, shard)
+         VALUES ($1, $2, $3, $4) ON CONFLICT (message_id) DO NOTHING",
+    )
+    .bind(&event.message_id)
+    .bind(&event.entity_id)
+    .bind(event.versi)
+    .bind(i32::from(shard))
+    .execute(executor)
+    .await?;
+    Ok(())
+}
+
 /// Maps the SQL function's answer; anything unknown would be a migration bug.
 pub fn parse_result(result: &str) -> Applied {
     match result {

@@ -14,7 +14,9 @@ use tracing::info;
 
 use crate::config::SecretUrl;
 
-pub use apply::{Applied, BatchItem, BatchResult, apply, apply_batch, parse_result};
+pub use apply::{
+    Applied, BatchItem, BatchResult, apply, apply_batch, parse_result, record_returned,
+};
 pub use dead_letter::{
     NewDeadLetter, insert_dead_letter, purge_resolved_dead_letters, record_dead_letters,
 };

@@ -272,7 +272,10 @@ async fn resharding_under_a_continuous_direct_producer_keeps_order() {
             }
         })
         .await;
-        eprintln!("resharding to {shards} completed in {:?}", started.elapsed());
+        eprintln!(
+            "resharding to {shards} completed in {:?}",
+            started.elapsed()
+        );
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::Relaxed);

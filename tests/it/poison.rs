@@ -331,3 +331,100 @@ async fn a_message_id_that_is_not_utf8_is_dead_lettered_and_the_shard_flows() {
     );
     pool.stop().await;
 }
+
+/// RabbitMQ 3.10.8 returns a requeued message to the front of its shard
+/// queue, except after a message of that queue was dead-lettered by the
+/// delivery limit: from then on a requeued message can be overtaken by the
+/// messages behind it. A failing X-v1 must still be applied before X-v2,
+/// whatever the broker's requeue position: the worker records each message
+/// it hands back, and a newer version of that order waits (parked) until
+/// the returned one is applied or dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_message_is_not_overtaken_after_a_delivery_limit_dead_letter() {
+    let env = TestEnv::new("requeue_order").await;
+    let failures = Arc::new(Mutex::new(std::collections::HashMap::<String, usize>::new()));
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let hooks = {
+        let (failures, seen) = (failures.clone(), seen.clone());
+        before_apply(move |ev: &Event| {
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(ev.message_id.clone());
+            // "racun": always fails; "gagal-N": fails its first N deliveries.
+            let mut failures = failures.lock().unwrap_or_else(|p| p.into_inner());
+            let failed = failures.entry(ev.message_id.clone()).or_default();
+            let fail_times = match ev.status.as_str() {
+                "racun" => usize::MAX,
+                s => s
+                    .strip_prefix("gagal-")
+                    .map_or(0, |n| n.parse().unwrap_or(0)),
+            };
+            if *failed < fail_times {
+                *failed += 1;
+                drop(failures);
+                std::panic::resume_unwind(Box::new("fails on purpose"));
+            }
+        })
+    };
+    let mut settings = env.settings(1);
+    settings.delivery_limit = 3;
+    let pool = RunningPool::start_with(settings, hooks).await;
+    pool.wait_ready().await;
+
+    let publisher = env.publisher().await;
+    publisher
+        .send_all(&[
+            Msg::event_with("A", 1, "A-v1", "racun"),
+            Msg::event("A", 2),
+            Msg::event_with("X", 1, "X-v1", "gagal-2"),
+            Msg::event("X", 2),
+            Msg::event("B", 1),
+            Msg::event_with("X", 3, "X-v3", "gagal-1"),
+            Msg::event("X", 4),
+            Msg::event("B", 2),
+        ])
+        .await;
+
+    let db = env.db().await;
+    wait_for("the last versions stored", Duration::from_secs(60), || {
+        let db = db.clone();
+        async move {
+            let last = "SELECT count(*) FROM pesanan
+                        WHERE (id, versi) IN (('A', 2), ('X', 4), ('B', 2))";
+            count(&db, last).await == 3
+                && count(&db, "SELECT count(*) FROM urutan_parkir").await == 0
+        }
+    })
+    .await;
+    let conn = env.broker().await;
+    let dead = drain_dlq_expecting(&conn, 1, Duration::from_secs(30)).await;
+    assert_eq!(
+        dead[0]
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|s| s.as_str()),
+        Some("A-v1"),
+        "only the poison is dead-lettered"
+    );
+    let order = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    eprintln!("deliveries in the order the handler saw them: {order:?}");
+    let history = history(&db).await;
+    let x: Vec<i64> = history.iter().filter(|h| h.0 == "X").map(|h| h.1).collect();
+    assert_eq!(
+        x,
+        [1, 2, 3, 4],
+        "X applied in order, nothing skipped as stale"
+    );
+    let b: Vec<i64> = history.iter().filter(|h| h.0 == "B").map(|h| h.1).collect();
+    assert_eq!(b, [1, 2]);
+    let a: Vec<i64> = history.iter().filter(|h| h.0 == "A").map(|h| h.1).collect();
+    assert_eq!(a, [2], "A-v2 applied once A-v1 was dead-lettered");
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM urutan_dikembalikan").await,
+        0,
+        "no returned message is still recorded"
+    );
+    pool.stop().await;
+}
