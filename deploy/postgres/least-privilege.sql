@@ -10,7 +10,9 @@
 -- Role names default to urutan_worker, urutan_relay and urutan_producer;
 -- override them with -v worker_role=... -v relay_role=... -v producer_role=...
 -- An operator role for `urutan dlq` is made only when named:
--- -v operator_role=urutan_operator (password from OPERATOR_PASSWORD).
+-- -v operator_role=urutan_operator (password from OPERATOR_PASSWORD); so is
+-- a dispatcher role for `urutan effects`: -v dispatcher_role=urutan_dispatcher
+-- (password from DISPATCHER_PASSWORD).
 -- A role is created (LOGIN) if missing and gets its password from the
 -- environment (never a command line) when the variable is set; re-running is
 -- safe. Needs psql 15+ (\getenv).
@@ -25,6 +27,9 @@
 --   operator  `urutan dlq`: reads and resolves dead-letter records, records
 --             messages found in the DLQ without one, reads the state that
 --             says what a replayed message became. Nothing else.
+--   dispatcher `urutan effects`: writes the routes, claims, settles and
+--             purges effect rows. Nothing else (the worker's apply records
+--             effects through a SECURITY DEFINER trigger: it needs no grant).
 --
 -- Migrations stay with the owner: a worker or relay started before
 -- `urutan migrate` stops with "migration(s) pending ... run `urutan migrate`
@@ -47,6 +52,7 @@
 \getenv relay_password RELAY_PASSWORD
 \getenv producer_password PRODUCER_PASSWORD
 \getenv operator_password OPERATOR_PASSWORD
+\getenv dispatcher_password DISPATCHER_PASSWORD
 SELECT current_database() AS dbname \gset
 
 BEGIN;
@@ -142,6 +148,28 @@ GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"operator_role";
 GRANT SELECT, DELETE ON urutan_dikembalikan TO :"operator_role";
 -- What a replayed message became: applied, stale, duplicate or parked.
 GRANT SELECT ON pesanan, pesan_diproses, pesanan_riwayat, urutan_parkir TO :"operator_role";
+\endif
+
+-- Effects dispatcher (`urutan effects`), only if named.
+\if :{?dispatcher_role}
+SELECT NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'dispatcher_role') AS missing \gset
+\if :missing
+CREATE ROLE :"dispatcher_role" LOGIN;
+\endif
+\if :{?dispatcher_password}
+ALTER ROLE :"dispatcher_role" PASSWORD :'dispatcher_password';
+\endif
+GRANT CONNECT ON DATABASE :"dbname" TO :"dispatcher_role";
+GRANT USAGE ON SCHEMA public TO :"dispatcher_role";
+GRANT SELECT ON _sqlx_migrations TO :"dispatcher_role";
+-- Its EFFECTS setting, written at start: endpoints (INSERT ... ON CONFLICT
+-- needs SELECT) and the routes in force (replaced whole).
+GRANT SELECT, INSERT ON urutan_efek_tujuan TO :"dispatcher_role";
+GRANT USAGE ON SEQUENCE urutan_efek_tujuan_tujuan_seq TO :"dispatcher_role";
+GRANT SELECT, INSERT, DELETE ON urutan_efek_rute TO :"dispatcher_role";
+-- Effects: claimed (FOR UPDATE SKIP LOCKED, UPDATE), settled, and purged
+-- after EFFECTS_RETENTION.
+GRANT SELECT, UPDATE, DELETE ON urutan_efek TO :"dispatcher_role";
 \endif
 
 COMMIT;

@@ -538,3 +538,78 @@ pub async fn enqueue_tx(db: &PgPool, events: &[(String, i64)]) -> Vec<i64> {
     tx.commit().await.expect("commit");
     ids
 }
+
+/// The least-privilege PostgreSQL roles of `deploy/postgres/least-privilege.sql`
+/// in one test database, named `urutan_<kind>_<tag>`; dropped with their
+/// grants on drop. The worker, relay and producer roles always exist; the
+/// `optional` kinds (`operator`, `dispatcher`) are made only when named.
+pub struct PgRoles {
+    database: String,
+    names: Vec<(&'static str, String)>,
+}
+
+impl PgRoles {
+    pub fn create(env: &TestEnv, optional: &[&'static str]) -> Self {
+        let tag = format!("{:08x}", rand::random::<u32>());
+        let kinds = ["worker", "relay", "producer"].iter().chain(optional);
+        let roles = Self {
+            database: env.database.clone(),
+            names: kinds.map(|k| (*k, format!("urutan_{k}_{tag}"))).collect(),
+        };
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/deploy/postgres/least-privilege.sql"
+        );
+        let mut psql = Command::new("psql");
+        psql.arg(format!("{PG_BASE}/{}", env.database)).args([
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-f",
+            script,
+        ]);
+        for (kind, name) in &roles.names {
+            psql.args(["-v", &format!("{kind}_role={name}")]);
+            psql.env(format!("{}_PASSWORD", kind.to_uppercase()), "pw");
+        }
+        let out = psql.output().expect("run psql");
+        assert!(
+            out.status.success(),
+            "least-privilege.sql failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        roles
+    }
+
+    /// The role of `kind`.
+    pub fn name(&self, kind: &str) -> &str {
+        let found = self.names.iter().find(|(k, _)| *k == kind);
+        &found.unwrap_or_else(|| panic!("no {kind} role made")).1
+    }
+
+    /// `DATABASE_URL` for the role of `kind`.
+    pub fn url(&self, kind: &str) -> String {
+        format!(
+            "postgres://{}:pw@127.0.0.1:5432/{}",
+            self.name(kind),
+            self.database
+        )
+    }
+
+    /// [`Self::url`], parsed.
+    pub fn secret_url(&self, kind: &str) -> SecretUrl {
+        self.url(kind).parse().expect("role url")
+    }
+}
+
+impl Drop for PgRoles {
+    fn drop(&mut self) {
+        let names: Vec<&str> = self.names.iter().map(|(_, n)| n.as_str()).collect();
+        let names = names.join(", ");
+        let _ = Command::new("psql")
+            .arg(format!("{PG_BASE}/{}", self.database))
+            .args(["-q", "-c", &format!("DROP OWNED BY {names}")])
+            .args(["-c", &format!("DROP ROLE {names}")])
+            .output();
+    }
+}

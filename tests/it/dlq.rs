@@ -843,27 +843,6 @@ impl Drop for DeleteUser {
     }
 }
 
-/// PostgreSQL roles made by `deploy/postgres/least-privilege.sql` (with its
-/// optional operator), dropped on drop.
-struct PgRoles {
-    database: String,
-    names: Vec<String>,
-}
-
-impl Drop for PgRoles {
-    fn drop(&mut self) {
-        let names = self.names.join(", ");
-        let _ = std::process::Command::new("psql")
-            .arg(format!(
-                "postgres://postgres@127.0.0.1:5432/{}",
-                self.database
-            ))
-            .args(["-q", "-c", &format!("DROP OWNED BY {names}")])
-            .args(["-c", &format!("DROP ROLE {names}")])
-            .output();
-    }
-}
-
 /// The worker role records dead letters (and purges resolved ones); the
 /// operator role and the operator RabbitMQ user of the least-privilege
 /// scripts run `urutan dlq` with nothing more than their grants.
@@ -871,36 +850,7 @@ impl Drop for PgRoles {
 async fn least_privilege_roles_record_and_operate_dead_letters() {
     let env = TestEnv::new("dlq_leastpriv").await;
     env.db().await.close().await; // the owner migrates
-    let tag = format!("{:08x}", rand::random::<u32>());
-    let [worker, relay, producer, operator] =
-        ["worker", "relay", "producer", "operator"].map(|r| format!("urutan_{r}_{tag}"));
-    let _roles = PgRoles {
-        database: env.database.clone(),
-        names: vec![
-            worker.clone(),
-            relay.clone(),
-            producer.clone(),
-            operator.clone(),
-        ],
-    };
-    let sql = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/postgres/least-privilege.sql"
-    );
-    let made = std::process::Command::new("psql")
-        .arg(format!(
-            "postgres://postgres@127.0.0.1:5432/{}",
-            env.database
-        ))
-        .args(["-q", "-v", "ON_ERROR_STOP=1", "-f", sql])
-        .args(["-v", &format!("worker_role={worker}")])
-        .args(["-v", &format!("relay_role={relay}")])
-        .args(["-v", &format!("producer_role={producer}")])
-        .args(["-v", &format!("operator_role={operator}")])
-        .output()
-        .expect("psql");
-    assert!(made.status.success(), "least-privilege.sql: {made:?}");
-    let pg_url = |role: &str| format!("postgres://{role}@127.0.0.1:5432/{}", env.database);
+    let roles = PgRoles::create(&env, &["operator"]);
 
     let users = [
         format!("topo-{}", env.name),
@@ -930,11 +880,11 @@ async fn least_privilege_roles_record_and_operate_dead_letters() {
     );
     let as_operator = [
         ("AMQP_URL", operator_amqp.as_str()),
-        ("DATABASE_URL", &pg_url(&operator)),
+        ("DATABASE_URL", &roles.url("operator")),
     ];
 
     let mut settings = env.settings(1);
-    settings.database_url = pg_url(&worker).parse().expect("url");
+    settings.database_url = roles.secret_url("worker");
     settings.database_pool_size = Some(4);
     settings.delivery_limit = 1;
     let broken = Arc::new(AtomicBool::new(true));
@@ -982,7 +932,7 @@ async fn least_privilege_roles_record_and_operate_dead_letters() {
     assert_eq!(queue_len(&conn, "pesanan.dlq").await, 0);
     pool.stop().await;
 
-    let worker_db = urutan::store::connect(&pg_url(&worker).parse().expect("url"), 1)
+    let worker_db = urutan::store::connect(&roles.secret_url("worker"), 1)
         .await
         .expect("worker connects");
     let deleted = urutan::store::purge_resolved_dead_letters(&worker_db, Duration::from_millis(1))
@@ -990,7 +940,7 @@ async fn least_privilege_roles_record_and_operate_dead_letters() {
         .expect("the worker role may purge resolved records");
     assert_eq!(deleted, 3);
     worker_db.close().await;
-    let operator_db = urutan::store::connect(&pg_url(&operator).parse().expect("url"), 1)
+    let operator_db = urutan::store::connect(&roles.secret_url("operator"), 1)
         .await
         .expect("operator connects");
     for sql in [

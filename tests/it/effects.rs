@@ -26,7 +26,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use urutan::effects::Secret;
 
-use crate::common::{Msg, RunningPool, TestEnv, http_get, metric_sum, wait_for};
+use crate::common::{Msg, PgRoles, RunningPool, TestEnv, http_get, metric_sum, wait_for};
 
 /// The Standard Webhooks specification's example secret.
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -1022,4 +1022,50 @@ async fn a_bad_effects_setting_is_refused_at_start_with_one_line() {
             "{stderr}"
         );
     }
+}
+
+/// The least-privilege roles: the worker role applies with effects on (the
+/// trigger records them without any grant of the worker's), and the
+/// dispatcher role of `deploy/postgres/least-privilege.sql` runs `urutan
+/// effects` with nothing more than its grants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_roles_apply_and_dispatch_effects() {
+    let env = TestEnv::new("effects_leastpriv").await;
+    let db = env.db().await; // the owner migrates
+    let roles = PgRoles::create(&env, &["dispatcher"]);
+    let server = PayServer::start().await;
+    let effects = format!("dibayar={}", server.url("/charge"));
+    let dispatcher_url = roles.url("dispatcher");
+    let mut dispatcher = Dispatcher::start(&env, &effects, &[("DATABASE_URL", &dispatcher_url)]);
+    dispatcher.wait_ready().await;
+    let mut settings = env.settings(2);
+    settings.database_url = roles.secret_url("worker");
+    settings.database_pool_size = Some(4);
+    let pool = RunningPool::start(settings).await;
+    pool.wait_ready().await;
+
+    let (msgs, names) = workload("P", 5, 1, 4);
+    env.publisher().await.send_all(&msgs).await;
+    wait_settled(&db, 5 * 2, Duration::from_secs(60)).await;
+    server.assert_exactly_once_in_order("/charge", &expect_all(&names, 4, |v| v % 2 == 0));
+
+    // Nothing more: the dispatcher may not read orders or write history.
+    let as_dispatcher = urutan::store::connect(&roles.secret_url("dispatcher"), 1)
+        .await
+        .expect("the dispatcher role connects");
+    for sql in [
+        "SELECT count(*) FROM pesanan",
+        "INSERT INTO pesanan_riwayat (pesanan_id, versi, status, message_id, shard) VALUES ('x', 1, 'dibuat', 'x', 0)",
+        "DELETE FROM urutan_efek_tujuan",
+    ] {
+        let refused = sqlx::query(sql).execute(&as_dispatcher).await;
+        let code = match refused {
+            Err(sqlx::Error::Database(e)) => e.code().map(|c| c.into_owned()),
+            other => panic!("the dispatcher role may {sql}: {other:?}"),
+        };
+        assert_eq!(code.as_deref(), Some("42501"), "{sql}");
+    }
+    as_dispatcher.close().await;
+    dispatcher.stop().await;
+    pool.stop().await;
 }

@@ -13,70 +13,6 @@ use urutan::config::SecretUrl;
 use crate::common::*;
 use crate::handoff::{drain_and_check, produce, start_relay};
 
-const SCRIPT: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/deploy/postgres/least-privilege.sql"
-);
-
-/// Three roles made by the script, dropped (with their grants) on drop.
-struct Roles {
-    database: String,
-    worker: String,
-    relay: String,
-    producer: String,
-}
-
-impl Roles {
-    fn create(env: &TestEnv) -> Self {
-        let tag = format!("{:08x}", rand::random::<u32>());
-        let roles = Self {
-            database: env.database.clone(),
-            worker: format!("urutan_worker_{tag}"),
-            relay: format!("urutan_relay_{tag}"),
-            producer: format!("urutan_producer_{tag}"),
-        };
-        let out = std::process::Command::new("psql")
-            .arg(format!(
-                "postgres://postgres@127.0.0.1:5432/{}",
-                env.database
-            ))
-            .args(["-q", "-v", "ON_ERROR_STOP=1", "-f", SCRIPT])
-            .args(["-v", &format!("worker_role={}", roles.worker)])
-            .args(["-v", &format!("relay_role={}", roles.relay)])
-            .args(["-v", &format!("producer_role={}", roles.producer)])
-            .env("WORKER_PASSWORD", "worker-secret")
-            .env("RELAY_PASSWORD", "relay-secret")
-            .output()
-            .expect("run psql");
-        assert!(
-            out.status.success(),
-            "least-privilege.sql failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        roles
-    }
-
-    fn url(&self, role: &str) -> SecretUrl {
-        format!("postgres://{role}:pw@127.0.0.1:5432/{}", self.database)
-            .parse()
-            .expect("url")
-    }
-}
-
-impl Drop for Roles {
-    fn drop(&mut self) {
-        let names = format!("{}, {}, {}", self.worker, self.relay, self.producer);
-        let _ = std::process::Command::new("psql")
-            .arg(format!(
-                "postgres://postgres@127.0.0.1:5432/{}",
-                self.database
-            ))
-            .args(["-q", "-c", &format!("DROP OWNED BY {names}")])
-            .args(["-c", &format!("DROP ROLE {names}")])
-            .output();
-    }
-}
-
 /// The SQLSTATE of running `sql` as the role behind `url` (None: allowed).
 async fn refusal(url: &SecretUrl, sql: &'static str) -> Option<String> {
     let db = urutan::store::connect(url, 1).await.expect("connect");
@@ -93,15 +29,15 @@ async fn refusal(url: &SecretUrl, sql: &'static str) -> Option<String> {
 async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
     let env = TestEnv::new("privilege").await;
     let admin = env.db().await; // the owner applies the migrations
-    let roles = Roles::create(&env);
+    let roles = PgRoles::create(&env, &[]);
     let as_role = |role: &str, shards: u16| {
         let mut s = env.settings(shards);
-        s.database_url = roles.url(role);
+        s.database_url = roles.secret_url(role);
         s.database_pool_size = Some(4);
         s
     };
 
-    let pool = RunningPool::start(as_role(&roles.worker, 4)).await;
+    let pool = RunningPool::start(as_role("worker", 4)).await;
     pool.wait_ready().await;
     // A ring change cut short: the relay role must open the epoch and clear
     // the flag before it publishes.
@@ -109,7 +45,7 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
         .execute(&admin)
         .await
         .expect("flag");
-    let relay = start_relay(as_role(&roles.relay, 4));
+    let relay = start_relay(as_role("relay", 4));
     wait_for("the relay opened the epoch", Duration::from_secs(30), || {
         let admin = admin.clone();
         async move {
@@ -118,7 +54,7 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
         }
     })
     .await;
-    let producer_db = urutan::store::connect(&roles.url(&roles.producer), 2)
+    let producer_db = urutan::store::connect(&roles.secret_url("producer"), 2)
         .await
         .expect("producer connects");
     let producer = tokio::spawn(produce(
@@ -131,7 +67,7 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
     // A resharding as the worker role: ring record, shard registry, epochs.
     tokio::time::sleep(Duration::from_secs(1)).await;
     pool.stop().await;
-    let pool = RunningPool::start(as_role(&roles.worker, 6)).await;
+    let pool = RunningPool::start(as_role("worker", 6)).await;
     let written = drain_and_check(&admin, producer, relay, vec![pool], 50).await;
     assert_eq!(
         count(&admin, "SELECT count(*) FROM urutan_ring").await,
@@ -148,7 +84,7 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
         "the flag was cleared"
     );
     // The dedup purge as the worker role.
-    let worker_db = urutan::store::connect(&roles.url(&roles.worker), 1)
+    let worker_db = urutan::store::connect(&roles.secret_url("worker"), 1)
         .await
         .expect("worker connects");
     let purged = urutan::store::purge_expired(&worker_db, Duration::ZERO)
@@ -160,20 +96,20 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
     // Nothing more than that.
     let denied = "42501";
     for (role, sql) in [
-        (&roles.worker, "SELECT count(*) FROM outbox"),
-        (&roles.worker, "DELETE FROM pesanan"),
-        (&roles.worker, "DELETE FROM pesanan_riwayat"),
-        (&roles.worker, "CREATE TABLE intruder (x int)"),
-        (&roles.relay, "SELECT count(*) FROM pesanan"),
+        ("worker", "SELECT count(*) FROM outbox"),
+        ("worker", "DELETE FROM pesanan"),
+        ("worker", "DELETE FROM pesanan_riwayat"),
+        ("worker", "CREATE TABLE intruder (x int)"),
+        ("relay", "SELECT count(*) FROM pesanan"),
         (
-            &roles.relay,
+            "relay",
             "INSERT INTO urutan_ring (shard_count, epoch, oleh) VALUES (1, 1, 'x')",
         ),
-        (&roles.producer, "SELECT payload FROM outbox"),
-        (&roles.producer, "DELETE FROM outbox"),
+        ("producer", "SELECT payload FROM outbox"),
+        ("producer", "DELETE FROM outbox"),
     ] {
         assert_eq!(
-            refusal(&roles.url(role), sql).await.as_deref(),
+            refusal(&roles.secret_url(role), sql).await.as_deref(),
             Some(denied),
             "{role} may run {sql}"
         );
@@ -187,7 +123,7 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
     .execute(&admin)
     .await
     .expect("forget the last migration");
-    let refused = urutan::store::prepare(&roles.url(&roles.worker), 1)
+    let refused = urutan::store::prepare(&roles.secret_url("worker"), 1)
         .await
         .expect_err("a worker role applied a migration");
     assert!(
@@ -201,7 +137,7 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
         .expect("the owner migrates")
         .close()
         .await;
-    urutan::store::prepare(&roles.url(&roles.worker), 1)
+    urutan::store::prepare(&roles.secret_url("worker"), 1)
         .await
         .expect("the worker role starts once migrated")
         .close()
