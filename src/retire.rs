@@ -169,7 +169,7 @@ pub async fn progress(
     })
 }
 
-/// False once `shard` was retired (its worker then stops for good).
+/// True once `shard` was retired (its worker then stops for good); false while it is active, unknown or unreadable.
 pub async fn is_retired(pool: &PgPool, shard: u16) -> bool {
     let active: Result<Option<bool>, _> =
         sqlx::query_scalar("SELECT aktif FROM urutan_shard WHERE shard = $1")

@@ -62,7 +62,7 @@ pub struct Request {
 
 /// The outcome of [`resolve`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub enum Plan {
     /// Record `to` (after the bindings changed): a first record or a resharding.
     Change { from: Option<u16>, to: u16 },
     /// The record (`versi`) already says what this replica wants.
@@ -76,13 +76,13 @@ pub enum Decision {
     },
 }
 
-impl Decision {
+impl Plan {
     /// The number of shards to bind.
     pub fn target(self) -> u16 {
         match self {
-            Decision::Change { to, .. } => to,
-            Decision::Keep { count, .. } => count,
-            Decision::Follow { recorded, .. } => recorded,
+            Plan::Change { to, .. } => to,
+            Plan::Keep { count, .. } => count,
+            Plan::Follow { recorded, .. } => recorded,
         }
     }
 
@@ -91,7 +91,7 @@ impl Decision {
     /// recorded the current ring.
     pub fn allows_shrink(self, requested: bool) -> bool {
         match self {
-            Decision::Change { from: None, .. } => requested,
+            Plan::Change { from: None, .. } => requested,
             _ => true,
         }
     }
@@ -131,9 +131,9 @@ pub fn resolve(
     current: Option<&Record>,
     earlier: &[u16],
     request: Request,
-) -> Result<Decision, RingError> {
+) -> Result<Plan, RingError> {
     let Some(current) = current else {
-        return Ok(Decision::Change {
+        return Ok(Plan::Change {
             from: None,
             to: request.wanted,
         });
@@ -141,13 +141,13 @@ pub fn resolve(
     let recorded = current.shard_count;
     let versi = current.versi;
     if request.wanted == recorded {
-        return Ok(Decision::Keep {
+        return Ok(Plan::Keep {
             count: recorded,
             versi,
         });
     }
     if !request.explicit && earlier.contains(&request.wanted) {
-        return Ok(Decision::Follow {
+        return Ok(Plan::Follow {
             recorded,
             configured: request.wanted,
             versi,
@@ -171,7 +171,7 @@ pub fn resolve(
             by: current.oleh.clone(),
         });
     }
-    Ok(Decision::Change {
+    Ok(Plan::Change {
         from: Some(recorded),
         to: request.wanted,
     })
@@ -381,7 +381,7 @@ mod tests {
     #[test]
     fn the_first_replica_records_its_count() {
         let decision = resolve(None, &[], run(4, false));
-        assert_eq!(decision, Ok(Decision::Change { from: None, to: 4 }));
+        assert_eq!(decision, Ok(Plan::Change { from: None, to: 4 }));
     }
 
     #[test]
@@ -389,7 +389,7 @@ mod tests {
         let current = record(6, Some(4), true);
         assert_eq!(
             resolve(Some(&current), &[4], run(6, false)),
-            Ok(Decision::Keep { count: 6, versi: 3 })
+            Ok(Plan::Keep { count: 6, versi: 3 })
         );
     }
 
@@ -399,7 +399,7 @@ mod tests {
         let decision = resolve(Some(&current), &[4], run(4, true));
         assert_eq!(
             decision,
-            Ok(Decision::Follow {
+            Ok(Plan::Follow {
                 recorded: 6,
                 configured: 4,
                 versi: 3
@@ -411,7 +411,7 @@ mod tests {
     fn a_replica_from_before_a_shrink_follows_instead_of_growing_back() {
         let current = record(5, Some(9), true);
         let decision = resolve(Some(&current), &[4, 9], run(9, false));
-        assert_eq!(decision.map(Decision::target), Ok(5));
+        assert_eq!(decision.map(Plan::target), Ok(5));
     }
 
     #[test]
@@ -420,7 +420,7 @@ mod tests {
         let decision = resolve(Some(&current), &[4], run(9, false));
         assert_eq!(
             decision,
-            Ok(Decision::Change {
+            Ok(Plan::Change {
                 from: Some(6),
                 to: 9
             })
@@ -445,7 +445,7 @@ mod tests {
         ));
         assert_eq!(
             resolve(Some(&current), &[6], run(5, true)),
-            Ok(Decision::Change {
+            Ok(Plan::Change {
                 from: Some(9),
                 to: 5
             })
@@ -462,7 +462,7 @@ mod tests {
         };
         assert_eq!(
             resolve(Some(&current), &[4], explicit),
-            Ok(Decision::Change {
+            Ok(Plan::Change {
                 from: Some(6),
                 to: 4
             })
@@ -471,10 +471,10 @@ mod tests {
 
     #[test]
     fn only_a_first_record_needs_the_replicas_own_allow_shrink() {
-        assert!(!Decision::Change { from: None, to: 4 }.allows_shrink(false));
-        assert!(Decision::Keep { count: 4, versi: 1 }.allows_shrink(false));
+        assert!(!Plan::Change { from: None, to: 4 }.allows_shrink(false));
+        assert!(Plan::Keep { count: 4, versi: 1 }.allows_shrink(false));
         assert!(
-            Decision::Follow {
+            Plan::Follow {
                 recorded: 4,
                 configured: 9,
                 versi: 1

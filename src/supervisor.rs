@@ -19,7 +19,7 @@ use crate::config::{Settings, TopologyMode};
 use crate::handoff::{self, EpochError};
 use crate::health::{self, Health, Role};
 use crate::metrics as m;
-use crate::ring::{self, Decision, RingError};
+use crate::ring::{self, Plan, RingError};
 use crate::shard::{Hooks, ShardWorker};
 use crate::store;
 
@@ -293,7 +293,7 @@ pub async fn prepare_topology(
                         "waiting for the resharding in progress; following the recorded ring \
                          until it completes"
                     );
-                    let follow = Decision::Follow {
+                    let follow = Plan::Follow {
                         recorded: current.shard_count,
                         configured: settings.shard_count,
                         versi: current.versi,
@@ -303,7 +303,7 @@ pub async fn prepare_topology(
                 (Err(refused), _) => return Ok(Err(refused.into())),
             };
         if let (
-            Decision::Follow {
+            Plan::Follow {
                 recorded,
                 configured,
                 ..
@@ -325,7 +325,7 @@ pub async fn prepare_topology(
         if restarted {
             handoff::open_window(&mut db, "broker restarted").await?;
         }
-        if let Decision::Change { from, to } = decision {
+        if let Plan::Change { from, to } = decision {
             // A first record changes the bindings only if the broker has
             // another number of shards (a deployment from before the record).
             let from = match from {
@@ -391,7 +391,7 @@ pub async fn prepare_topology(
         };
         handoff::close_windows(&mut db, epoch).await?;
         let ring = match decision {
-            Decision::Change { from, to } => {
+            Plan::Change { from, to } => {
                 let who = ring::requester(if explicit { "topology" } else { "run" });
                 let versi = ring::record_change(&mut db, (from, to), epoch, &who).await?;
                 if let Some(from) = from {
@@ -399,7 +399,7 @@ pub async fn prepare_topology(
                 }
                 versi
             }
-            Decision::Keep { versi, .. } | Decision::Follow { versi, .. } => versi,
+            Plan::Keep { versi, .. } | Plan::Follow { versi, .. } => versi,
         };
         Ok(Ok(Prepared {
             plan,

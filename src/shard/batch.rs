@@ -31,7 +31,7 @@ use crate::outcome::{Outcome, Settle};
 use crate::store::{Applied, BatchItem, BatchResult, StoreError};
 
 /// One delivery of a batch after the pure steps.
-enum Prepared {
+enum Checked {
     Marker(i64),
     Event(Event),
     /// Refused, with the handler's last error (a delivery limit reached in place).
@@ -81,13 +81,13 @@ impl ShardWorker {
     ) -> Result<(Vec<Settle>, bool), BrokerError> {
         let span = info_span!("batch", shard = self.shard, size = deliveries.len());
         let _enter = span.enter();
-        let prepared: Vec<Prepared> = deliveries.iter().map(|d| self.prepare(d)).collect();
+        let prepared: Vec<Checked> = deliveries.iter().map(|d| self.prepare(d)).collect();
         let items: Vec<BatchItem<'_>> = prepared
             .iter()
             .filter_map(|p| match p {
-                Prepared::Marker(epoch) => Some(BatchItem::Marker(*epoch)),
-                Prepared::Event(event) => Some(BatchItem::Event(event)),
-                Prepared::Dead(..) => None,
+                Checked::Marker(epoch) => Some(BatchItem::Marker(*epoch)),
+                Checked::Event(event) => Some(BatchItem::Event(event)),
+                Checked::Dead(..) => None,
             })
             .collect();
         let results = self.apply_in_order(ch, session, &items, shutdown).await?;
@@ -96,10 +96,10 @@ impl ShardWorker {
         let steps: Vec<Step> = prepared
             .iter()
             .map(|prepared| match prepared {
-                Prepared::Dead(rejection, error) => {
+                Checked::Dead(rejection, error) => {
                     Step::Done(Outcome::DeadLettered(*rejection), error.clone())
                 }
-                Prepared::Marker(_) | Prepared::Event(_) => match results.next() {
+                Checked::Marker(_) | Checked::Event(_) => match results.next() {
                     Some((BatchResult::Event(Applied::Done(outcome)), error)) => {
                         Step::Done(outcome, error)
                     }
@@ -139,7 +139,7 @@ impl ShardWorker {
                 settles.push(Settle::Ack);
                 continue;
             };
-            if let Prepared::Event(event) = prepared {
+            if let Checked::Event(event) = prepared {
                 super::steps::record_lag(session, event);
             }
             let message_id = delivery.properties.message_id().as_ref();
@@ -149,9 +149,9 @@ impl ShardWorker {
     }
 
     /// The pure part of one delivery: marker, contract check, fault hook.
-    fn prepare(&self, delivery: &Delivery) -> Prepared {
+    fn prepare(&self, delivery: &Delivery) -> Checked {
         if let Some(epoch) = delivery::epoch_marker(delivery) {
-            return Prepared::Marker(epoch);
+            return Checked::Marker(epoch);
         }
         let envelope = delivery::envelope(delivery);
         let event = match message::decode(&envelope, self.max_body_bytes) {
@@ -163,11 +163,11 @@ impl ShardWorker {
                     reason = rejection.reason(),
                     "contract violation in a batch"
                 );
-                return Prepared::Dead(rejection, None);
+                return Checked::Dead(rejection, None);
             }
         };
         let Some(hook) = &self.hooks.before_apply else {
-            return Prepared::Event(event);
+            return Checked::Event(event);
         };
         let attempts = u64::from(self.delivery_limit) + 1;
         let left = attempts
@@ -177,14 +177,14 @@ impl ShardWorker {
         for attempt in 1..=left {
             let run = std::panic::catch_unwind(AssertUnwindSafe(|| hook(&event)));
             let Err(panic) = run else {
-                return Prepared::Event(event);
+                return Checked::Event(event);
             };
             last_error = Some(super::steps::panic_message(panic.as_ref()));
             error!(message_id = %event.message_id, attempt, "the handler panicked on this message");
             metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => "panic")
                 .increment(1);
         }
-        Prepared::Dead(Rejection::DeliveryLimit, last_error)
+        Checked::Dead(Rejection::DeliveryLimit, last_error)
     }
 
     /// Applies `items` in arrival order: in ONE transaction, unless the

@@ -209,7 +209,7 @@ struct Prep {
     conn: u64,
     step: Step,
     wanted: usize,
-    /// `Decision::Change { from, to }` (None: `Keep`).
+    /// `Plan::Change { from, to }` (None: `Keep`).
     change: Option<(usize, usize)>,
     bound: usize,
     consumed: usize,
@@ -235,7 +235,7 @@ enum Step {
     Pause,
     /// `broker::restart::restarted` (probe), `open_window` if missing.
     Probe,
-    /// `open_window("resharding ...")` for a `Decision::Change`.
+    /// `open_window("resharding ...")` for a `Plan::Change`.
     ReshardWindow,
     /// `topology::declare`: bind/unbind, then declare the sentinel (last).
     Declare,
