@@ -38,19 +38,58 @@ pub const EFFECTS_DEAD_LETTERED: &str = "urutan_effects_dead_lettered";
 pub const EFFECTS_IN_FLIGHT: &str = "urutan_effects_in_flight";
 pub const EFFECTS_ROUTES_CURRENT: &str = "urutan_effects_routes_current";
 
-/// Every `reason` of `urutan_retries_total` the code emits (see
-/// `StoreError::reason` and the handler's requeue reasons).
-pub const RETRY_REASONS: &[&str] = &[
-    "connection",
-    "pool_timeout",
-    "timeout",
-    "serialization",
-    "deadlock",
-    "database",
-    "refused",
-    "panic",
-    "lock_table_full",
-];
+/// Why a message was retried (held or requeued): the `reason` label of
+/// `urutan_retries_total`, one variant per value the code emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryReason {
+    /// The database connection was lost or could not be opened.
+    Connection,
+    /// No pooled connection within the pool's acquire timeout.
+    PoolTimeout,
+    /// A database step got no answer within `DATABASE_TIMEOUT`.
+    Timeout,
+    /// A serialization failure (SQLSTATE 40001).
+    Serialization,
+    /// A deadlock (SQLSTATE 40P01).
+    Deadlock,
+    /// Any other database error that is not the message's fault.
+    Database,
+    /// The database refused the message's data (requeued).
+    Refused,
+    /// The handler panicked on the message.
+    Panic,
+    /// PostgreSQL's lock table could not hold a batch (the batch was split).
+    LockTableFull,
+}
+
+impl RetryReason {
+    pub const ALL: [RetryReason; 9] = [
+        RetryReason::Connection,
+        RetryReason::PoolTimeout,
+        RetryReason::Timeout,
+        RetryReason::Serialization,
+        RetryReason::Deadlock,
+        RetryReason::Database,
+        RetryReason::Refused,
+        RetryReason::Panic,
+        RetryReason::LockTableFull,
+    ];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            RetryReason::Connection => "connection",
+            RetryReason::PoolTimeout => "pool_timeout",
+            RetryReason::Timeout => "timeout",
+            RetryReason::Serialization => "serialization",
+            RetryReason::Deadlock => "deadlock",
+            RetryReason::Database => "database",
+            RetryReason::Refused => "refused",
+            RetryReason::Panic => "panic",
+            RetryReason::LockTableFull => "lock_table_full",
+        }
+    }
+}
 
 /// The per-message metrics of one shard worker, registered once (a
 /// `counter!` with a `shard` label builds its key, formats the label and
@@ -83,8 +122,8 @@ impl ShardMetrics {
             metrics::counter!(DEAD_LETTERS_TOTAL, "shard" => label.clone(), "reason" => reason)
                 .increment(0);
         }
-        for reason in RETRY_REASONS {
-            metrics::counter!(RETRIES_TOTAL, "shard" => label.clone(), "reason" => *reason)
+        for reason in RetryReason::ALL.map(RetryReason::label) {
+            metrics::counter!(RETRIES_TOTAL, "shard" => label.clone(), "reason" => reason)
                 .increment(0);
         }
         Self {

@@ -26,7 +26,7 @@ use tracing::{error, info_span, warn};
 use super::{Held, InHand, Session, ShardWorker};
 use crate::broker::{BrokerError, delivery};
 use crate::message::{self, Event, Rejection};
-use crate::metrics::{self as m, ShardMetrics};
+use crate::metrics::{self as m, RetryReason, ShardMetrics};
 use crate::outcome::{Outcome, Settle};
 use crate::store::{Applied, BatchItem, BatchResult, StoreError};
 
@@ -181,7 +181,7 @@ impl ShardWorker {
             };
             last_error = Some(super::steps::panic_message(panic.as_ref()));
             error!(message_id = %event.message_id, attempt, "the handler panicked on this message");
-            metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => "panic")
+            metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => RetryReason::Panic.label())
                 .increment(1);
         }
         Checked::Dead(Rejection::DeliveryLimit, last_error)
@@ -226,7 +226,7 @@ impl ShardWorker {
                          (out of shared memory); applying it in halves (raise \
                          max_locks_per_transaction or lower BATCH_MAX)"
                     );
-                    metrics::counter!(m::RETRIES_TOTAL, "shard" => session.metrics.shard.clone(), "reason" => "lock_table_full")
+                    metrics::counter!(m::RETRIES_TOTAL, "shard" => session.metrics.shard.clone(), "reason" => RetryReason::LockTableFull.label())
                         .increment(1);
                     session.lower_group_limit(first.len());
                     groups.push_front(second);

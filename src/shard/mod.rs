@@ -43,6 +43,7 @@ use tracing::{Instrument, debug, error, field, info_span, warn};
 use crate::broker::{BrokerError, call};
 use crate::handoff;
 use crate::health::Health;
+use crate::metrics::RetryReason;
 
 use crate::outcome::{Outcome, Settle};
 
@@ -89,7 +90,7 @@ enum Decision {
     Ack,
     /// The handler failed on this message (`reason`: the retry label,
     /// `error`: what failed): reject with requeue.
-    Requeue { reason: &'static str, error: String },
+    Requeue { reason: RetryReason, error: String },
     /// The channel died while the message was held: say nothing, it comes back.
     Abandon,
 }
@@ -268,7 +269,7 @@ impl ShardWorker {
             let decision = decided.unwrap_or_else(|panic| {
                 error!("the handler panicked on this message; requeueing it");
                 Decision::Requeue {
-                    reason: "panic",
+                    reason: RetryReason::Panic,
                     error: steps::panic_message(panic.as_ref()),
                 }
             });

@@ -15,7 +15,7 @@ use crate::broker::{BrokerError, delivery};
 use crate::dlq;
 use crate::handoff;
 use crate::message::{self, Event, Rejection};
-use crate::metrics as m;
+use crate::metrics::{self as m, RetryReason};
 use crate::outcome::{Outcome, Settle};
 use crate::store::{self, Applied, NewDeadLetter, StoreError};
 
@@ -57,7 +57,7 @@ impl ShardWorker {
                 Ok(()) => Decision::Ack,
                 Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
                 Err(Held::Refused(error)) => Decision::Requeue {
-                    reason: "refused",
+                    reason: RetryReason::Refused,
                     error,
                 },
             };
@@ -89,7 +89,7 @@ impl ShardWorker {
                 Decision::Ack
             }
             Err(Held::Refused(error)) => Decision::Requeue {
-                reason: "refused",
+                reason: RetryReason::Refused,
                 error,
             },
             Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
@@ -142,7 +142,7 @@ impl ShardWorker {
                 Err(e) if give_up(&e) => return Err(Held::GaveUp),
                 Err(e) => e,
             };
-            metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => error.reason())
+            metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => error.reason().label())
                 .increment(1);
             self.health.set_database(false);
             if !ch.status().connected() {
@@ -198,11 +198,11 @@ impl ShardWorker {
         ch: &Channel,
         session: &Session,
         delivery: &Delivery,
-        reason: &'static str,
+        reason: RetryReason,
         error: &str,
         shutdown: &CancellationToken,
     ) -> Result<Settle, BrokerError> {
-        metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => reason)
+        metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => reason.label())
             .increment(1);
         let returns = delivery::previous_deliveries(delivery) + 1;
         if returns > u64::from(self.delivery_limit) {

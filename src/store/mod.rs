@@ -13,6 +13,7 @@ use sqlx::{ConnectOptions, Connection, PgPool};
 use tracing::info;
 
 use crate::config::SecretUrl;
+use crate::metrics::RetryReason;
 
 pub use apply::{
     Applied, BatchItem, BatchResult, apply, apply_batch, parse_result, record_returned,
@@ -31,9 +32,9 @@ pub enum StoreError {
     /// The database is unreachable or briefly unable (connection lost, pool
     /// timeout, serialization failure, deadlock, shutdown): hold the message
     /// and retry with backoff, in order. Never a reason to dead-letter.
-    #[error("database unavailable ({reason}): {source}")]
+    #[error("database unavailable ({}): {source}", reason.label())]
     Transient {
-        reason: &'static str,
+        reason: RetryReason,
         #[source]
         source: sqlx::Error,
     },
@@ -46,10 +47,10 @@ pub enum StoreError {
 
 impl StoreError {
     /// The `reason` label of `urutan_retries_total`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> RetryReason {
         match self {
-            Self::Transient { reason, .. } => reason,
-            Self::Refused(_) => "refused",
+            Self::Transient { reason, .. } => *reason,
+            Self::Refused(_) => RetryReason::Refused,
         }
     }
 }
@@ -57,24 +58,26 @@ impl StoreError {
 impl From<sqlx::Error> for StoreError {
     fn from(source: sqlx::Error) -> Self {
         let reason = match &source {
-            sqlx::Error::PoolTimedOut => "pool_timeout",
-            sqlx::Error::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => "timeout",
-            sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolClosed => "connection",
+            sqlx::Error::PoolTimedOut => RetryReason::PoolTimeout,
+            sqlx::Error::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => RetryReason::Timeout,
+            sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolClosed => {
+                RetryReason::Connection
+            }
             sqlx::Error::Database(db) => {
                 let code = db.code().unwrap_or_default();
                 match code.as_ref() {
-                    "40001" => "serialization",
-                    "40P01" => "deadlock",
+                    "40001" => RetryReason::Serialization,
+                    "40P01" => RetryReason::Deadlock,
                     c if c.starts_with("08") || c.starts_with("57") || c.starts_with("53") => {
-                        "connection"
+                        RetryReason::Connection
                     }
                     c if c.starts_with("22") || c.starts_with("23") => {
                         return Self::Refused(source);
                     }
-                    _ => "database",
+                    _ => RetryReason::Database,
                 }
             }
-            _ => "database",
+            _ => RetryReason::Database,
         };
         Self::Transient { reason, source }
     }

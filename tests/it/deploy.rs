@@ -319,7 +319,7 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
                 "urutan_dead_letters_total{{{shard},{reason}}} missing"
             );
         }
-        for reason in urutan::metrics::RETRY_REASONS {
+        for reason in urutan::metrics::RetryReason::ALL.map(|r| r.label()) {
             let reason = format!("reason=\"{reason}\"");
             assert!(
                 has_series(&first, "urutan_retries_total", &[&shard, &reason]),
