@@ -26,7 +26,8 @@
 --   producer  your application: may only add rows to the outbox.
 --   operator  `urutan dlq`: reads and resolves dead-letter records, records
 --             messages found in the DLQ without one, reads the state that
---             says what a replayed message became. Nothing else.
+--             says what a replayed message became, lists and replays
+--             dead-lettered effects. Nothing else.
 --   dispatcher `urutan effects`: writes the routes, claims, settles and
 --             purges effect rows. Nothing else (the worker's apply records
 --             effects through a SECURITY DEFINER trigger: it needs no grant).
@@ -148,6 +149,9 @@ GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"operator_role";
 GRANT SELECT, DELETE ON urutan_dikembalikan TO :"operator_role";
 -- What a replayed message became: applied, stale, duplicate or parked.
 GRANT SELECT ON pesanan, pesan_diproses, pesanan_riwayat, urutan_parkir TO :"operator_role";
+-- Dead-lettered effects: listed and set pending again (`dlq --effects`).
+GRANT SELECT, UPDATE ON urutan_efek TO :"operator_role";
+GRANT SELECT ON urutan_efek_tujuan TO :"operator_role";
 \endif
 
 -- Effects dispatcher (`urutan effects`), only if named.

@@ -18,6 +18,7 @@
 //! - `replay`: read on the DLQ, write on the entry exchange and `amq.default`.
 
 mod amqp;
+mod effects;
 mod list;
 mod predict;
 pub mod record;
@@ -59,6 +60,8 @@ Examples:
   urutan dlq list --reason invalid_json --since 2h
   urutan dlq list --order A-1042 --json | jq '.messages[].message_id'
 
+  urutan dlq list --effects        (webhooks `urutan effects` dead-lettered)
+
 Reads the records in PostgreSQL. Messages in the DLQ without a record (dead-lettered by the
 broker itself, e.g. its delivery limit during a crash loop) are first recorded by walking the
 queue, which needs read on pesanan.dlq and write on amq.default; nothing else needs a
@@ -79,6 +82,7 @@ Examples:
   urutan dlq replay order-17-v3 order-17-v4
   urutan dlq replay --reason database_refused --dry-run
   urutan dlq replay --all --wait 2m
+  urutan dlq replay --effects 8812 8813   (effect ids from `dlq list --effects`)
 
 Each message is published to the entry exchange (publisher confirms, mandatory) with its
 original routing key, and only then removed from the DLQ; then the command waits (--wait) for
@@ -114,6 +118,9 @@ pub struct ListArgs {
     /// At most this many messages.
     #[arg(long, default_value_t = 1000)]
     pub limit: u32,
+    /// Dead-lettered effects (webhooks `urutan effects` gave up on) instead of messages.
+    #[arg(long)]
+    pub effects: bool,
 }
 
 /// `urutan dlq show`.
@@ -150,6 +157,11 @@ pub struct ReplayArgs {
     /// JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Dead-lettered effects instead of messages: the ids are effect ids
+    /// (`dlq list --effects`); each is set pending again and sent by the
+    /// running dispatchers with its original idempotency key.
+    #[arg(long)]
+    pub effects: bool,
 }
 
 /// `urutan dlq purge`.
@@ -226,8 +238,10 @@ pub async fn run(settings: Settings, command: DlqCommand) -> anyhow::Result<()> 
         db,
     };
     let result = match command {
+        DlqCommand::List(args) if args.effects => effects::list(&ctx, &args).await,
         DlqCommand::List(args) => list::list(&ctx, &args).await,
         DlqCommand::Show(args) => show::show(&ctx, &args).await,
+        DlqCommand::Replay(args) if args.effects => effects::replay(&ctx, &args).await,
         DlqCommand::Replay(args) => replay::replay(&ctx, &args).await,
         DlqCommand::Purge(args) => replay::purge(&ctx, &args).await,
     };

@@ -613,3 +613,61 @@ impl Drop for PgRoles {
             .output();
     }
 }
+
+/// One finished run of the `urutan` binary.
+pub struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// Lines urutan logged at WARN or ERROR (lapin's own are not counted).
+    pub fn error_lines(&self) -> usize {
+        let ours = |l: &&str| l.contains("ERROR urutan:") || l.contains("WARN urutan");
+        self.stderr.lines().filter(ours).count()
+    }
+}
+
+impl std::fmt::Display for Ran {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `urutan <args>` against `env` (extra variables in `vars`, which
+/// override), stdin closed, at most 90 s.
+pub async fn urutan(env: &TestEnv, vars: &[(&str, &str)], args: &[&str]) -> Ran {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"));
+    for (k, v) in env.process_env(1) {
+        cmd.env(k, v);
+    }
+    // The log filter an operator gets (no RUST_LOG).
+    cmd.env_remove("RUST_LOG").env("NO_COLOR", "1");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd.spawn().expect("spawn urutan");
+    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("urutan {args:?} ran longer than 90 s"))
+        .expect("urutan output");
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

@@ -3,7 +3,6 @@
 //! its last error, held while the database is down), and `urutan dlq`
 //! lists, shows, replays and purges them without ever losing a message.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -16,64 +15,6 @@ use urutan::message::Event;
 use urutan::shard::Hooks;
 
 use crate::common::*;
-
-/// One finished run of the `urutan` binary.
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Ran {
-    fn ok(&self) -> bool {
-        self.code == Some(0)
-    }
-
-    /// Lines urutan logged at WARN or ERROR (lapin's own are not counted).
-    fn error_lines(&self) -> usize {
-        let ours = |l: &&str| l.contains("ERROR urutan:") || l.contains("WARN urutan");
-        self.stderr.lines().filter(ours).count()
-    }
-}
-
-impl std::fmt::Display for Ran {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
-}
-
-/// Runs `urutan <args>` against `env` (extra variables in `vars`, which
-/// override), stdin closed, at most 90 s.
-async fn urutan(env: &TestEnv, vars: &[(&str, &str)], args: &[&str]) -> Ran {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"));
-    for (k, v) in env.process_env(1) {
-        cmd.env(k, v);
-    }
-    // The log filter an operator gets (no RUST_LOG).
-    cmd.env_remove("RUST_LOG").env("NO_COLOR", "1");
-    for (k, v) in vars {
-        cmd.env(k, v);
-    }
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let child = cmd.spawn().expect("spawn urutan");
-    let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("urutan {args:?} ran longer than 90 s"))
-        .expect("urutan output");
-    Ran {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 async fn json_of(env: &TestEnv, args: &[&str]) -> serde_json::Value {
     let ran = urutan(env, &[], args).await;

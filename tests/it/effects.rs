@@ -26,7 +26,9 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use urutan::effects::Secret;
 
-use crate::common::{Msg, PgRoles, RunningPool, TestEnv, http_get, metric_sum, wait_for};
+use crate::common::{
+    Msg, PgRoles, RunningPool, TestEnv, http_get, metric_sum, urutan as run_urutan, wait_for,
+};
 
 /// The Standard Webhooks specification's example secret.
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -1066,6 +1068,138 @@ async fn least_privilege_roles_apply_and_dispatch_effects() {
         assert_eq!(code.as_deref(), Some("42501"), "{sql}");
     }
     as_dispatcher.close().await;
+    dispatcher.stop().await;
+    pool.stop().await;
+}
+
+/// Dead-lettered effects with the same tooling as dead-lettered messages,
+/// run as the operator role: `urutan dlq list --effects` shows them with
+/// their last answer, `replay --effects` sends them again with their
+/// original key once the endpoint is fixed (charged once, in version order),
+/// and an endpoint that stored its 4xx for the key answers it again: the
+/// replay says so and exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_lettered_effects_are_listed_and_replayed_with_urutan_dlq() {
+    let env = TestEnv::new("effects_dlq").await;
+    let db = env.db().await;
+    let roles = PgRoles::create(&env, &["operator"]);
+    let operator_db = roles.url("operator");
+    let as_operator = [("DATABASE_URL", operator_db.as_str())];
+    let server = PayServer::start().await;
+    let effects = format!("*={}", server.url("/charge"));
+    let pool = pipeline(&env, 1).await;
+    server.set("F0", Behaviour::Fail);
+    server.set("R0", Behaviour::Reject);
+    let mut dispatcher = Dispatcher::start(&env, &effects, &[("EFFECTS_MAX_ATTEMPTS", "2")]);
+    dispatcher.wait_ready().await;
+    let msgs: Vec<Msg> = [("F0", 1), ("F0", 2), ("R0", 1), ("R0", 2), ("N0", 1)]
+        .into_iter()
+        .map(|(o, v)| event(o, v))
+        .collect();
+    env.publisher().await.send_all(&msgs).await;
+    wait_for(
+        "F0 v1, v2 and R0 v1 dead-lettered",
+        Duration::from_secs(60),
+        || async { effects_in(&db, "gagal").await == 3 && effects_in(&db, "terkirim").await == 2 },
+    )
+    .await;
+
+    let listed = run_urutan(&env, &as_operator, &["dlq", "list", "--effects", "--json"]).await;
+    assert!(listed.ok(), "{listed}");
+    let listed: serde_json::Value = serde_json::from_str(&listed.stdout).expect("JSON");
+    let dead = listed["effects"].as_array().expect("effects");
+    let seen: Vec<(String, i64, i64)> = dead
+        .iter()
+        .map(|e| {
+            let order = e["order_id"].as_str().expect("order").to_owned();
+            (
+                order,
+                e["versi"].as_i64().expect("versi"),
+                e["http_status"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            ("F0".into(), 1, 503),
+            ("F0".into(), 2, 503),
+            ("R0".into(), 1, 422)
+        ],
+        "{listed}"
+    );
+    let id_of = |order: &str| -> Vec<String> {
+        dead.iter()
+            .filter(|e| e["order_id"] == order)
+            .map(|e| e["effect"].as_i64().expect("id").to_string())
+            .collect()
+    };
+    let table = run_urutan(&env, &as_operator, &["dlq", "list", "--effects"]).await;
+    assert!(
+        table.ok() && table.stdout.contains("3 dead-lettered effect(s)"),
+        "{table}"
+    );
+
+    // A dry run changes nothing; an unknown id is one clear line.
+    let mut args = vec!["dlq", "replay", "--effects", "--dry-run"];
+    let f0 = id_of("F0");
+    args.extend(f0.iter().map(String::as_str));
+    let dry = run_urutan(&env, &as_operator, &args).await;
+    assert!(
+        dry.ok() && dry.stdout.matches("would be replayed").count() == 2,
+        "{dry}"
+    );
+    assert_eq!(effects_in(&db, "gagal").await, 3);
+    let unknown = run_urutan(
+        &env,
+        &as_operator,
+        &["dlq", "replay", "--effects", "999999"],
+    )
+    .await;
+    assert!(
+        unknown.code == Some(1)
+            && unknown
+                .stderr
+                .contains("no dead-lettered effect with id 999999"),
+        "{unknown}"
+    );
+
+    // The endpoint is fixed: F0's effects go out, once each, v1 first.
+    server.set("F0", Behaviour::Pay);
+    let mut args = vec!["dlq", "replay", "--effects", "--wait", "30s"];
+    args.extend(f0.iter().map(String::as_str));
+    let replayed = run_urutan(&env, &as_operator, &args).await;
+    assert!(
+        replayed.ok() && replayed.stdout.matches(": sent").count() == 2,
+        "{replayed}"
+    );
+    // R0's endpoint stored its 422 for that key: the same answer again.
+    let r0 = id_of("R0");
+    let mut args = vec!["dlq", "replay", "--effects", "--wait", "30s"];
+    args.extend(r0.iter().map(String::as_str));
+    let again = run_urutan(&env, &as_operator, &args).await;
+    assert!(
+        again.code == Some(1) && again.stdout.contains("dead-lettered again"),
+        "{again}"
+    );
+    // Charged once each, in version order (the requests were not: F0's
+    // v1 was asked again after its v2 had failed).
+    let charged = server.book(|b| {
+        let mut charged: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for c in &b.charges {
+            charged.entry(c.order.clone()).or_default().push(c.versi);
+        }
+        assert_eq!(b.bad_signatures, 0, "every signature verified");
+        charged
+    });
+    let expected: BTreeMap<String, Vec<i64>> =
+        [("F0", vec![1, 2]), ("R0", vec![2]), ("N0", vec![1])]
+            .into_iter()
+            .map(|(o, v)| (o.to_owned(), v))
+            .collect();
+    assert_eq!(charged, expected);
     dispatcher.stop().await;
     pool.stop().await;
 }
