@@ -26,7 +26,6 @@
 
 pub mod broker;
 pub mod config;
-pub mod demo;
 pub mod dlq;
 pub mod effects;
 pub mod handoff;

@@ -1,13 +1,15 @@
 //! The `urutan` binary: parse settings, start logging, call the library.
 
+mod demo;
+
 use std::process::ExitCode;
 
+use crate::demo::DemoOptions;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 use urutan::broker::{self, Names};
 use urutan::config::Settings;
-use urutan::demo::DemoOptions;
 use urutan::outbox::relay::{Relay, RelaySettings};
 use urutan::shard::Hooks;
 use urutan::supervisor::Supervisor;
@@ -40,7 +42,7 @@ enum Command {
     /// Check the invariants (order, exactly once, newest state) from the database; exit 1 on a violation.
     Verify,
     /// The whole pipeline on the local services with a generated workload and a verified report.
-    #[command(after_help = urutan::demo::HELP)]
+    #[command(after_help = demo::HELP)]
     Demo {
         #[command(flatten)]
         options: DemoOptions,
@@ -157,7 +159,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             anyhow::ensure!(report.passed(), "verification failed");
         }
         Command::Demo { options } => {
-            let passed = urutan::demo::run(settings, options).await?;
+            let passed = demo::run(settings, options).await?;
             anyhow::ensure!(passed, "the demo did not verify");
         }
         Command::Dlq { command } => urutan::dlq::run(settings, command).await?,

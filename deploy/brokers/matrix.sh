@@ -6,9 +6,15 @@
 #
 #   deploy/brokers/matrix.sh            4.0, then 4.3
 #   deploy/brokers/matrix.sh 4.3        one version
+#   deploy/brokers/matrix.sh --ci       the CI selection (below): fewer tests
+#                                       per phase, every phase kept
 #   deploy/brokers/matrix.sh --keep     leave the nodes and the private
 #                                       PostgreSQL running afterwards
 #
+# Two runs may go at once (deploy/brokers/ci.sh runs 4.0 and 4.3 side by
+# side): each needs its own MATRIX_PG_PORT and MATRIX_PG_CLUSTER. The test
+# binaries are built once and run directly (not through cargo, whose lock
+# on the target directory would serialise them).
 # On each version, in this order (the names are cargo test filters):
 #   contract     topology:: (declared as the contract says, refusals),
 #                pipeline::, poison:: (the delivery limit, the DLQ)
@@ -25,6 +31,14 @@
 #                and restarts the database)
 # The it-tests use the machine's PostgreSQL (127.0.0.1:5432) as usual.
 #
+# --ci keeps every phase with its core tests: the contract (declare, order
+# across shards, duplicates and stale, bad input, the delivery limit and a
+# requeued message never overtaken), handoff and resharding (a moved entity,
+# 4 -> 6 -> 9 under load, a remap of every key), outbox and relay (relay to
+# worker, two relays, SIGKILL mid-stream, two replicas), least privilege,
+# order across a broker restart with a backlog (strict mode, direct
+# producer), and the whole CI fault variant. About 5 minutes a version.
+#
 # Left out, and why: the 3.10 dead-letter supervisor race (shrink_race), the
 # log-secrecy, deployment-file and interleaving-model tests (no broker
 # behaviour in them), the slowest resharding test (direct::resharding_under_
@@ -39,8 +53,9 @@
 #   matrix: FAIL 4.0.5 61 passed, 1 failed (...): ...
 #
 # Environment (optional): MATRIX_PG_PORT (private PostgreSQL, default 5439),
-# MATRIX_SKIP (extra `--skip` filters, space-separated). Runs as root, from
-# the repository (it builds the test binaries first).
+# MATRIX_PG_CLUSTER (its name, default urutan-matrix), MATRIX_SKIP (extra
+# `--skip` filters, space-separated). Runs as root, from the repository (it
+# builds the test binaries first).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOG_TAG=matrix
@@ -50,16 +65,18 @@ cd "$HERE/../.."
 
 VERSIONS=()
 KEEP=0
+CI=0
 for arg in "$@"; do
     case $arg in
     4.0 | 4.3) VERSIONS+=("$arg") ;;
     --keep) KEEP=1 ;;
+    --ci) CI=1 ;;
     -h | --help)
         sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
-        echo "usage: deploy/brokers/matrix.sh [4.0] [4.3] [--keep]" >&2
+        echo "usage: deploy/brokers/matrix.sh [4.0] [4.3] [--ci] [--keep]" >&2
         exit 2
         ;;
     esac
@@ -69,7 +86,7 @@ need_root
 export RUST_BACKTRACE=1
 
 readonly PG_PORT=${MATRIX_PG_PORT:-5439}
-readonly PG_CLUSTER=urutan-matrix
+readonly PG_CLUSTER=${MATRIX_PG_CLUSTER:-urutan-matrix}
 
 declare -A NODE_NAME=([4.0]=urutan-m40 [4.3]=urutan-m43)
 declare -A NODE_PORT=([4.0]=5674 [4.3]=5675)
@@ -86,6 +103,18 @@ SERIAL=(
     recovery::serial_broker_restart_is_recovered
     topology::serial_missing_plugin_is_reported_in_one_clear_line
 )
+if ((CI)); then
+    CONTRACT=(topology::declares pipeline::applies_every_version pipeline::duplicates_and_stale
+        pipeline::every_kind_of_bad_input poison::a_panicking_message poison::a_requeued_message)
+    HANDOFF=(handoff::a_moved_entity handoff::growing_4_to_6_to_9 direct::a_remap)
+    RELAY=(relay::outbox_rows_reach relay::two_relays_at_once
+        recovery::worker_killed_with_sigkill replicas::two_replicas_never)
+    PRIVILEGE=(privilege:: topology::a_least_privilege)
+    SERIAL=(
+        handoff::serial_broker_restart_with_a_backlog_keeps_per_entity_order_on_12_shards
+        direct::serial_a_direct_producer_across_a_broker_restart_keeps_order
+    )
+fi
 SKIP=(--skip serial_ --skip direct::resharding_under_a_continuous_direct_producer)
 for s in ${MATRIX_SKIP:-}; do SKIP+=(--skip "$s"); done
 
@@ -116,10 +145,25 @@ trap cleanup EXIT
 # --- the test binaries, built once -------------------------------------------
 start=$SECONDS
 log "building the test binaries (cargo test --test it --test faults --no-run)"
-cargo test --test it --test faults --no-run >"$LOGDIR/build.log" 2>&1 || {
+cargo test --test it --test faults --no-run --message-format=json \
+    >"$LOGDIR/build.json" 2>"$LOGDIR/build.log" || {
     tail -n 30 "$LOGDIR/build.log" >&2
     die "the test build failed (${LOGDIR}/build.log)"
 }
+# test_binary NAME: the executable cargo built for the test target NAME.
+test_binary() {
+    python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    t = m.get("target") or {}
+    if m.get("reason") == "compiler-artifact" and t.get("name") == sys.argv[2] \
+            and "test" in t.get("kind", []) and m.get("executable"):
+        print(m["executable"])
+' "$LOGDIR/build.json" "$1" | tail -n 1
+}
+declare -A BIN=([it]=$(test_binary it) [faults]=$(test_binary faults))
+[[ -x ${BIN[it]} && -x ${BIN[faults]} ]] || die "cannot find the test binaries in ${LOGDIR}/build.json"
 log "build: $((SECONDS - start))s"
 
 # counts LOG: "P F" summed over the libtest summaries in LOG.
@@ -132,15 +176,15 @@ counts() {
     } END { printf "%d %d\n", p, f }' "$1"
 }
 
-# phase VERSION NAME CARGO-TEST-ARGS...: one cargo test run, logged and timed.
+# phase VERSION NAME TARGET TEST-ARGS...: one run of a test binary, logged and timed.
 SUMMARY=()
 FAILED_ANY=0
 phase() {
-    local version=$1 name=$2 log_file rc=0 start p f failed
-    shift 2
+    local version=$1 name=$2 target=$3 log_file rc=0 start p f failed
+    shift 3
     log_file=$LOGDIR/${version}-${name}.log
     start=$SECONDS
-    cargo test "$@" >"$log_file" 2>&1 || rc=$?
+    "${BIN[$target]}" "$@" >"$log_file" 2>&1 || rc=$?
     read -r p f < <(counts "$log_file")
     PHASES+=("${name} ${p}/$((p + f)) $((SECONDS - start))s")
     PASSED=$((PASSED + p))
@@ -168,12 +212,12 @@ for version in "${VERSIONS[@]}"; do
     export FAULTS_PG_BASE="postgres://postgres@127.0.0.1:${PG_PORT}" FAULTS_PG_CTL="$PG_CTL"
     PHASES=() FAILURES=() PASSED=0 FAILED=0
     log "== RabbitMQ ${full} (${name}@localhost, 127.0.0.1:${NODE_PORT[$version]})"
-    phase "$version" contract --test it -- "${CONTRACT[@]}" "${SKIP[@]}"
-    phase "$version" handoff --test it -- "${HANDOFF[@]}" "${SKIP[@]}"
-    phase "$version" relay --test it -- "${RELAY[@]}" "${SKIP[@]}"
-    phase "$version" privilege --test it -- "${PRIVILEGE[@]}" "${SKIP[@]}"
-    phase "$version" serial --test it -- "${SERIAL[@]}" --exact --test-threads=1
-    phase "$version" faults --test faults -- serial_ --test-threads=1
+    phase "$version" contract it "${CONTRACT[@]}" "${SKIP[@]}"
+    phase "$version" handoff it "${HANDOFF[@]}" "${SKIP[@]}"
+    phase "$version" relay it "${RELAY[@]}" "${SKIP[@]}"
+    phase "$version" privilege it "${PRIVILEGE[@]}" "${SKIP[@]}"
+    phase "$version" serial it "${SERIAL[@]}" --exact --test-threads=1
+    phase "$version" faults faults serial_ --test-threads=1
     took=$((SECONDS - vstart))
     line="${full} ${PASSED} passed"
     ((FAILED == 0)) || line+=", ${FAILED} failed"

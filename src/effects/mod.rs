@@ -21,7 +21,6 @@
 //! [`routes`] parses `EFFECTS` and `EFFECTS_SECRET`; [`dispatch`] is the
 //! dispatcher loop.
 
-pub mod demo;
 pub mod dispatch;
 pub mod http;
 pub mod routes;

@@ -843,7 +843,7 @@ async fn verify_reports_violations() {
     }
 }
 
-/// `--stale N` should inject N stale events. src/demo.rs `inject` draws one
+/// `--stale N` should inject N stale events. src/demo/mod.rs `inject` draws one
 /// random sample of max(duplicates, stale) sent rows and keeps only those
 /// with versi >= 2 for the stale copies, so it usually injects fewer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

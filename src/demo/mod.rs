@@ -11,6 +11,11 @@
 //! Log lines go to a file (`--log-file`); only errors also show, above the
 //! bar. Expected noise stays off the screen (the poison messages' dead-letter
 //! warnings, the verification's long queries).
+//!
+//! A part of the binary, not of the library: it only drives the library's
+//! public parts, as a team embedding urutan would.
+
+mod effects;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,14 +30,14 @@ use rand::seq::IndexedRandom;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::{self, Names, call, topology};
-use crate::config::Settings;
-use crate::outbox::relay::{Relay, RelaySettings};
-use crate::outbox::{self, NewEvent};
-use crate::outcome::Outcome;
-use crate::shard::{Hooks, Observed};
-use crate::supervisor::Supervisor;
-use crate::{store, verify};
+use urutan::broker::{self, Names, call, topology};
+use urutan::config::Settings;
+use urutan::outbox::relay::{Relay, RelaySettings};
+use urutan::outbox::{self, NewEvent};
+use urutan::outcome::Outcome;
+use urutan::shard::{Hooks, Observed};
+use urutan::supervisor::Supervisor;
+use urutan::{store, verify};
 
 /// `urutan demo --help`: what the screen shows, examples.
 pub const HELP: &str = "\
@@ -55,7 +60,7 @@ pub struct DemoOptions {
     #[arg(long, default_value_t = 0)]
     pub rate: u32,
     /// Stop writing new events after this long (orders keep their last status).
-    #[arg(long, value_parser = crate::config::parse_duration)]
+    #[arg(long, value_parser = urutan::config::parse_duration)]
     pub duration: Option<Duration>,
     /// Copies of already-published messages to inject (same message id).
     #[arg(long, default_value_t = 100)]
@@ -67,7 +72,7 @@ pub struct DemoOptions {
     #[arg(long, default_value_t = 6)]
     pub poison: usize,
     /// Give up waiting for the pipeline to drain after this long.
-    #[arg(long, default_value = "5m", value_parser = crate::config::parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = urutan::config::parse_duration)]
     pub timeout: Duration,
     /// Where the log lines go (errors also show on screen); default
     /// `urutan-demo-<database>.log` in the temporary directory.
@@ -193,7 +198,7 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
         .unwrap_or_else(|| std::env::temp_dir().join(format!("urutan-demo-{demo_db}.log")));
     let log_file = std::fs::File::create(&log_path)
         .with_context(|| format!("cannot write the log file {}", log_path.display()))?;
-    let _logs = crate::telemetry::divert(log_file, tracing::Level::ERROR);
+    let _logs = urutan::telemetry::divert(log_file, tracing::Level::ERROR);
     println!("logs: {} (errors also show here)", log_path.display());
     reset(&settings, &names, &demo_db)
         .await
@@ -224,8 +229,8 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
     };
     let relay_task = tokio::spawn(relay.run(shutdown.clone()));
 
-    // Downstream effects (src/effects/demo.rs): `dibayar` → a local payment endpoint.
-    let effects = crate::effects::demo::DemoEffects::start(&db).await?;
+    // Downstream effects (demo/effects.rs): `dibayar` → a local payment endpoint.
+    let effects = effects::DemoEffects::start(&db).await?;
 
     let started = Instant::now();
     // The bar shows from the start; aborted if writing fails.
@@ -576,7 +581,7 @@ async fn watch(stats: Arc<Stats>, timeout: Duration) -> bool {
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    let _above = crate::telemetry::print_above(&bar);
+    let _above = urutan::telemetry::print_above(&bar);
     let mut written_at = None;
     loop {
         let written_all = stats.written_all.load(Ordering::Relaxed);

@@ -16,7 +16,7 @@ use axum::routing::post;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::{Config, Dispatcher, EffectsSettings, Routes, Secret, sign};
+use urutan::effects::{Config, Dispatcher, EffectsSettings, Routes, Secret, sign};
 
 /// What the demo's payment endpoint saw.
 #[derive(Default)]
