@@ -2,7 +2,8 @@
 # What CI runs beyond the machine's RabbitMQ 3.10 (deploy/local/test.sh):
 # the broker matrix's CI selection on RabbitMQ 4.0 and 4.3 side by side
 # (deploy/brokers/matrix.sh --ci, each version on its own node and private
-# PostgreSQL cluster, one test at a time per version), then the three-node
+# PostgreSQL cluster, one test at a time per version: two at once in all,
+# as in the machine's own run), then the three-node
 # 4.3 cluster under node loss (deploy/brokers/cluster-check.sh).
 #
 #   deploy/brokers/ci.sh
@@ -34,7 +35,7 @@ cargo test --test it --test faults --no-run >"$LOGDIR/build.log" 2>&1 || {
 declare -A PG_PORT=([4.0]=5439 [4.3]=5440)
 declare -A PID
 for v in 4.0 4.3; do
-    MATRIX_PG_PORT=${PG_PORT[$v]} MATRIX_PG_CLUSTER=urutan-matrix-${v/./} \
+    MATRIX_PG_PORT=${PG_PORT[$v]} MATRIX_PG_CLUSTER=urutan-matrix-${v/./} MATRIX_TEST_THREADS=1 \
         bash "$HERE/matrix.sh" --ci "$v" >"$LOGDIR/matrix-$v.log" 2>&1 &
     PID[$v]=$!
 done

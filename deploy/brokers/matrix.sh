@@ -54,7 +54,8 @@
 #
 # Environment (optional): MATRIX_PG_PORT (private PostgreSQL, default 5439),
 # MATRIX_PG_CLUSTER (its name, default urutan-matrix), MATRIX_SKIP (extra
-# `--skip` filters, space-separated). Runs as root, from the repository (it
+# `--skip` filters, space-separated), MATRIX_TEST_THREADS (tests at once in
+# the parallel phases; default one per core). Runs as root, from the repository (it
 # builds the test binaries first).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -116,6 +117,8 @@ if ((CI)); then
     )
 fi
 SKIP=(--skip serial_ --skip direct::resharding_under_a_continuous_direct_producer)
+# Tests at once in the parallel phases (libtest's default: one per core).
+[[ -n ${MATRIX_TEST_THREADS:-} ]] && SKIP+=(--test-threads="$MATRIX_TEST_THREADS")
 for s in ${MATRIX_SKIP:-}; do SKIP+=(--skip "$s"); done
 
 LOGDIR=$(mktemp -d /tmp/urutan-matrix.XXXXXX)
