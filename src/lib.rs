@@ -14,7 +14,8 @@
 //! ```
 //!
 //! Around it: [`config`] (validated settings), [`supervisor`] (starts the
-//! workers, reconnects, owns shutdown), [`health`] + [`http`] + [`metrics`]
+//! workers, reconnects, owns shutdown), [`reshard`] (order across ring
+//! changes: the recorded ring, epochs and windows, parking, retiring shards), [`health`] + [`http`] + [`metrics`]
 //! (what operators see), [`ops`] (`urutan status` and `urutan explain`),
 //! [`dlq`] (dead letters: recorded by the workers, listed and replayed by
 //! `urutan dlq`), [`telemetry`] (logs), [`effects`] (webhooks for applied
@@ -28,7 +29,6 @@ pub mod broker;
 pub mod config;
 pub mod dlq;
 pub mod effects;
-pub mod handoff;
 pub mod health;
 pub mod http;
 pub mod message;
@@ -36,8 +36,7 @@ pub mod metrics;
 pub mod ops;
 pub mod outbox;
 pub mod outcome;
-pub mod retire;
-pub mod ring;
+pub mod reshard;
 pub mod shard;
 pub mod store;
 pub mod supervisor;

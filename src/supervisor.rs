@@ -16,10 +16,10 @@ use tracing::{error, info, warn};
 
 use crate::broker::{self, Names, ShardPlan, TopologyError, topology};
 use crate::config::{Settings, TopologyMode};
-use crate::handoff::{self, EpochError};
 use crate::health::{self, Health, Role};
 use crate::metrics as m;
-use crate::ring::{self, Plan, RingError};
+use crate::reshard::handoff::{self, EpochError};
+use crate::reshard::ring::{self, Plan, RingError};
 use crate::shard::{Hooks, ShardWorker};
 use crate::store;
 
@@ -211,7 +211,7 @@ async fn consume_until_shutdown(
                 to = plan.bound,
                 "shrinking: draining the removed shards"
             );
-            side_tasks.spawn(crate::retire::retire_shards(
+            side_tasks.spawn(crate::reshard::retire::retire_shards(
                 pool.clone(),
                 conn.clone(),
                 names.clone(),

@@ -1010,7 +1010,7 @@ fn header_key() -> impl Strategy<Value = String> {
     prop_oneof![
         Just(ENTITY_HEADER.to_owned()),
         Just("x-delivery-count".to_owned()),
-        Just(urutan::handoff::MARKER_HEADER.to_owned()),
+        Just(urutan::reshard::handoff::MARKER_HEADER.to_owned()),
         Just("x-death".to_owned()),
         "[a-z-]{0,20}",
     ]

@@ -265,7 +265,7 @@ pub async fn db_only(
     let pool = env.pool(u32::from(tasks) + 2).await?;
     {
         let mut conn = pool.acquire().await?;
-        urutan::handoff::register_shards(&mut conn, tasks).await?;
+        urutan::reshard::handoff::register_shards(&mut conn, tasks).await?;
     }
     warm_up(&pool, tasks).await?;
     let split = events_by_task(work, tasks);

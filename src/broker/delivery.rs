@@ -90,7 +90,11 @@ fn type_name(t: AMQPType) -> &'static str {
     }
 }
 
-/// The epoch of an epoch marker (see [`crate::handoff`]), or `None` for a
+/// Header of an epoch marker; its value is the epoch number (markers are
+/// put into every shard queue by [`crate::reshard::handoff`]).
+pub const MARKER_HEADER: &str = "x-urutan-epoch";
+
+/// The epoch of an epoch marker (see [`crate::reshard::handoff`]), or `None` for a
 /// normal message.
 pub fn epoch_marker(delivery: &Delivery) -> Option<i64> {
     let value = delivery
@@ -98,7 +102,7 @@ pub fn epoch_marker(delivery: &Delivery) -> Option<i64> {
         .headers()
         .as_ref()?
         .inner()
-        .get(crate::handoff::MARKER_HEADER)?;
+        .get(MARKER_HEADER)?;
     match value {
         AMQPValue::LongLongInt(n) => Some(*n),
         AMQPValue::LongInt(n) => Some(i64::from(*n)),

@@ -32,9 +32,9 @@ use tracing::{info, warn};
 use super::NOTIFY_CHANNEL;
 use crate::broker::{self, BrokerError, Names, call, delivery::ENTITY_HEADER};
 use crate::config::{SecretUrl, Settings};
-use crate::handoff;
 use crate::health::Health;
 use crate::metrics as m;
+use crate::reshard::handoff;
 
 /// Pause between two purges of sent rows.
 const PURGE_EVERY: Duration = Duration::from_secs(300);

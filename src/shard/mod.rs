@@ -11,7 +11,7 @@
 //! - on shutdown the in-flight message is finished and acked, and the
 //!   consumer is cancelled *before* that ack, so no further delivery is
 //!   pushed to this worker while a standby takes over;
-//! - epoch markers move the shard's position (see [`crate::handoff`]); a
+//! - epoch markers move the shard's position (see [`crate::reshard::handoff`]); a
 //!   message whose entity is being handed over is parked, and the worker
 //!   releases its parked messages as soon as they may go.
 
@@ -41,9 +41,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, field, info_span, warn};
 
 use crate::broker::{BrokerError, call};
-use crate::handoff;
 use crate::health::Health;
 use crate::metrics::RetryReason;
+use crate::reshard::handoff;
 
 use crate::outcome::{Outcome, Settle};
 
@@ -104,7 +104,7 @@ impl ShardWorker {
             let result = self.consume(&conn, &shutdown).await;
             self.health.set_consumer(self.shard, false);
             let Err(e) = result else { return };
-            if crate::retire::is_retired(&self.pool, self.shard).await {
+            if crate::reshard::retire::is_retired(&self.pool, self.shard).await {
                 debug!(shard = self.shard, "shard retired; its worker stops");
                 self.health.retire(self.shard);
                 return;

@@ -13,10 +13,10 @@ use tracing::{debug, error, info, warn};
 use super::{Decision, Observed, SHUTDOWN_GRACE, Session, ShardWorker};
 use crate::broker::{BrokerError, delivery};
 use crate::dlq;
-use crate::handoff;
 use crate::message::{self, Event, Rejection};
 use crate::metrics::{self as m, RetryReason};
 use crate::outcome::{Outcome, Settle};
+use crate::reshard::handoff;
 use crate::store::{self, Applied, NewDeadLetter, StoreError};
 
 /// Entities released per release call (one transaction).

@@ -1,7 +1,7 @@
 //! The apply transaction: one call of `urutan_terapkan` (see
 //! `migrations/`): dedup claim, then the versioned upsert and history row, or
 //! parking while older messages of the entity may wait on another shard
-//! (see [`crate::handoff`]). One statement: one transaction, one round trip.
+//! (see [`crate::reshard::handoff`]). One statement: one transaction, one round trip.
 
 use sqlx::{Connection, PgConnection};
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use urutan::handoff;
 use urutan::message::Event;
 use urutan::outcome::Outcome;
+use urutan::reshard::handoff;
 use urutan::store::{self, Applied};
 
 use crate::common::*;

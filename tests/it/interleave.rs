@@ -45,9 +45,9 @@ use sqlx::PgPool;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::Postgres;
 use urutan::config::SecretUrl;
-use urutan::handoff;
 use urutan::message::Event;
 use urutan::outcome::Outcome;
+use urutan::reshard::handoff;
 use urutan::store::{self, Applied};
 
 pub const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
@@ -887,8 +887,8 @@ impl<'a> Sim<'a> {
         }
         let shard = r.top - 1;
         // The real decision: past the marker, and nothing it parked waits.
-        if urutan::retire::progress(self.db, shard as u16, r.epoch).await?
-            == urutan::retire::Progress::Draining
+        if urutan::reshard::retire::progress(self.db, shard as u16, r.epoch).await?
+            == urutan::reshard::retire::Progress::Draining
         {
             return Ok(false);
         }

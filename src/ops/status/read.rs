@@ -62,7 +62,7 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
     if !read.tables.core {
         return Ok(read);
     }
-    read.ring = crate::ring::current(&mut *db.acquire().await?)
+    read.ring = crate::reshard::ring::current(&mut *db.acquire().await?)
         .await?
         .map(|r| Ring {
             versi: r.versi,

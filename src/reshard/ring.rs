@@ -326,7 +326,7 @@ async fn watch_once(pool: &PgPool, versi: i64, waiting: bool) -> Result<bool, sq
         );
         return Ok(true);
     }
-    if crate::handoff::window_abandoned(pool).await? {
+    if crate::reshard::handoff::window_abandoned(pool).await? {
         warn!(
             "a ring change was cut short (a window without its epoch for over 30 s); \
              re-preparing the topology to open the epoch after it"

@@ -36,8 +36,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::broker::{Names, call};
-use crate::handoff;
 use crate::health::Health;
+use crate::reshard::handoff;
 
 /// Retires shards `from..to` (top first) once each has passed `epoch`.
 pub async fn retire_shards(

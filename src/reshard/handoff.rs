@@ -50,8 +50,7 @@ use tracing::info;
 
 use crate::broker::{BrokerError, Names, call};
 
-/// Header of an epoch marker; its value is the epoch number.
-pub const MARKER_HEADER: &str = "x-urutan-epoch";
+pub use crate::broker::delivery::MARKER_HEADER;
 
 /// A parked message that became applicable and was applied.
 #[derive(Debug, Clone, sqlx::FromRow)]
