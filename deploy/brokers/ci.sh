@@ -44,12 +44,13 @@ summary=()
 for v in 4.0 4.3; do
     rc=0
     wait "${PID[$v]}" || rc=$?
-    last=$(tail -n 1 "$LOGDIR/matrix-$v.log")
+    last=$(grep -E '^matrix: (PASS|FAIL)' "$LOGDIR/matrix-$v.log" | tail -n 1)
+    [[ -n $last ]] || last="matrix: FAIL ${v}: no summary (see ${LOGDIR}/matrix-${v}.log)"
     log "matrix ${v}: ${last}"
     summary+=("${last#matrix: }")
     if ((rc != 0)); then
         failed+=("matrix $v")
-        grep -E '^matrix: .*FAILED' "$LOGDIR/matrix-$v.log" >&2 || true
+        grep -E '^matrix: .*FAILED' "$LOGDIR/matrix-$v.log" >&2 || tail -n 30 "$LOGDIR/matrix-$v.log" >&2
     fi
 done
 log "matrix: $((SECONDS - start))s"
