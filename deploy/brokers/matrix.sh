@@ -196,6 +196,8 @@ phase() {
         failed=$(grep -E '^test .* FAILED$' "$log_file" | awk '{ print $2 }' | tr '\n' ' ')
         FAILURES+=("${name}: ${failed:-exit ${rc}, see ${log_file}}")
         log "${version} ${name}: FAILED in $((SECONDS - start))s: ${failed:-exit ${rc}} (${log_file})"
+        # What failed, for a log read far from this machine (CI).
+        grep -E -A4 'panicked at|^\[faults\] #|Fault-injection run|^\| [0-9]+ \|' "$log_file" | head -n 80 || true
     else
         log "${version} ${name}: ${p} passed in $((SECONDS - start))s"
     fi
