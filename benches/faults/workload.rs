@@ -429,7 +429,8 @@ pub struct DirectLedger {
     pub pending: Vec<bool>,
     /// Versions confirmed by the broker.
     pub confirmed: u64,
-    /// Publishes that failed or were not confirmed and were sent again.
+    /// Publishes sent again (same message id) after a failure or a missing
+    /// confirm; every 100 ms tick of an outage counts each waiting order.
     pub retried: u64,
 }
 
