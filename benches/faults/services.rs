@@ -228,7 +228,16 @@ impl RunEnv {
 }
 
 impl Drop for RunEnv {
+    /// Deletes the vhost and the database, unless `FAULTS_KEEP` is set (to
+    /// look into a failed run's history; then dropped by hand).
     fn drop(&mut self) {
+        if std::env::var_os("FAULTS_KEEP").is_some() {
+            eprintln!(
+                "FAULTS_KEEP: kept vhost {} and database {}",
+                self.vhost, self.database
+            );
+            return;
+        }
         let ctl = &self.services.rabbitmqctl;
         if let Some((program, first)) = ctl.split_first() {
             let _ = Command::new(program)
