@@ -31,7 +31,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// End-to-end bound, as in `tests/faults.rs`: the relay's longest
-/// reconnect backoff (10 s + 100 % jitter) plus the goal.
+/// reconnect backoff (10 s + 100 % jitter) plus the goal; at least the
+/// workers' bound.
 const E2E_BOUND_MS: f64 = 30_000.0;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,7 +58,7 @@ async fn serial_cluster_faults_keep_every_promise() {
         handler_delay_ms: 2,
         gap_ms: (500, 1500),
         db_stop_secs: (10, 10),
-        recovery_limit: Duration::from_secs(60),
+        recovery_limit: Duration::from_secs(150),
         log_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-cluster-{seed}")),
     };
     eprintln!(
@@ -103,7 +104,7 @@ async fn serial_cluster_faults_keep_every_promise() {
         );
         let e2e = f.e2e_ms.unwrap_or(f64::INFINITY);
         assert!(
-            e2e <= E2E_BOUND_MS,
+            e2e <= E2E_BOUND_MS.max(bound),
             "seed {seed}: after {} new outbox events were applied only after {e2e:.0} ms",
             f.kind.label()
         );
