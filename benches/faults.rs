@@ -80,6 +80,9 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
                 o.kinds = inject::Kind::CLUSTER.to_vec();
                 o.direct_rate = 100;
                 o.direct_entities = 100;
+                // A SIGKILLed node's consumers hold their shards for 60 s
+                // (consumer_disconnected_timeout): see Kind::goal.
+                o.recovery_limit = Duration::from_secs(150);
                 name = "faults-cluster";
             }
             "--faults" => o.faults = value()?.parse()?,
