@@ -10,6 +10,12 @@
 //! It restarts the broker and the database it is pointed at: see
 //! `benches/faults/services.rs` for running it against private ones.
 //!
+//! With `--cluster` it runs against the three-node cluster named by
+//! `FAULTS_CLUSTER` (the path of `deploy/brokers/cluster.sh`): the cluster
+//! faults (node SIGKILL, rolling restart, node freeze, full restart with a
+//! backlog), a direct producer besides the relay, and writes
+//! `benches/results/faults-cluster.{md,json}`.
+//!
 //! Without `--bench` (as under `cargo test --all-targets`) it does nothing.
 
 #[path = "faults/check.rs"]
@@ -35,12 +41,15 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-const USAGE: &str = "usage: cargo bench --bench faults -- [--faults N] [--seed S] [--shards N] \
+const USAGE: &str = "usage: cargo bench --bench faults -- [--cluster] [--faults N] [--seed S] [--shards N] \
 [--prefetch 1,16] [--entities N] [--rate EVENTS_PER_S] [--delay-ms MS] [--out DIR]";
 
-fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf)> {
+fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static str)> {
     let mut o = engine::Options {
         faults: 100,
+        kinds: inject::Kind::ALL.to_vec(),
+        direct_rate: 0,
+        direct_entities: 0,
         seed: rand::random::<u32>() as u64,
         shards: 12,
         prefetch: vec![1, 16],
@@ -53,6 +62,7 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf)> {
         log_dir: PathBuf::new(),
     };
     let mut out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results"));
+    let mut name = "faults";
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || {
@@ -62,6 +72,19 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf)> {
         };
         match arg.as_str() {
             "--bench" => {}
+            "--cluster" => {
+                anyhow::ensure!(
+                    std::env::var_os("FAULTS_CLUSTER").is_some(),
+                    "--cluster needs FAULTS_CLUSTER=/path/to/deploy/brokers/cluster.sh"
+                );
+                o.kinds = inject::Kind::CLUSTER.to_vec();
+                o.direct_rate = 100;
+                o.direct_entities = 100;
+                // A SIGKILLed node's consumers hold their shards for 60 s
+                // (consumer_disconnected_timeout): see Kind::goal.
+                o.recovery_limit = Duration::from_secs(150);
+                name = "faults-cluster";
+            }
             "--faults" => o.faults = value()?.parse()?,
             "--seed" => o.seed = value()?.parse()?,
             "--shards" => o.shards = value()?.parse()?,
@@ -80,10 +103,10 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf)> {
     }
     anyhow::ensure!(!o.prefetch.is_empty() && o.entities > 0, "{USAGE}");
     o.log_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-{}", o.seed));
-    Ok((o, out))
+    Ok((o, out, name))
 }
 
-async fn soak(opts: engine::Options, out: PathBuf) -> anyhow::Result<bool> {
+async fn soak(opts: engine::Options, out: PathBuf, name: &str) -> anyhow::Result<bool> {
     let services = services::Services::from_env()?;
     eprintln!(
         "faults: seed {} ({} faults; replay with --seed {}), process logs in {}",
@@ -96,12 +119,12 @@ async fn soak(opts: engine::Options, out: PathBuf) -> anyhow::Result<bool> {
     let md = report::markdown(&report);
     println!("{md}");
     std::fs::create_dir_all(&out)?;
-    std::fs::write(out.join("faults.md"), &md)?;
+    std::fs::write(out.join(format!("{name}.md")), &md)?;
     std::fs::write(
-        out.join("faults.json"),
+        out.join(format!("{name}.json")),
         serde_json::to_string_pretty(&report)?,
     )?;
-    eprintln!("faults: wrote {}/faults.{{md,json}}", out.display());
+    eprintln!("faults: wrote {}/{name}.{{md,json}}", out.display());
     Ok(report.passed())
 }
 
@@ -113,7 +136,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let (opts, out) = match parse(&args) {
+    let (opts, out, name) = match parse(&args) {
         Ok(parsed) => parsed,
         Err(e) => {
             eprintln!("faults: {e:#}");
@@ -127,7 +150,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(soak(opts, out)) {
+    match runtime.block_on(soak(opts, out, name)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
             eprintln!("faults: FAILED (see the report)");

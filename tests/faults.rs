@@ -37,6 +37,9 @@ async fn serial_every_fault_kind_once_under_load_keeps_every_promise() {
         .unwrap_or_else(|| rand::random::<u32>() as u64);
     let opts = engine::Options {
         faults: inject::Kind::ALL.len(),
+        kinds: inject::Kind::ALL.to_vec(),
+        direct_rate: 0,
+        direct_entities: 0,
         seed,
         shards: 12,
         prefetch: vec![1, 16],

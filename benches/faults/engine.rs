@@ -19,15 +19,22 @@ use tokio_util::sync::CancellationToken;
 
 use crate::fleet::{Fleet, FleetConfig};
 use crate::inject::{Ctx, Kind, inject};
-use crate::report::{FaultRecord, MixSummary, RunReport, summarize};
+use crate::report::{DirectSummary, FaultRecord, MixSummary, RunReport, summarize};
 use crate::services::{RunEnv, Services};
-use crate::workload::{Ledger, mix, produce};
+use crate::workload::{DirectLedger, Ledger, mix, produce, produce_direct};
 
 /// How a run goes.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Faults to inject: every kind once (shuffled), then random kinds.
     pub faults: usize,
+    /// The kinds to draw from: [`Kind::ALL`] on one broker, [`Kind::CLUSTER`]
+    /// on the three-node cluster.
+    pub kinds: Vec<Kind>,
+    /// Versions per second the direct producer publishes straight to the
+    /// hash exchange (0: none), over `direct_entities` orders of its own.
+    pub direct_rate: u32,
+    pub direct_entities: usize,
     pub seed: u64,
     pub shards: u16,
     /// PREFETCH of successive worker replicas, cycled.
@@ -49,12 +56,12 @@ pub struct Options {
 
 /// The faults in injection order: each kind once (so a short run covers
 /// them all), then uniformly random kinds.
-pub fn plan(faults: usize, rng: &mut StdRng) -> Vec<Kind> {
-    let mut first = Kind::ALL.to_vec();
+pub fn plan(faults: usize, kinds: &[Kind], rng: &mut StdRng) -> Vec<Kind> {
+    let mut first = kinds.to_vec();
     first.shuffle(rng);
     first.truncate(faults);
     let rest = faults.saturating_sub(first.len());
-    first.extend((0..rest).map(|_| Kind::ALL[rng.random_range(0..Kind::ALL.len())]));
+    first.extend((0..rest).map(|_| kinds[rng.random_range(0..kinds.len())]));
     first
 }
 
@@ -64,7 +71,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     let started = Utc::now();
     let clock = Instant::now();
     let mut rng = StdRng::seed_from_u64(opts.seed);
-    let plan = plan(opts.faults, &mut rng);
+    let plan = plan(opts.faults, &opts.kinds, &mut rng);
     let _restarter = services.restarter();
     let _binary = crate::procs::freeze_binary()?;
     let tag = format!("{}_{:x}", std::process::id(), opts.seed & 0xff_ffff);
@@ -75,7 +82,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         .acquire_timeout(Duration::from_secs(5))
         .connect_lazy(env.database_url().expose())?;
     let mut fleet = Fleet::new(FleetConfig {
-        amqp_url: env.amqp_url().expose().to_owned(),
+        amqp_url: env.amqp_url(),
         database_url: env.database_url().expose().to_owned(),
         shards: opts.shards,
         prefetch: opts.prefetch.clone(),
@@ -96,13 +103,24 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         stop.clone(),
     ));
     let mixer = tokio::spawn(mix(
-        env.amqp_url().expose().to_owned(),
+        env.amqp_url(),
         db.clone(),
         opts.entities,
         opts.seed ^ 2,
         ledger.clone(),
         stop.clone(),
     ));
+    let direct_ledger = Arc::new(Mutex::new(DirectLedger::default()));
+    let direct = (opts.direct_rate > 0).then(|| {
+        tokio::spawn(produce_direct(
+            env.amqp_url(),
+            opts.direct_entities,
+            opts.direct_rate,
+            opts.seed ^ 3,
+            direct_ledger.clone(),
+            stop.clone(),
+        ))
+    });
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let mut faults = Vec::new();
@@ -124,19 +142,19 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
             rng: &mut rng,
             db_stop_secs: opts.db_stop_secs,
         };
-        let (ended, detail) = match inject(kind, cx).await {
+        let (ended, mut detail, restart_node) = match inject(kind, cx).await {
             Ok(done) => {
                 violations.extend(done.violation);
-                (done.ended, done.detail)
+                (done.ended, done.detail, done.restart_node)
             }
             Err(e) => {
                 violations.push(format!("injection failed: {e:#}"));
-                (Utc::now(), "injection failed".into())
+                (Utc::now(), "injection failed".into(), None)
             }
         };
         let amqp = env.amqp_url();
         let (recovery, e2e) = measure_recovery(
-            amqp.expose(),
+            &amqp,
             &db,
             index,
             seq_marks[index],
@@ -150,6 +168,15 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
                 opts.recovery_limit
             ));
         }
+        if let Some(node) = restart_node {
+            let t = Instant::now();
+            match env.services.cluster(&["restart", &node]).await {
+                Ok(_) => {
+                    detail += &format!(", {node} back in {:.0} s", t.elapsed().as_secs_f64());
+                }
+                Err(e) => violations.push(format!("{node} did not come back: {e:#}")),
+            }
+        }
         eprintln!("[faults] #{index} {detail}: recovery {recovery:?} ms, end to end {e2e:?} ms");
         faults.push(FaultRecord {
             index,
@@ -160,6 +187,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
             recovery_ms: recovery,
             e2e_ms: e2e,
             processed: 0,
+            reordered: 0,
             violations,
         });
     }
@@ -173,6 +201,13 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(30), producer).await;
     let _ = tokio::time::timeout(Duration::from_secs(30), mixer).await;
+    if let Some(direct) = direct {
+        let _ = tokio::time::timeout(Duration::from_secs(90), direct).await;
+    }
+    let direct_ledger = direct_ledger
+        .lock()
+        .map_err(|_| anyhow::anyhow!("direct ledger poisoned"))?
+        .clone();
     let ledger = std::mem::take(
         &mut *ledger
             .lock()
@@ -183,6 +218,9 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     let (verify_passed, verify_output) = crate::check::run_verify(&env).await?;
     let mut checks = crate::check::database_checks(&db, &ledger).await?;
     checks.extend(crate::check::queue_checks(&env, &ledger).await?);
+    if opts.direct_rate > 0 {
+        checks.extend(crate::check::direct_checks(&db, &direct_ledger).await?);
+    }
     if let Err(left) = drain {
         checks.push(crate::check::Check {
             name: "drained within 300 s".into(),
@@ -197,6 +235,12 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         f.processed = seq_marks[i + 1] - seq_marks[i];
     }
     attribute(&db, &mut faults).await?;
+    let reordered = crate::check::reordered(&db).await?;
+    for at in &reordered {
+        if let Some(f) = faults.iter_mut().rev().find(|f| f.started <= *at) {
+            f.reordered += 1;
+        }
+    }
     let history_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM pesanan_riwayat")
         .fetch_one(&db)
         .await?;
@@ -215,6 +259,12 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         drain_s: drain.ok().map(|d| d.as_secs_f64()),
         kinds: summarize(&faults),
         faults,
+        reordered: reordered.len(),
+        direct: (opts.direct_rate > 0).then_some(DirectSummary {
+            entities: opts.direct_entities,
+            confirmed: direct_ledger.confirmed,
+            retried: direct_ledger.retried,
+        }),
         mix: MixSummary {
             poison_confirmed: ledger.poison_confirmed.len(),
             poison_unconfirmed: ledger.poison_uncertain.len(),
@@ -229,7 +279,16 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
 }
 
 fn settings_line(o: &Options) -> String {
-    format!(
+    let direct = if o.direct_rate > 0 {
+        format!(
+            " A direct producer publishes {} versions/s of {} orders of its own straight to \
+             `pesanan-hash` with publisher confirms.",
+            o.direct_rate, o.direct_entities
+        )
+    } else {
+        String::new()
+    };
+    let line = format!(
         "Settings: SHARD_COUNT={}, 2 `urutan run` replicas with PREFETCH cycling {:?}, \
          URUTAN_FAULT_HANDLER_DELAY_MS={} (slow handler, during every fault), 1 `urutan relay`, \
          {} entities, {} events/s through the outbox, {}-{} ms between faults, database stops of {}-{} s.",
@@ -242,7 +301,8 @@ fn settings_line(o: &Options) -> String {
         o.gap_ms.1,
         o.db_stop_secs.0,
         o.db_stop_secs.1
-    )
+    );
+    line + &direct
 }
 
 /// The highest history `seq` (retried while the database is away, 60 s).

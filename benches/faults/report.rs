@@ -33,6 +33,9 @@ pub struct FaultRecord {
     pub e2e_ms: Option<f64>,
     /// Versions applied from this fault's start to the next one's.
     pub processed: i64,
+    /// Relay or direct events processed in this window after a newer
+    /// version of their order (out of version order at a worker).
+    pub reordered: usize,
     /// What went wrong in or after this fault (attributed invariant
     /// violations included).
     pub violations: Vec<String>,
@@ -45,6 +48,7 @@ pub struct KindSummary {
     pub label: &'static str,
     pub injected: usize,
     pub processed: i64,
+    pub reordered: usize,
     pub violations: usize,
     pub recovery_p50_ms: Option<f64>,
     pub recovery_max_ms: Option<f64>,
@@ -66,6 +70,14 @@ pub struct MixSummary {
     pub stale: usize,
 }
 
+/// What the direct producer published.
+#[derive(Debug, Clone, Serialize)]
+pub struct DirectSummary {
+    pub entities: usize,
+    pub confirmed: u64,
+    pub retried: u64,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
@@ -83,6 +95,10 @@ pub struct RunReport {
     pub faults: Vec<FaultRecord>,
     pub kinds: Vec<KindSummary>,
     pub mix: MixSummary,
+    pub direct: Option<DirectSummary>,
+    /// Relay or direct events that reached a worker after a newer version
+    /// of their order (recorded as stale instead of applied).
+    pub reordered: usize,
     pub checks: Vec<Check>,
     pub verify_passed: bool,
     pub verify_output: String,
@@ -116,6 +132,7 @@ fn p50_max(xs: &mut [f64]) -> (Option<f64>, Option<f64>) {
 pub fn summarize(faults: &[FaultRecord]) -> Vec<KindSummary> {
     Kind::ALL
         .iter()
+        .chain(&Kind::CLUSTER)
         .filter_map(|&kind| {
             let of: Vec<&FaultRecord> = faults.iter().filter(|f| f.kind == kind).collect();
             if of.is_empty() {
@@ -131,6 +148,7 @@ pub fn summarize(faults: &[FaultRecord]) -> Vec<KindSummary> {
                 label: kind.label(),
                 injected: of.len(),
                 processed: of.iter().map(|f| f.processed).sum(),
+                reordered: of.iter().map(|f| f.reordered).sum(),
                 violations: of.iter().map(|f| f.violations.len()).sum(),
                 recovery_p50_ms: p50,
                 recovery_max_ms: max,
@@ -182,14 +200,27 @@ pub fn markdown(r: &RunReport) -> String {
         r.drain_s
             .map_or("— (NOT drained)".into(), |d| format!("{d:.1} s"))
     );
-    s += "| fault kind | injected | messages processed | violations | recovery p50 / max (ms) | end-to-end p50 / max (ms) | goal | over goal (recovery / e2e) |\n";
-    s += "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+    if let Some(d) = &r.direct {
+        s += &format!(
+            "Direct producer: {} versions of {} orders confirmed straight into `pesanan-hash` \
+             ({} publishes retried with the same message id).\n\n",
+            d.confirmed, d.entities, d.retried
+        );
+    }
+    s += &format!(
+        "Out of version order at a worker (relay or direct events recorded as stale, not \
+         applied): {}.\n\n",
+        r.reordered
+    );
+    s += "| fault kind | injected | messages processed | out of order | violations | recovery p50 / max (ms) | end-to-end p50 / max (ms) | goal | over goal (recovery / e2e) |\n";
+    s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for k in &r.kinds {
         s += &format!(
-            "| {} | {} | {} | {} | {} / {} | {} / {} | ≤ {:.0} s | {} / {} |\n",
+            "| {} | {} | {} | {} | {} | {} / {} | {} / {} | ≤ {:.0} s | {} / {} |\n",
             k.label,
             k.injected,
             k.processed,
+            k.reordered,
             k.violations,
             ms(k.recovery_p50_ms),
             ms(k.recovery_max_ms),
@@ -202,9 +233,9 @@ pub fn markdown(r: &RunReport) -> String {
     }
     let m = &r.mix;
     s += &format!(
-        "| poison messages (mixed in) | {} (+{} unconfirmed) | | see checks | | | | |\n\
-         | duplicate publishes (mixed in) | {} | | see checks | | | | |\n\
-         | stale events (mixed in) | {} | | see checks | | | | |\n\n",
+        "| poison messages (mixed in) | {} (+{} unconfirmed) | | | see checks | | | | |\n\
+         | duplicate publishes (mixed in) | {} | | | see checks | | | | |\n\
+         | stale events (mixed in) | {} | | | see checks | | | | |\n\n",
         m.poison_confirmed, m.poison_unconfirmed, m.duplicates, m.stale
     );
     s += "Recovery: from the fault's end (process restarted, broker or database back) to the start \
@@ -233,16 +264,17 @@ pub fn markdown(r: &RunReport) -> String {
             r.unexpected_exits.join("; ")
         );
     }
-    s += "\n## Faults\n\n| # | kind | detail | recovery (ms) | end to end (ms) | processed | violations |\n|---:|---|---|---:|---:|---:|---|\n";
+    s += "\n## Faults\n\n| # | kind | detail | recovery (ms) | end to end (ms) | processed | out of order | violations |\n|---:|---|---|---:|---:|---:|---:|---|\n";
     for f in &r.faults {
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
             f.index,
             f.kind.label(),
             f.detail,
             ms(f.recovery_ms),
             ms(f.e2e_ms),
             f.processed,
+            f.reordered,
             f.violations.join("; ")
         );
     }

@@ -10,6 +10,13 @@
 //! | `FAULTS_PG_BASE` | `postgres://postgres@127.0.0.1:5432` |
 //! | `FAULTS_RABBITMQCTL` | `rabbitmqctl` (e.g. `rabbitmqctl -n faults@localhost`) |
 //! | `FAULTS_PG_CTL` | `pg_ctlcluster --skip-systemctl-redirect <first of /etc/postgresql> main` (`stop`/`start`/`restart` appended) |
+//! | `FAULTS_CLUSTER` | unset; the path of `deploy/brokers/cluster.sh` for the three-node cluster |
+//!
+//! With `FAULTS_CLUSTER` set the run is against the three-node cluster: the
+//! processes get an `AMQP_URL` naming all three nodes (`cluster.sh urls`),
+//! `rabbitmqctl` is `cluster.sh ctl` (the first node that answers), and the
+//! cluster faults go through `cluster.sh` (`FAULTS_AMQP_BASE` and
+//! `FAULTS_RABBITMQCTL` are then ignored).
 
 use std::process::Command;
 use std::time::Duration;
@@ -20,12 +27,15 @@ use urutan::config::SecretUrl;
 /// Where the services are and the command lines that control them.
 #[derive(Debug, Clone)]
 pub struct Services {
-    pub amqp_base: String,
+    /// One base URL (`amqp://user:pass@host:port`, no vhost) per broker node.
+    pub amqp_bases: Vec<String>,
     pub pg_base: String,
     /// `rabbitmqctl` and its node arguments, split on whitespace.
     pub rabbitmqctl: Vec<String>,
     /// The cluster control command, before `stop`/`start`/`restart`.
     pub pg_ctl: Vec<String>,
+    /// `bash <cluster.sh>` in cluster mode (`FAULTS_CLUSTER`).
+    pub cluster: Option<Vec<String>>,
 }
 
 fn words(s: &str) -> Vec<String> {
@@ -50,14 +60,48 @@ impl Services {
                 ))
             }
         };
+        let pg_base =
+            var("FAULTS_PG_BASE").unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432".into());
+        if let Some(script) = var("FAULTS_CLUSTER") {
+            let cluster = vec!["bash".to_owned(), script];
+            let urls = std::process::Command::new(&cluster[0])
+                .args(&cluster[1..])
+                .arg("urls")
+                .output()
+                .context("run cluster.sh urls")?;
+            let urls = String::from_utf8_lossy(&urls.stdout);
+            let amqp_bases: Vec<String> = urls.trim().split(',').map(str::to_owned).collect();
+            anyhow::ensure!(
+                amqp_bases.len() == 3 && amqp_bases.iter().all(|u| u.starts_with("amqp://")),
+                "cluster.sh urls gave {urls:?}"
+            );
+            let mut rabbitmqctl = cluster.clone();
+            rabbitmqctl.push("ctl".into());
+            return Ok(Self {
+                amqp_bases,
+                pg_base,
+                rabbitmqctl,
+                pg_ctl,
+                cluster: Some(cluster),
+            });
+        }
         Ok(Self {
-            amqp_base: var("FAULTS_AMQP_BASE")
-                .unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672".into()),
-            pg_base: var("FAULTS_PG_BASE")
-                .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432".into()),
+            amqp_bases: vec![
+                var("FAULTS_AMQP_BASE")
+                    .unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672".into()),
+            ],
+            pg_base,
             rabbitmqctl: words(&var("FAULTS_RABBITMQCTL").unwrap_or_else(|| "rabbitmqctl".into())),
             pg_ctl,
+            cluster: None,
         })
+    }
+
+    /// `cluster.sh <args>` (cluster mode only), bounded by 10 min (a
+    /// rolling restart waits for each node).
+    pub async fn cluster(&self, args: &[&str]) -> anyhow::Result<String> {
+        let script = self.cluster.as_ref().context("not in cluster mode")?;
+        run_for(script, args, Duration::from_secs(600)).await
     }
 
     /// `rabbitmqctl <args>`, bounded.
@@ -79,15 +123,20 @@ impl Services {
 
 /// Runs `base + args`, bounded by 120 s; fails with its output.
 pub async fn run(base: &[String], args: &[&str]) -> anyhow::Result<String> {
+    run_for(base, args, Duration::from_secs(120)).await
+}
+
+/// Runs `base + args`, bounded by `limit`; fails with its output.
+pub async fn run_for(base: &[String], args: &[&str], limit: Duration) -> anyhow::Result<String> {
     let (program, first) = base.split_first().context("empty command")?;
     let out = tokio::process::Command::new(program)
         .args(first)
         .args(args)
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
+    let out = tokio::time::timeout(limit, out)
         .await
-        .with_context(|| format!("{base:?} {args:?} took over 120 s"))?
+        .with_context(|| format!("{base:?} {args:?} took over {limit:?}"))?
         .with_context(|| format!("cannot run {program}"))?;
     if !out.status.success() {
         bail!(
@@ -109,6 +158,12 @@ impl Drop for Restarter {
                 let _ = Command::new(program).args(first).args(args).output();
             }
         };
+        if let Some(cluster) = &self.0.cluster {
+            // Starts the nodes that are down (killed, stopped or a full
+            // restart cut short); the database is never stopped here.
+            blocking(cluster, &["start"]);
+            return;
+        }
         blocking(&self.0.rabbitmqctl, &["-q", "start_app"]);
         blocking(
             &self.0.rabbitmqctl,
@@ -155,10 +210,14 @@ impl RunEnv {
         Ok(env)
     }
 
-    pub fn amqp_url(&self) -> SecretUrl {
-        format!("{}/{}", self.services.amqp_base, self.vhost)
-            .parse()
-            .expect("a valid AMQP URL")
+    /// The run's vhost on every node, comma-separated (one URL off a single
+    /// broker): `AMQP_URL` as `urutan` takes it. Plain text: a list is not
+    /// one URL, and the suite's brokers have no secret password.
+    pub fn amqp_url(&self) -> String {
+        let urls: Vec<String> = (self.services.amqp_bases.iter())
+            .map(|base| format!("{base}/{}", self.vhost))
+            .collect();
+        urls.join(",")
     }
 
     pub fn database_url(&self) -> SecretUrl {
@@ -169,7 +228,16 @@ impl RunEnv {
 }
 
 impl Drop for RunEnv {
+    /// Deletes the vhost and the database, unless `FAULTS_KEEP` is set (to
+    /// look into a failed run's history; then dropped by hand).
     fn drop(&mut self) {
+        if std::env::var_os("FAULTS_KEEP").is_some() {
+            eprintln!(
+                "FAULTS_KEEP: kept vhost {} and database {}",
+                self.vhost, self.database
+            );
+            return;
+        }
         let ctl = &self.services.rabbitmqctl;
         if let Some((program, first)) = ctl.split_first() {
             let _ = Command::new(program)

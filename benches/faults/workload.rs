@@ -1,10 +1,12 @@
 //! The continuous workload: a producer that writes every order's next
 //! version through the outbox (so `urutan relay` publishes it), and a mixer
 //! that publishes poison messages, duplicates and stale events straight to
-//! the exchange. Both ride out every fault: they retry, never give up.
+//! the exchange; on a cluster also a direct producer that publishes its own
+//! orders' versions straight to the hash exchange. All ride out every
+//! fault: they retry, never give up.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -190,21 +192,41 @@ pub async fn mix(
     }
 }
 
-async fn open(url: &str) -> Option<(Connection, Channel)> {
+/// Where the next [`connect_any`] starts in the list of nodes: each call
+/// starts one further, so a dead node is never everybody's first choice.
+static NEXT_NODE: AtomicUsize = AtomicUsize::new(0);
+
+/// A connection to one of `urls` (comma-separated nodes, as in `AMQP_URL`):
+/// each node in turn, each attempt bounded by 5 s (a frozen node does not
+/// answer at all).
+pub async fn connect_any(urls: &str) -> Option<Connection> {
+    let nodes: Vec<&str> = urls.split(',').map(str::trim).collect();
+    let start = NEXT_NODE.fetch_add(1, Ordering::Relaxed);
+    for i in 0..nodes.len() {
+        let url = nodes[(start + i) % nodes.len()];
+        let attempt = Connection::connect(url, ConnectionProperties::default());
+        if let Ok(Ok(conn)) = tokio::time::timeout(Duration::from_secs(5), attempt).await {
+            return Some(conn);
+        }
+    }
+    None
+}
+
+/// A connection (see [`connect_any`]) and a channel in confirm mode.
+async fn open(urls: &str) -> Option<(Connection, Channel)> {
+    let conn = connect_any(urls).await?;
     let attempt = async {
-        let conn = Connection::connect(url, ConnectionProperties::default())
-            .await
-            .ok()?;
         let ch = conn.create_channel().await.ok()?;
         ch.confirm_select(ConfirmSelectOptions::default())
             .await
             .ok()?;
-        Some((conn, ch))
+        Some(ch)
     };
-    tokio::time::timeout(Duration::from_secs(5), attempt)
+    let ch = tokio::time::timeout(Duration::from_secs(5), attempt)
         .await
         .ok()
-        .flatten()
+        .flatten()?;
+    Some((conn, ch))
 }
 
 /// Publishes the burst and waits for its confirms (10 s); records poison
@@ -384,4 +406,148 @@ async fn stale(db: &PgPool, e: usize, pick: f64, n: u64) -> Result<Option<Direct
             stale: Some(message_id),
         }
     }))
+}
+
+/// The order id of direct-producer entity `e` (apart from the outbox's `F-`).
+pub fn direct_entity(e: usize) -> String {
+    format!("D-{e:04}")
+}
+
+/// The message id of version `versi` of direct order `id`: fixed, so a
+/// retried publish is deduplicated by the worker.
+pub fn direct_message_id(id: &str, versi: i64) -> String {
+    format!("{id}/v{versi}")
+}
+
+/// What the direct producer sent, for the checks.
+#[derive(Debug, Default, Clone)]
+pub struct DirectLedger {
+    /// Per entity: the next version to publish (1 + the last confirmed).
+    pub next: Vec<i64>,
+    /// Per entity: its version `next` was published but not confirmed (it
+    /// may or may not be in a queue).
+    pub pending: Vec<bool>,
+    /// Versions confirmed by the broker.
+    pub confirmed: u64,
+    /// Publishes sent again (same message id) after a failure or a missing
+    /// confirm; every 100 ms tick of an outage counts each waiting order.
+    pub retried: u64,
+}
+
+/// Publishes `rate` versions per second straight to `pesanan-hash` with
+/// publisher confirms, each the next version of one of `entities` direct
+/// orders, until `stop`. An order moves on to its next version only once
+/// the broker confirmed the current one; a version that failed (nack,
+/// timeout, connection lost) is published again, with the same message id,
+/// before anything newer of that order, so a gap never appears. After
+/// `stop` it retries what is unconfirmed for up to 60 s.
+pub async fn produce_direct(
+    amqp_url: String,
+    entities: usize,
+    rate: u32,
+    seed: u64,
+    ledger: Arc<Mutex<DirectLedger>>,
+    stop: CancellationToken,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut next = vec![1_i64; entities];
+    let mut pending = vec![false; entities];
+    let (mut confirmed, mut retried) = (0_u64, 0_u64);
+    let per_tick = (rate as usize / 10).max(1);
+    let mut link: Option<(Connection, Channel)> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut finish_by = None;
+    loop {
+        tick.tick().await;
+        if stop.is_cancelled() && finish_by.is_none() {
+            finish_by = Some(tokio::time::Instant::now() + Duration::from_secs(60));
+        }
+        // Unconfirmed versions first; new ones only while running.
+        let mut chosen: Vec<usize> = (0..entities).filter(|e| pending[*e]).collect();
+        if finish_by.is_none() {
+            chosen.extend((0..per_tick).map(|_| rng.random_range(0..entities)));
+        } else if chosen.is_empty() || finish_by.is_some_and(|t| tokio::time::Instant::now() > t) {
+            break;
+        }
+        chosen.sort_unstable();
+        chosen.dedup();
+        retried += chosen.iter().filter(|e| pending[**e]).count() as u64;
+        if link.is_none() {
+            link = open(&amqp_url).await;
+        }
+        let acked = match &link {
+            Some((_, ch)) => publish_versions(ch, &chosen, &next).await,
+            None => Err(Vec::new()),
+        };
+        let acked = acked.unwrap_or_else(|partial| {
+            link = None;
+            partial
+        });
+        for (e, ok) in chosen
+            .iter()
+            .zip(acked.iter().chain(std::iter::repeat(&false)))
+        {
+            if *ok {
+                next[*e] += 1;
+                pending[*e] = false;
+                confirmed += 1;
+            } else {
+                pending[*e] = true;
+            }
+        }
+        if let Ok(mut l) = ledger.lock() {
+            *l = DirectLedger {
+                next: next.clone(),
+                pending: pending.clone(),
+                confirmed,
+                retried,
+            };
+        }
+    }
+    if let Some((conn, _)) = link {
+        let _ = conn.close(200, "done".into()).await;
+    }
+}
+
+/// Publishes version `next[e]` of each chosen direct order and waits for
+/// the confirms (10 s): whether each was acked, or `Err` with those known so
+/// far when the channel failed (the rest count as not confirmed).
+async fn publish_versions(
+    ch: &Channel,
+    chosen: &[usize],
+    next: &[i64],
+) -> Result<Vec<bool>, Vec<bool>> {
+    let mut confirms = Vec::new();
+    for e in chosen {
+        let id = direct_entity(*e);
+        let versi = next[*e];
+        let status = STATUSES[versi as usize % STATUSES.len()];
+        let mut headers = FieldTable::default();
+        headers.insert("x-pesanan-id".into(), string(&id));
+        let props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id(direct_message_id(&id, versi).into())
+            .with_headers(headers);
+        let body = serde_json::json!({"id": id, "status": status, "versi": versi}).to_string();
+        let sent = ch.basic_publish(
+            "pesanan-hash".into(),
+            "".into(),
+            BasicPublishOptions::default(),
+            body.as_bytes(),
+            props,
+        );
+        match tokio::time::timeout(Duration::from_secs(10), sent).await {
+            Ok(Ok(confirm)) => confirms.push(confirm),
+            _ => return Err(vec![false; confirms.len()]),
+        }
+    }
+    let mut acked = Vec::new();
+    for confirm in confirms {
+        match tokio::time::timeout(Duration::from_secs(10), confirm).await {
+            Ok(Ok(c)) => acked.push(c.is_ack()),
+            _ => return Err(acked),
+        }
+    }
+    Ok(acked)
 }
