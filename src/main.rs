@@ -139,7 +139,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             let urutan::supervisor::Prepared { plan, epoch, .. } =
                 urutan::supervisor::prepare_topology(&declare, &names, &pool, &conn, true)
                     .await??;
-            let _ = conn.close(200, "done".into()).await;
+            let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
             pool.close().await;
             info!(
                 shards = plan.consumed,
@@ -274,7 +274,7 @@ async fn dead_letter_depth(settings: &Settings) -> Option<u32> {
         .queue_declare(queue.as_str().into(), passive, Default::default())
         .await
         .ok()?;
-    let _ = conn.close(200, "done".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     Some(q.message_count())
 }
 

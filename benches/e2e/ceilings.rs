@@ -44,7 +44,7 @@ pub async fn prepare_backlog(env: &BenchEnv, shards: u16, work: Workload) -> any
     topology::declare(&conn, &Names::new("pesanan"), shards, 5, false)
         .await
         .context("declare the topology")?;
-    let _ = conn.close(200, "declared".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "declared".into())).await;
     let channels = if work.len() > 100_000 { 4 } else { 1 };
     let took = load::publish_backlog(&env.amqp_url(), work, channels).await?;
     Ok(work.len() as f64 / took.as_secs_f64().max(1e-9))
@@ -150,7 +150,7 @@ pub async fn broker_only(work: Workload, shards: u16, prefetch: u16) -> anyhow::
             acked.load(Ordering::SeqCst)
         )
     })??;
-    let _ = conn.close(200, "drained".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "drained".into())).await;
     let (Some(t0), Some(t1)) = (first.get(), last.get()) else {
         bail!("no delivery seen");
     };

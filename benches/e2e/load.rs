@@ -178,7 +178,7 @@ pub async fn publish_backlog(
             for confirm in window {
                 confirmed(confirm).await?;
             }
-            let _ = ch.close(200, "published".into()).await;
+            let _ = urutan::broker::call("channel.close", ch.close(200, "published".into())).await;
             anyhow::Ok(())
         });
     }
@@ -186,7 +186,7 @@ pub async fn publish_backlog(
         joined.context("publisher task panicked")??;
     }
     let took = start.elapsed();
-    let _ = conn.close(200, "published".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "published".into())).await;
     Ok(took)
 }
 

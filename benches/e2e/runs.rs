@@ -79,7 +79,7 @@ async fn verify(pool: &PgPool, env: &BenchEnv, expected: usize) -> anyhow::Resul
         .queue_declare("pesanan.dlq".into(), passive, FieldTable::default())
         .await?
         .message_count();
-    let _ = conn.close(200, "verified".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "verified".into())).await;
     let mut problems = Vec::new();
     if applied != expected {
         problems.push(format!("{applied}/{expected} applied"));
@@ -312,7 +312,7 @@ pub async fn latency(
             mean_ms: lat.iter().sum::<f64>() / lat.len().max(1) as f64,
         });
     }
-    let _ = conn.close(200, "done".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     let _ = worker.stop().await;
     pool.close().await;
     Ok(rows)

@@ -190,7 +190,7 @@ pub async fn queue_checks(env: &RunEnv, ledger: &Ledger) -> anyhow::Result<Vec<C
             )),
         }
     }
-    let _ = conn.close(200, "done".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     let missing: Vec<String> = ledger
         .poison_confirmed
         .difference(&markers)

@@ -188,7 +188,7 @@ pub async fn mix(
         }
     }
     if let Some((conn, _)) = link {
-        let _ = conn.close(200, "done".into()).await;
+        let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     }
 }
 
@@ -304,7 +304,7 @@ pub async fn publish_probe(url: &str, id: &str) -> Result<(), &'static str> {
         &Mutex::new(Ledger::default()),
     )
     .await;
-    let _ = conn.close(200, "done".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     result
 }
 
@@ -506,7 +506,7 @@ pub async fn produce_direct(
         }
     }
     if let Some((conn, _)) = link {
-        let _ = conn.close(200, "done".into()).await;
+        let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     }
 }
 

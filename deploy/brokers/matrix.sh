@@ -55,7 +55,8 @@
 # Environment (optional): MATRIX_PG_PORT (private PostgreSQL, default 5439),
 # MATRIX_PG_CLUSTER (its name, default urutan-matrix), MATRIX_SKIP (extra
 # `--skip` filters, space-separated), MATRIX_TEST_THREADS (tests at once in
-# the parallel phases; default one per core). Runs as root, from the repository (it
+# the parallel phases; default one per core), MATRIX_PHASE_SECS (most seconds
+# one phase may take before it is killed and counted as failed; 1200). Runs as root, from the repository (it
 # builds the test binaries first).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -187,7 +188,8 @@ phase() {
     shift 3
     log_file=$LOGDIR/${version}-${name}.log
     start=$SECONDS
-    "${BIN[$target]}" "$@" >"$log_file" 2>&1 || rc=$?
+    # Bounded: a test that hangs fails its phase instead of the whole run.
+    timeout --kill-after=30 "${MATRIX_PHASE_SECS:-1200}" "${BIN[$target]}" "$@" >"$log_file" 2>&1 || rc=$?
     read -r p f < <(counts "$log_file")
     PHASES+=("${name} ${p}/$((p + f)) $((SECONDS - start))s")
     PASSED=$((PASSED + p))

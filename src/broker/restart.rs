@@ -41,7 +41,7 @@ pub async fn restarted(conn: &Connection, names: &Names) -> Result<bool, BrokerE
     );
     match call("exchange.declare", probe).await {
         Ok(()) => {
-            let _ = ch.close(200, "sentinel probed".into()).await;
+            let _ = call("channel.close", ch.close(200, "sentinel probed".into())).await;
             Ok(false)
         }
         Err(BrokerError::Amqp(e)) if is_not_found(&e) || is_access_refused(&e) => Ok(true),
@@ -69,6 +69,6 @@ pub async fn declare_sentinel(conn: &Connection, names: &Names) -> Result<(), Br
         ),
     )
     .await?;
-    let _ = ch.close(200, "sentinel declared".into()).await;
+    let _ = call("channel.close", ch.close(200, "sentinel declared".into())).await;
     Ok(())
 }

@@ -266,7 +266,7 @@ async fn declare_all(
             .await?;
         }
     }
-    let _ = ch.close(200, "topology declared".into()).await;
+    let _ = call("channel.close", ch.close(200, "topology declared".into())).await;
     // Last: whoever probes it next knows the ring has not been rebuilt by a
     // restart since this declaration (see `restart`).
     super::restart::declare_sentinel(conn, names).await?;
@@ -339,7 +339,7 @@ pub async fn check(
             }
             Err(e) => return Err(e.into()),
         }
-        let _ = ch.close(200, "checked".into()).await;
+        let _ = call("channel.close", ch.close(200, "checked".into())).await;
     }
     let ch = call("channel.open", conn.create_channel()).await?;
     let passive_queue = QueueDeclareOptions {
@@ -356,7 +356,7 @@ pub async fn check(
         Err(BrokerError::Amqp(e)) if is_access_refused(&e) => unchecked.push(dlq),
         Err(e) => return Err(e.into()),
     }
-    let _ = ch.close(200, "checked".into()).await;
+    let _ = call("channel.close", ch.close(200, "checked".into())).await;
     if !unchecked.is_empty() {
         tracing::warn!(
             objects = %unchecked.join(", "),
@@ -387,7 +387,7 @@ pub async fn count_existing_shards(conn: &Connection, names: &Names) -> Result<u
             Err(e) => return Err(e),
         }
     }
-    let _ = ch.close(200, "probe done".into()).await;
+    let _ = call("channel.close", ch.close(200, "probe done".into())).await;
     Ok(1000)
 }
 
@@ -411,7 +411,7 @@ pub async fn delete_all(conn: &Connection, names: &Names) -> Result<(), BrokerEr
         let delete = ch.exchange_delete(exchange.as_str().into(), ExchangeDeleteOptions::default());
         call("exchange.delete", delete).await?;
     }
-    let _ = ch.close(200, "deleted".into()).await;
+    let _ = call("channel.close", ch.close(200, "deleted".into())).await;
     Ok(())
 }
 

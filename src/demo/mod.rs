@@ -329,7 +329,7 @@ async fn reset(settings: &Settings, names: &Names, demo_db: &str) -> anyhow::Res
     admin.close().await?;
     let conn = broker::connect(&settings.broker(), "urutan demo").await?;
     topology::delete_all(&conn, names).await?;
-    let _ = conn.close(200, "reset".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "reset".into())).await;
     Ok(())
 }
 
@@ -500,7 +500,7 @@ async fn inject(
             _ => send(&ch, &exchange, &key, None, Some(text("PSN-X")), good).await?,
         }
     }
-    let _ = conn.close(200, "injected".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "injected".into())).await;
     Ok(Injected {
         duplicates,
         stale,
@@ -623,7 +623,7 @@ async fn dead_letter_depth(settings: &Settings, names: &Names) -> anyhow::Result
         ),
     )
     .await?;
-    let _ = conn.close(200, "report".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "report".into())).await;
     Ok(q.message_count())
 }
 

@@ -35,7 +35,7 @@ pub(super) async fn list(ctx: &Ctx, args: &ListArgs) -> anyhow::Result<()> {
     let depth = match ctx.broker().await {
         Ok(conn) => {
             let depth = ctx.record_unrecorded(&conn).await;
-            let _ = conn.close(200, "done".into()).await;
+            let _ = crate::broker::call("connection.close", conn.close(200, "done".into())).await;
             match depth {
                 Ok(depth) => Some(depth),
                 Err(e) => {

@@ -83,7 +83,7 @@ pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, ids: &[String]) -> any
 async fn unrecorded(ctx: &Ctx) -> Option<i64> {
     let conn = ctx.broker().await.ok()?;
     let depth = walk::depth(&conn, &ctx.names).await.ok();
-    let _ = conn.close(200, "done".into()).await;
+    let _ = crate::broker::call("connection.close", conn.close(200, "done".into())).await;
     Some(i64::from(depth?) - ctx.recorded().await.ok()?).map(|n| n.max(0))
 }
 

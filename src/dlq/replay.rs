@@ -154,7 +154,7 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
         }
     }
     walker.close().await?;
-    let _ = conn.close(200, "done".into()).await;
+    let _ = crate::broker::call("connection.close", conn.close(200, "done".into())).await;
     for id in &selection.ids {
         let seen = replayed
             .iter()
@@ -348,7 +348,7 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
         removed += 1;
     }
     walker.close().await?;
-    let _ = conn.close(200, "done".into()).await;
+    let _ = crate::broker::call("connection.close", conn.close(200, "done".into())).await;
     // Records whose message is no longer in the queue (e.g. a worker that
     // crashed between its record and its reject, and then got the message
     // through): resolved too, once old enough that their message cannot

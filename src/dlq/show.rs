@@ -107,7 +107,7 @@ async fn read_queue(ctx: &Ctx, key: Option<&str>) -> anyhow::Result<()> {
         }
         walker.close().await?;
     }
-    let _ = conn.close(200, "done".into()).await;
+    let _ = crate::broker::call("connection.close", conn.close(200, "done".into())).await;
     Ok(())
 }
 

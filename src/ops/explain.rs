@@ -394,7 +394,7 @@ async fn queues(
     let mut infos = super::queue_infos(&conn, &queues)
         .await
         .map_err(|e| format!("the broker failed a passive declare: {e}"))?;
-    let _ = conn.close(200, "explained".into()).await;
+    let _ = crate::broker::call("connection.close", conn.close(200, "explained".into())).await;
     let dlq = infos.pop().flatten();
     Ok((infos, dlq))
 }

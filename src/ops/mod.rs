@@ -183,7 +183,7 @@ pub async fn queue_infos(
         }
     }
     if let Some(ch) = channel {
-        let _ = ch.close(200, "looked".into()).await;
+        let _ = call("channel.close", ch.close(200, "looked".into())).await;
     }
     Ok(infos)
 }

@@ -193,7 +193,7 @@ impl Relay {
                 _ = tokio::time::timeout(Duration::from_secs(1), listener.recv()) => {}
             }
         };
-        let _ = channel.close(200, "relay stopping".into()).await;
+        let _ = call("channel.close", channel.close(200, "relay stopping".into())).await;
         close(conn).await;
         self.health.broker_down();
         result

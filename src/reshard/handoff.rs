@@ -152,7 +152,7 @@ pub async fn open_epoch(
             _ => return Err(EpochError::NotConfirmed(shard)),
         }
     }
-    let _ = ch.close(200, "epoch opened".into()).await;
+    let _ = call("channel.close", ch.close(200, "epoch opened".into())).await;
     info!(
         epoch,
         shards = shards.len(),

@@ -124,7 +124,7 @@ async fn retire_locked(
         ch.queue_delete(queue.as_str().into(), QueueDeleteOptions::default()),
     )
     .await?;
-    let _ = ch.close(200, "retired".into()).await;
+    let _ = call("channel.close", ch.close(200, "retired".into())).await;
     sqlx::query("UPDATE urutan_shard SET aktif = false WHERE shard = $1")
         .bind(i32::from(shard))
         .execute(&mut *db)

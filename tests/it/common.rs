@@ -356,7 +356,7 @@ pub async fn queue_len(conn: &Connection, queue: &str) -> u32 {
         )
         .await
         .expect("passive declare");
-    let _ = ch.close(200, "".into()).await;
+    let _ = urutan::broker::call("channel.close", ch.close(200, "".into())).await;
     q.message_count()
 }
 

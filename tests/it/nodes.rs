@@ -65,7 +65,7 @@ async fn a_dead_or_frozen_node_is_skipped() {
             round + 1,
             "round {round} went through the live node"
         );
-        let _ = conn.close(200, "done".into()).await;
+        let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     }
     // No live node at all: an error that names a node, password redacted.
     let none = nodes(&[url_on(&env, dead_port)]);

@@ -61,7 +61,7 @@ async fn assert_all_applied_once(env: &TestEnv, db: &PgPool, entities: usize, ve
     let conn = env.broker().await;
     let dead = drain_dlq(&conn).await;
     assert!(dead.is_empty(), "{} message(s) dead-lettered", dead.len());
-    let _ = conn.close(200, "".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "".into())).await;
 }
 
 async fn scrape(http: SocketAddr) -> String {
@@ -216,9 +216,9 @@ async fn head_delivery_counts(env: &TestEnv, shards: u16) -> Vec<Option<u64>> {
             Ok(Some(Ok(d))) => Some(urutan::broker::delivery::previous_deliveries(&d)),
             _ => None,
         });
-        let _ = ch.close(200, "".into()).await;
+        let _ = urutan::broker::call("channel.close", ch.close(200, "".into())).await;
     }
-    let _ = conn.close(200, "".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "".into())).await;
     counts
 }
 

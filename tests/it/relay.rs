@@ -251,7 +251,7 @@ async fn assert_outbox_fully_applied(env: &TestEnv, db: &PgPool, total: i64) {
     let conn = env.broker().await;
     let dead = drain_dlq(&conn).await;
     assert!(dead.is_empty(), "{} message(s) dead-lettered", dead.len());
-    let _ = conn.close(200, "".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "".into())).await;
     let report = urutan::verify::verify(db, None).await.expect("verify");
     assert!(report.passed(), "{report}");
     assert_eq!(report.sent_outbox_rows, total);

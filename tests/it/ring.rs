@@ -271,7 +271,7 @@ async fn a_ring_change_cut_short_is_marked_by_the_relay_before_it_publishes() {
                 .await
                 .expect("ack");
         }
-        let _ = ch.close(200, "checked".into()).await;
+        let _ = urutan::broker::call("channel.close", ch.close(200, "checked".into())).await;
     }
     assert_eq!(events, 20, "every event found behind the marker");
 }

@@ -395,7 +395,7 @@ async fn run_logs_nothing_secret(log_format: &str, rust_log: &str) {
     )
     .await;
     db.close().await;
-    let _ = conn.close(200, "".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "".into())).await;
 
     let status = worker.stop().await;
     assert!(

@@ -71,7 +71,8 @@ pub async fn at_least_once_queue_can_be_declared(url: &str) -> Result<(), String
                 .await
                 .map_err(|e| format!("deleting the probe queue: {e}"))?;
         }
-        let _ = conn.close(200, "probe done".into()).await;
+        let _ =
+            urutan::broker::call("connection.close", conn.close(200, "probe done".into())).await;
         declared.map(|_| ())
     };
     tokio::time::timeout(Duration::from_secs(60), probe)
@@ -148,7 +149,8 @@ async fn wait_until_complete(env: &TestEnv, db: &PgPool, shards: u16) {
                 return false;
             };
             let queues = topology::count_existing_shards(&conn, &Names::new("pesanan")).await;
-            let _ = conn.close(200, "counted".into()).await;
+            let _ =
+                urutan::broker::call("connection.close", conn.close(200, "counted".into())).await;
             matches!(queues, Ok(n) if n == shards)
         }
     })

@@ -148,7 +148,7 @@ async fn declare(
         .expect("connect");
     let names = Names::new("pesanan");
     let result = topology::declare(&conn, &names, shards, delivery_limit, allow_shrink).await;
-    let _ = conn.close(200, "done".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     result
 }
 
@@ -651,5 +651,5 @@ async fn the_quorum_group_size_is_part_of_the_topology() {
         err.to_string().contains("x-quorum-initial-group-size"),
         "{err}"
     );
-    let _ = conn.close(200, "done".into()).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
 }

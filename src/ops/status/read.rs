@@ -197,7 +197,7 @@ pub(super) async fn read_broker(
     let dlq = crate::ops::queue_infos(&conn, &[names.dead_letter_queue()])
         .await
         .map_err(failed)?[0];
-    let _ = conn.close(200, "status".into()).await;
+    let _ = crate::broker::call("connection.close", conn.close(200, "status".into())).await;
     Ok(FromBroker {
         shards,
         dead_letter_queue: dlq,
