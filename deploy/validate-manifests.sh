@@ -300,6 +300,7 @@ EOF
 check yaml yaml_lint
 check kustomize kustomize_compat
 check "k8s base" render_and_validate base
+check "k8s effects" render_and_validate effects
 check "k8s example" render_and_validate overlays/example
 check dockerfile dockerfile
 check compose compose

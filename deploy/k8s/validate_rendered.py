@@ -8,7 +8,7 @@ checked against the JSON schemas committed in schemas/ (a strict subset of the
 upstream CRDs: misspelt or misplaced fields fail). Any other kind fails, so
 nothing passes unchecked. Then urutan's own rules (policy()): the restricted
 security context on every pod and container, requests and limits, probes on
-the worker, a grace period longer than the worker's drain, and KEDA's
+the worker and the effects dispatcher, a grace period longer than the worker's drain, and KEDA's
 maxReplicaCount at most SHARD_COUNT. Works offline.
 
 usage: validate_rendered.py --k8s-version 1.30.0 [--k8s-version ...] FILE...
@@ -93,7 +93,7 @@ def policy(docs):
             if d["kind"] == "Deployment":
                 if c.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
                     problems.append(f"{cname}: liveness probe is not /healthz")
-                if "worker" in d["metadata"]["name"] and \
+                if d["metadata"]["name"] in ("urutan-worker", "urutan-effects") and \
                         c.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/readyz":
                     problems.append(f"{cname}: readiness probe is not /readyz")
     shards = [int(d["data"]["SHARD_COUNT"]) for d in docs
