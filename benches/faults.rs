@@ -26,6 +26,8 @@ mod engine;
 mod fleet;
 #[path = "faults/inject.rs"]
 mod inject;
+#[path = "faults/payee.rs"]
+mod payee;
 #[path = "faults/procs.rs"]
 mod procs;
 #[path = "faults/report.rs"]

@@ -17,6 +17,8 @@ mod engine;
 mod fleet;
 #[path = "../benches/faults/inject.rs"]
 mod inject;
+#[path = "../benches/faults/payee.rs"]
+mod payee;
 #[path = "../benches/faults/procs.rs"]
 mod procs;
 #[path = "../benches/faults/report.rs"]

@@ -305,3 +305,111 @@ pub async fn reordered(db: &PgPool) -> anyhow::Result<Vec<chrono::DateTime<chron
     .fetch_all(db)
     .await?)
 }
+
+/// Waits (at most `limit`) until no effect is pending, then checks the
+/// effects against what the endpoint charged: one effect per applied
+/// version, every one sent, each charged exactly once, charges of an order
+/// in version order, every request signed.
+pub async fn effects_checks(
+    db: &PgPool,
+    payee: &crate::payee::Payee,
+    limit: Duration,
+) -> anyhow::Result<Vec<Check>> {
+    let start = Instant::now();
+    let mut pending = -1;
+    while start.elapsed() < limit {
+        let left: Result<i64, _> =
+            sqlx::query_scalar("SELECT count(*) FROM urutan_efek WHERE keadaan = 'menunggu'")
+                .fetch_one(db)
+                .await;
+        pending = left.unwrap_or(-1);
+        if pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut out = vec![Check {
+        name: format!("every effect delivered within {limit:?} of the drain"),
+        violations: if pending == 0 { 0 } else { pending.max(1) },
+        examples: if pending == 0 {
+            vec![]
+        } else {
+            vec![format!("{pending} pending at the deadline")]
+        },
+    }];
+    let per_version: Vec<String> = sqlx::query_scalar(
+        "SELECT r.pesanan_id || ' v' || r.versi || ': ' || count(e.efek) || ' effect(s)'
+         FROM pesanan_riwayat r LEFT JOIN urutan_efek e ON e.message_id = r.message_id
+         GROUP BY r.pesanan_id, r.versi HAVING count(e.efek) <> 1
+         UNION ALL
+         SELECT 'effect ' || e.efek || ' (' || e.message_id || ') has no applied version'
+         FROM urutan_efek e WHERE NOT EXISTS
+           (SELECT 1 FROM pesanan_riwayat r WHERE r.message_id = e.message_id)
+         UNION ALL
+         SELECT 'effect ' || e.efek || ' (' || e.pesanan_id || ' v' || e.versi || ') dead-lettered: '
+                || coalesce(e.kode::text, '-')
+         FROM urutan_efek e WHERE e.keadaan = 'gagal'",
+    )
+    .fetch_all(db)
+    .await?;
+    out.push(listed(
+        "exactly one effect per applied version, none dead-lettered",
+        per_version,
+    ));
+    let keys: Vec<String> = sqlx::query_scalar("SELECT message_id FROM urutan_efek")
+        .fetch_all(db)
+        .await?;
+    let book = payee.book();
+    let mut charged: std::collections::HashMap<&str, usize> = Default::default();
+    for c in &book.charges {
+        *charged.entry(c.key.as_str()).or_default() += 1;
+    }
+    let mut once = Vec::new();
+    for key in &keys {
+        match charged.remove(key.as_str()) {
+            Some(1) => {}
+            n => once.push(format!("{key}: charged {} time(s)", n.unwrap_or(0))),
+        }
+    }
+    once.extend(
+        charged
+            .keys()
+            .map(|k| format!("{k}: charged without an effect")),
+    );
+    out.push(listed(
+        &format!(
+            "every effect charged exactly once ({} charges, {} resends with the same key)",
+            book.charges.len(),
+            book.resends
+        ),
+        once,
+    ));
+    let mut last: std::collections::HashMap<&str, i64> = Default::default();
+    let mut order = Vec::new();
+    for c in &book.charges {
+        let before = last.insert(c.order.as_str(), c.versi);
+        if before.is_some_and(|v| v >= c.versi) {
+            order.push(format!(
+                "{}: v{} charged after v{}",
+                c.order,
+                c.versi,
+                before.unwrap_or(0)
+            ));
+        }
+    }
+    out.push(listed("charges of each order in version order", order));
+    out.push(Check {
+        name: "every request signed (Standard Webhooks) with its idempotency key".into(),
+        violations: book.refused as i64,
+        examples: vec![],
+    });
+    Ok(out)
+}
+
+fn listed(name: &str, offenders: Vec<String>) -> Check {
+    Check {
+        name: name.to_owned(),
+        violations: offenders.len() as i64,
+        examples: offenders.into_iter().take(10).collect(),
+    }
+}

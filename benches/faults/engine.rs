@@ -1,5 +1,5 @@
-//! The fault-injection run: a fleet of real `urutan run` / `urutan relay`
-//! processes, a continuous workload, faults one after another at random
+//! The fault-injection run: a fleet of real `urutan run` / `urutan relay` /
+//! `urutan effects` processes (effects to a payment endpoint served here), a continuous workload, faults one after another at random
 //! moments (seeded), recovery measured after each, then a drain and the
 //! invariant checks. Shared by `benches/faults.rs` (the soak) and
 //! `tests/faults.rs` (the CI variant).
@@ -81,12 +81,14 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(5))
         .connect_lazy(env.database_url().expose())?;
+    let payee = crate::payee::Payee::start().await?;
     let mut fleet = Fleet::new(FleetConfig {
         amqp_url: env.amqp_url(),
         database_url: env.database_url().expose().to_owned(),
         shards: opts.shards,
         prefetch: opts.prefetch.clone(),
         handler_delay_ms: opts.handler_delay_ms,
+        effects_url: payee.url.clone(),
         log_dir: opts.log_dir.clone(),
     });
     fleet.heal(&mut rng).await?;
@@ -141,6 +143,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
             db: &db,
             rng: &mut rng,
             db_stop_secs: opts.db_stop_secs,
+            payee: &payee,
         };
         let (ended, mut detail, restart_node) = match inject(kind, cx).await {
             Ok(done) => {
@@ -221,6 +224,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     if opts.direct_rate > 0 {
         checks.extend(crate::check::direct_checks(&db, &direct_ledger).await?);
     }
+    checks.extend(crate::check::effects_checks(&db, &payee, Duration::from_secs(120)).await?);
     if let Err(left) = drain {
         checks.push(crate::check::Check {
             name: "drained within 300 s".into(),
@@ -290,7 +294,8 @@ fn settings_line(o: &Options) -> String {
     };
     let line = format!(
         "Settings: SHARD_COUNT={}, 2 `urutan run` replicas with PREFETCH cycling {:?}, \
-         URUTAN_FAULT_HANDLER_DELAY_MS={} (slow handler, during every fault), 1 `urutan relay`, \
+         URUTAN_FAULT_HANDLER_DELAY_MS={} (slow handler, during every fault), 1 `urutan relay`, 1 `urutan effects` \
+         (every applied version POSTed to an idempotent payment endpoint, 2 s timeout), \
          {} entities, {} events/s through the outbox, {}-{} ms between faults, database stops of {}-{} s.",
         o.shards,
         o.prefetch,

@@ -1,7 +1,9 @@
 //! The processes of a run: two `urutan run` replicas (single active consumer
-//! makes one of them active per shard, the other a hot standby) and one
-//! `urutan relay`. Every replica is armed for a crash between commit and
-//! ack (it aborts n outcomes after a SIGUSR1) and runs the slow handler.
+//! makes one of them active per shard, the other a hot standby), one
+//! `urutan relay` and one `urutan effects` (every applied version's webhook
+//! to the run's payment endpoint). Every replica is armed for a crash
+//! between commit and ack (it aborts n outcomes after a SIGUSR1) and runs
+//! the slow handler.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,6 +24,8 @@ pub struct FleetConfig {
     pub prefetch: Vec<u16>,
     /// `URUTAN_FAULT_HANDLER_DELAY_MS` of every replica.
     pub handler_delay_ms: u64,
+    /// Where every applied version's effect goes (`EFFECTS='*=<url>'`).
+    pub effects_url: String,
     pub log_dir: PathBuf,
 }
 
@@ -30,7 +34,9 @@ pub struct Fleet {
     pub config: FleetConfig,
     pub workers: Vec<Proc>,
     pub relay: Option<Proc>,
-    /// Processes started so far (names are `worker-<n>` / `relay-<n>`).
+    pub dispatcher: Option<Proc>,
+    /// Processes started so far (names are `worker-<n>` / `relay-<n>` /
+    /// `effects-<n>`).
     started: usize,
     /// Exits nobody asked for, with their status: each is a finding.
     pub unexpected: Vec<String>,
@@ -47,6 +53,7 @@ impl Fleet {
             config,
             workers: Vec::new(),
             relay: None,
+            dispatcher: None,
             started: 0,
             unexpected: Vec::new(),
         }
@@ -107,6 +114,29 @@ impl Fleet {
         Proc::spawn(&name, "relay", &env, &self.config.log_dir)
     }
 
+    /// Starts an effects dispatcher routing every status to the run's
+    /// endpoint. A 2 s attempt timeout makes the lease 9 s: an effect whose
+    /// dispatcher died mid-request is sent again (same key) within ~10 s.
+    pub fn spawn_dispatcher(&mut self) -> anyhow::Result<Proc> {
+        self.started += 1;
+        let mut env = self.base_env();
+        env.extend(
+            [
+                ("EFFECTS", format!("*={}", self.config.effects_url)),
+                ("EFFECTS_SECRET", crate::payee::SECRET.to_owned()),
+                ("EFFECTS_TIMEOUT", "2s".to_owned()),
+                ("EFFECTS_BACKOFF_MIN", "200ms".to_owned()),
+                ("EFFECTS_BACKOFF_MAX", "5s".to_owned()),
+                // Never dead-lettered for a run's outages: a lost effect
+                // would show as a missing charge, not hide as a dead letter.
+                ("EFFECTS_MAX_ATTEMPTS", "1000".to_owned()),
+            ]
+            .map(|(k, v)| (k.to_owned(), v)),
+        );
+        let name = format!("effects-{}", self.started);
+        Proc::spawn(&name, "effects", &env, &self.config.log_dir)
+    }
+
     /// Indices of the replicas that applied messages in the last second
     /// (the active ones); all of them if none did.
     pub async fn active_workers(&self) -> Vec<usize> {
@@ -132,7 +162,9 @@ impl Fleet {
     }
 
     /// Records and replaces any process that exited on its own, then makes
-    /// sure there are [`REPLICAS`] replicas and a relay, all ready.
+    /// sure there are [`REPLICAS`] replicas, a relay and a dispatcher, all
+    /// ready (a ready dispatcher has written its routes: every version
+    /// applied from then on has its effect).
     pub async fn heal(&mut self, rng: &mut StdRng) -> anyhow::Result<()> {
         let mut kept = Vec::new();
         for mut w in std::mem::take(&mut self.workers) {
@@ -163,12 +195,30 @@ impl Fleet {
         if let Some(relay) = &mut self.relay {
             relay.wait_ready(READY_LIMIT).await?;
         }
+        if let Some(dispatcher) = &mut self.dispatcher
+            && let Some(status) = dispatcher.exited()
+        {
+            self.unexpected
+                .push(format!("{} exited: {status}", dispatcher.name));
+            self.dispatcher = None;
+        }
+        if self.dispatcher.is_none() {
+            self.dispatcher = Some(self.spawn_dispatcher()?);
+        }
+        if let Some(dispatcher) = &mut self.dispatcher {
+            dispatcher.wait_ready(READY_LIMIT).await?;
+        }
         Ok(())
     }
 
     /// SIGTERM to everything, then SIGKILL what is still running after 40 s.
     pub async fn stop_all(&mut self) {
-        let mut all: Vec<Proc> = self.workers.drain(..).chain(self.relay.take()).collect();
+        let mut all: Vec<Proc> = self
+            .workers
+            .drain(..)
+            .chain(self.relay.take())
+            .chain(self.dispatcher.take())
+            .collect();
         for p in &all {
             let _ = p.signal("TERM");
         }

@@ -13,6 +13,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::fleet::Fleet;
+use crate::payee::Payee;
 use crate::services::RunEnv;
 
 /// A fault the suite injects.
@@ -39,6 +40,10 @@ pub enum Kind {
     DbRestart,
     /// Rolling restart: a new replica started, the active one SIGTERMed.
     RollingSigterm,
+    /// SIGKILL of the effects dispatcher while the payment endpoint is
+    /// answering one of its requests (the charge made, the answer not yet
+    /// read), if one is seen within 2 s; a new dispatcher started.
+    DispatcherKillMidRequest,
     /// Cluster: SIGKILL of the node that leads most shard queues. The
     /// recovery clock starts at the kill (the other two must take over);
     /// the node is started again after the measurement.
@@ -55,7 +60,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::WorkerCommitAck,
         Kind::WorkerKillInFlight,
         Kind::RelayPublishMark,
@@ -65,6 +70,7 @@ impl Kind {
         Kind::DbStop,
         Kind::DbRestart,
         Kind::RollingSigterm,
+        Kind::DispatcherKillMidRequest,
     ];
 
     /// The faults of a run against the three-node cluster (`FAULTS_CLUSTER`).
@@ -86,6 +92,7 @@ impl Kind {
             Kind::DbStop => "database stopped 10-30 s",
             Kind::DbRestart => "database restart",
             Kind::RollingSigterm => "SIGTERM under load (rolling restart)",
+            Kind::DispatcherKillMidRequest => "effects dispatcher SIGKILL mid-request",
             Kind::NodeKillBusiest => "cluster: SIGKILL of the busiest node (then restarted)",
             Kind::NodeRolling => "cluster: rolling restart of the three nodes",
             Kind::NodeFreeze => "cluster: busiest node frozen 30 s",
@@ -117,7 +124,8 @@ impl Kind {
             Kind::WorkerCommitAck
             | Kind::WorkerKillInFlight
             | Kind::RelayPublishMark
-            | Kind::RollingSigterm => Duration::from_secs(5),
+            | Kind::RollingSigterm
+            | Kind::DispatcherKillMidRequest => Duration::from_secs(5),
             _ => Duration::from_secs(10),
         }
     }
@@ -146,6 +154,8 @@ pub struct Ctx<'a> {
     pub rng: &'a mut StdRng,
     /// The database stop lasts this range of seconds.
     pub db_stop_secs: (u64, u64),
+    /// The effects' endpoint (to see a request in flight).
+    pub payee: &'a Payee,
 }
 
 /// Injects one fault of `kind` and returns when it is over.
@@ -180,6 +190,7 @@ pub async fn inject(kind: Kind, cx: Ctx<'_>) -> anyhow::Result<Injection> {
             Ok(done("database restarted".into(), None))
         }
         Kind::RollingSigterm => rolling(cx).await,
+        Kind::DispatcherKillMidRequest => dispatcher_kill(cx).await,
         Kind::NodeKillBusiest => {
             let node = busiest(cx.env).await?;
             cx.env.services.cluster(&["kill", &node]).await?;
@@ -323,6 +334,34 @@ async fn open_apply_transactions(db: &PgPool) -> i64 {
     .fetch_one(db)
     .await
     .unwrap_or(0)
+}
+
+async fn dispatcher_kill(cx: Ctx<'_>) -> anyhow::Result<Injection> {
+    tokio::time::sleep(Duration::from_millis(cx.rng.random_range(0..1000))).await;
+    let mut mid_request = false;
+    for _ in 0..400 {
+        if cx.payee.in_flight() > 0 {
+            mid_request = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let Some(mut old) = cx.fleet.dispatcher.take() else {
+        let v = "no effects dispatcher was running".to_owned();
+        return Ok(done(v.clone(), Some(v)));
+    };
+    old.kill().await;
+    let detail = format!(
+        "{} SIGKILLed {}",
+        old.name,
+        if mid_request {
+            "mid-request"
+        } else {
+            "(no request in flight seen)"
+        }
+    );
+    cx.fleet.dispatcher = Some(cx.fleet.spawn_dispatcher()?);
+    Ok(done(detail, None))
 }
 
 async fn relay_abort(cx: Ctx<'_>) -> anyhow::Result<Injection> {
