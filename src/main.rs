@@ -29,17 +29,22 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// The worker pool: declare the topology, then one worker per shard until SIGTERM/SIGINT.
+    #[command(after_help = RUN_HELP)]
     Run,
     /// Apply the database migrations and exit.
+    #[command(after_help = MIGRATE_HELP)]
     Migrate,
     /// Declare the broker topology and exit.
+    #[command(after_help = TOPOLOGY_HELP)]
     Topology,
     /// The outbox relay: publish outbox rows with publisher confirms until SIGTERM/SIGINT.
+    #[command(after_help = RELAY_HELP)]
     Relay {
         #[command(flatten)]
         relay: RelaySettings,
     },
     /// Check the invariants (order, exactly once, newest state) from the database; exit 1 on a violation.
+    #[command(after_help = VERIFY_HELP)]
     Verify,
     /// The whole pipeline on the local services with a generated workload and a verified report.
     #[command(after_help = demo::HELP)]
@@ -65,11 +70,61 @@ enum Command {
         options: urutan::ops::explain::ExplainOptions,
     },
     /// The effects dispatcher: deliver webhooks for applied versions (EFFECTS) until SIGTERM/SIGINT.
+    #[command(after_help = EFFECTS_HELP)]
     Effects {
         #[command(flatten)]
         effects: urutan::effects::EffectsSettings,
     },
 }
+
+const RUN_HELP: &str = "\
+Examples:
+  SHARD_COUNT=8 urutan run
+  PREFETCH=32 urutan run                      # ordered batch mode
+  AMQP_URL=amqp://u:p@n1:5672/%2f,amqp://u:p@n2:5672/%2f urutan run   # a cluster's nodes
+  TOPOLOGY_MODE=check urutan run              # a worker user that may not declare
+
+Health: GET /healthz (alive) and /readyz (consuming) on METRICS_ADDR; metrics on /metrics.";
+
+const MIGRATE_HELP: &str = "\
+Run it as the database owner; least-privilege roles (deploy/postgres/) may not.
+
+Examples:
+  urutan migrate
+  DATABASE_URL=postgres://owner@db:5432/urutan urutan migrate";
+
+const TOPOLOGY_HELP: &str = "\
+Declares the exchanges, the SHARD_COUNT shard queues and the DLQ, and records the
+ring; a changed SHARD_COUNT is an online resharding (ALLOW_SHRINK for fewer).
+
+Examples:
+  urutan topology
+  SHARD_COUNT=12 urutan topology
+  SHARD_COUNT=4 ALLOW_SHRINK=true urutan topology";
+
+const RELAY_HELP: &str = "\
+Several relays may run: one publishes (it holds a database lock), the others stand by.
+
+Examples:
+  urutan relay
+  RELAY_BATCH=500 urutan relay";
+
+const VERIFY_HELP: &str = "\
+Exit codes: 0 every check passed, 1 a violation (the offenders are listed).
+
+Examples:
+  urutan verify
+  urutan verify || echo 'an invariant is broken'";
+
+const EFFECTS_HELP: &str = "\
+Several dispatchers may run; none sends an effect twice at the same time. The
+dispatcher started last writes its EFFECTS as the routes in force.
+
+Examples:
+  EFFECTS='dibayar=https://pay.internal/capture;*=https://search.internal/index' \\
+  EFFECTS_SECRET=whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw urutan effects
+  urutan dlq list --effects                   # dead-lettered effects
+  urutan dlq replay --effects --all           # send them again, same keys";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
