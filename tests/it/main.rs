@@ -21,6 +21,7 @@ mod recovery;
 mod relay;
 mod replicas;
 mod ring;
+mod schema;
 mod secrets;
 mod shrink_race;
 mod silence;

@@ -1,0 +1,100 @@
+//! `sql/schema.sql` is the schema as the migrations leave it: every table,
+//! index, trigger and the current body of every function, in one readable
+//! file (migrations are history: a function may be defined in one and
+//! redefined in several later ones). This test migrates a fresh database,
+//! dumps it with `pg_dump --schema-only` and compares; a migration that
+//! changes the schema therefore lands with the regenerated file, which shows
+//! the change in review.
+//!
+//! Regenerate: `URUTAN_BLESS_SCHEMA=1 cargo test --test it schema::`
+
+use std::process::Command;
+
+use crate::common::TestEnv;
+
+const FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/schema.sql");
+
+/// The dump without what changes from run to run or machine to machine:
+/// pg_dump's random `\restrict` key and its version lines.
+fn normalized(dump: &str) -> String {
+    dump.lines()
+        .filter(|l| {
+            !(l.starts_with("\\restrict ")
+                || l.starts_with("\\unrestrict ")
+                || l.starts_with("-- Dumped from")
+                || l.starts_with("-- Dumped by"))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn major(version_line: &str) -> Option<u32> {
+    // "pg_dump (PostgreSQL) 15.20 (Debian ...)"
+    version_line
+        .split_whitespace()
+        .nth(2)?
+        .split('.')
+        .next()?
+        .parse()
+        .ok()
+}
+
+const HEADER: &str = "-- The schema as urutan's migrations leave it (generated: do not edit).\n\
+-- Regenerate: URUTAN_BLESS_SCHEMA=1 cargo test --test it schema::\n";
+
+#[tokio::test]
+async fn sql_schema_sql_is_what_the_migrations_build() {
+    let env = TestEnv::new("schema").await;
+    env.db().await.close().await;
+    let version = Command::new("pg_dump")
+        .arg("--version")
+        .output()
+        .expect("pg_dump (postgresql-client) is installed");
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    let out = Command::new("pg_dump")
+        .args(["--schema-only", "--no-owner", "--no-privileges", "-d"])
+        .arg(env.database_url().expose())
+        .output()
+        .expect("run pg_dump");
+    assert!(
+        out.status.success(),
+        "pg_dump failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dumped_by = format!(
+        "-- pg_dump major version: {}\n",
+        major(&version).expect("pg_dump's version")
+    );
+    let now = format!(
+        "{HEADER}{dumped_by}{}",
+        normalized(&String::from_utf8_lossy(&out.stdout))
+    );
+    if std::env::var_os("URUTAN_BLESS_SCHEMA").is_some() {
+        std::fs::write(FILE, &now).expect("write sql/schema.sql");
+        eprintln!("schema: wrote {FILE}");
+        return;
+    }
+    let recorded = std::fs::read_to_string(FILE).expect("read sql/schema.sql");
+    if !recorded.contains(&dumped_by) {
+        // Another major version formats the dump differently: nothing to
+        // compare against (the file is kept for the version CI runs).
+        eprintln!(
+            "schema: not compared: sql/schema.sql was dumped by another pg_dump major version"
+        );
+        return;
+    }
+    if recorded != now {
+        let first = recorded
+            .lines()
+            .zip(now.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(recorded.lines().count().min(now.lines().count()));
+        panic!(
+            "sql/schema.sql is not what the migrations build (first difference at line {}:\n  file:     {:?}\n  migrated: {:?}).\n\
+             Regenerate it with `URUTAN_BLESS_SCHEMA=1 cargo test --test it schema::` and review the diff.",
+            first + 1,
+            recorded.lines().nth(first).unwrap_or("<end>"),
+            now.lines().nth(first).unwrap_or("<end>"),
+        );
+    }
+}
