@@ -26,10 +26,16 @@ mod engine;
 mod fleet;
 #[path = "faults/inject.rs"]
 mod inject;
+#[path = "faults/links.rs"]
+mod links;
 #[path = "faults/payee.rs"]
 mod payee;
+// The test proxy, shared with the integration tests (not every mode is used here).
 #[path = "faults/procs.rs"]
 mod procs;
+#[allow(dead_code)]
+#[path = "../tests/it/proxy.rs"]
+mod proxy;
 #[path = "faults/report.rs"]
 mod report;
 #[path = "faults/services.rs"]

@@ -17,10 +17,16 @@ mod engine;
 mod fleet;
 #[path = "../benches/faults/inject.rs"]
 mod inject;
+#[path = "../benches/faults/links.rs"]
+mod links;
 #[path = "../benches/faults/payee.rs"]
 mod payee;
+// The test proxy, shared with the integration tests (not every mode is used here).
 #[path = "../benches/faults/procs.rs"]
 mod procs;
+#[allow(dead_code)]
+#[path = "it/proxy.rs"]
+mod proxy;
 #[path = "../benches/faults/report.rs"]
 mod report;
 #[path = "../benches/faults/services.rs"]

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::fleet::{Fleet, FleetConfig};
 use crate::inject::{Ctx, Kind, inject};
+use crate::links::Links;
 use crate::report::{DirectSummary, FaultRecord, MixSummary, RunReport, summarize};
 use crate::services::{RunEnv, Services};
 use crate::workload::{DirectLedger, Ledger, mix, produce, produce_direct};
@@ -82,9 +83,18 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         .acquire_timeout(Duration::from_secs(5))
         .connect_lazy(env.database_url().expose())?;
     let payee = crate::payee::Payee::start().await?;
+    // One broker: the fleet's links go through proxies (the wire faults).
+    let links = match env.services.cluster {
+        None => Some(Links::start(&env.amqp_url(), env.database_url().expose()).await?),
+        Some(_) => None,
+    };
+    let (amqp_url, database_url) = match &links {
+        Some(links) => links.urls(&env.amqp_url(), env.database_url().expose())?,
+        None => (env.amqp_url(), env.database_url().expose().to_owned()),
+    };
     let mut fleet = Fleet::new(FleetConfig {
-        amqp_url: env.amqp_url(),
-        database_url: env.database_url().expose().to_owned(),
+        amqp_url,
+        database_url,
         shards: opts.shards,
         prefetch: opts.prefetch.clone(),
         handler_delay_ms: opts.handler_delay_ms,
@@ -144,6 +154,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
             rng: &mut rng,
             db_stop_secs: opts.db_stop_secs,
             payee: &payee,
+            links: links.as_ref(),
         };
         let (ended, mut detail, restart_node) = match inject(kind, cx).await {
             Ok(done) => {
@@ -296,6 +307,8 @@ fn settings_line(o: &Options) -> String {
         "Settings: SHARD_COUNT={}, 2 `urutan run` replicas with PREFETCH cycling {:?}, \
          URUTAN_FAULT_HANDLER_DELAY_MS={} (slow handler, during every fault), 1 `urutan relay`, 1 `urutan effects` \
          (every applied version POSTed to an idempotent payment endpoint, 2 s timeout), \
+         AMQP_HEARTBEAT=5, DATABASE_TIMEOUT=5s, on one broker every process's links through \
+         fault-injecting proxies, \
          {} entities, {} events/s through the outbox, {}-{} ms between faults, database stops of {}-{} s.",
         o.shards,
         o.prefetch,

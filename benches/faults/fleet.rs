@@ -66,6 +66,11 @@ impl Fleet {
             ("DATABASE_URL", c.database_url.clone()),
             ("SHARD_COUNT", c.shards.to_string()),
             ("RUST_LOG", "info".to_owned()),
+            // A silent link (the blackhole faults) is given up after about
+            // two heartbeats, an apply on a silent database link after
+            // DATABASE_TIMEOUT + 5 s.
+            ("AMQP_HEARTBEAT", "5".to_owned()),
+            ("DATABASE_TIMEOUT", "5s".to_owned()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))

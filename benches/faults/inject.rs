@@ -13,6 +13,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::fleet::Fleet;
+use crate::links::Links;
 use crate::payee::Payee;
 use crate::services::RunEnv;
 
@@ -44,6 +45,16 @@ pub enum Kind {
     /// answering one of its requests (the charge made, the answer not yet
     /// read), if one is seen within 2 s; a new dispatcher started.
     DispatcherKillMidRequest,
+    /// Every process's broker link silent for 15 s: bytes dropped both ways,
+    /// sockets kept open (a dead load balancer); then passing again. With
+    /// `AMQP_HEARTBEAT=5` the links are given up after ~2 heartbeats.
+    BrokerBlackhole,
+    /// Every process's database link silent for 10-20 s, sockets kept open
+    /// (`DATABASE_TIMEOUT=5s` bounds each apply).
+    DbBlackhole,
+    /// 100 ms ± 50 ms more one way on every broker and database link for
+    /// 10 s (a congested or far network), then back to normal.
+    WireLatency,
     /// Cluster: SIGKILL of the node that leads most shard queues. The
     /// recovery clock starts at the kill (the other two must take over);
     /// the node is started again after the measurement.
@@ -60,7 +71,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 13] = [
         Kind::WorkerCommitAck,
         Kind::WorkerKillInFlight,
         Kind::RelayPublishMark,
@@ -71,6 +82,9 @@ impl Kind {
         Kind::DbRestart,
         Kind::RollingSigterm,
         Kind::DispatcherKillMidRequest,
+        Kind::BrokerBlackhole,
+        Kind::DbBlackhole,
+        Kind::WireLatency,
     ];
 
     /// The faults of a run against the three-node cluster (`FAULTS_CLUSTER`).
@@ -93,6 +107,9 @@ impl Kind {
             Kind::DbRestart => "database restart",
             Kind::RollingSigterm => "SIGTERM under load (rolling restart)",
             Kind::DispatcherKillMidRequest => "effects dispatcher SIGKILL mid-request",
+            Kind::BrokerBlackhole => "broker links blackholed 15 s",
+            Kind::DbBlackhole => "database links blackholed 10-20 s",
+            Kind::WireLatency => "100 ms (± 50) added to every link for 10 s",
             Kind::NodeKillBusiest => "cluster: SIGKILL of the busiest node (then restarted)",
             Kind::NodeRolling => "cluster: rolling restart of the three nodes",
             Kind::NodeFreeze => "cluster: busiest node frozen 30 s",
@@ -121,6 +138,9 @@ impl Kind {
         match self {
             Kind::ClusterFullRestartBacklog => Duration::from_secs(30),
             Kind::NodeKillBusiest => Duration::from_secs(70),
+            // Reconnects made during the blackhole time out (5 s handshake)
+            // and back off; the first after its end gets through.
+            Kind::BrokerBlackhole => Duration::from_secs(15),
             Kind::WorkerCommitAck
             | Kind::WorkerKillInFlight
             | Kind::RelayPublishMark
@@ -156,6 +176,8 @@ pub struct Ctx<'a> {
     pub db_stop_secs: (u64, u64),
     /// The effects' endpoint (to see a request in flight).
     pub payee: &'a Payee,
+    /// The proxies every process's links go through (none on a cluster).
+    pub links: Option<&'a Links>,
 }
 
 /// Injects one fault of `kind` and returns when it is over.
@@ -191,6 +213,7 @@ pub async fn inject(kind: Kind, cx: Ctx<'_>) -> anyhow::Result<Injection> {
         }
         Kind::RollingSigterm => rolling(cx).await,
         Kind::DispatcherKillMidRequest => dispatcher_kill(cx).await,
+        Kind::BrokerBlackhole | Kind::DbBlackhole | Kind::WireLatency => wire(kind, cx).await,
         Kind::NodeKillBusiest => {
             let node = busiest(cx.env).await?;
             cx.env.services.cluster(&["kill", &node]).await?;
@@ -334,6 +357,40 @@ async fn open_apply_transactions(db: &PgPool) -> i64 {
     .fetch_one(db)
     .await
     .unwrap_or(0)
+}
+
+/// The wire faults, on the proxies in front of the broker and the database.
+async fn wire(kind: Kind, cx: Ctx<'_>) -> anyhow::Result<Injection> {
+    use crate::proxy::Mode;
+    let Some(links) = cx.links else {
+        let v = format!("{}: this run has no proxied links", kind.label());
+        return Ok(done(v.clone(), Some(v)));
+    };
+    let detail = match kind {
+        Kind::BrokerBlackhole => {
+            links.broker.set(Mode::Blackhole);
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            links.broker.set(Mode::Pass);
+            "every broker link silent 15 s".to_owned()
+        }
+        Kind::DbBlackhole => {
+            let secs = cx.rng.random_range(10..=20);
+            links.database.set(Mode::Blackhole);
+            tokio::time::sleep(Duration::from_secs(secs)).await;
+            links.database.set(Mode::Pass);
+            format!("every database link silent {secs} s")
+        }
+        _ => {
+            let (delay, jitter) = (Duration::from_millis(100), Duration::from_millis(50));
+            links.broker.delay(delay, jitter);
+            links.database.delay(delay, jitter);
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            links.broker.delay(Duration::ZERO, Duration::ZERO);
+            links.database.delay(Duration::ZERO, Duration::ZERO);
+            "100 ms ± 50 ms one way on every link for 10 s".to_owned()
+        }
+    };
+    Ok(done(detail, None))
 }
 
 async fn dispatcher_kill(cx: Ctx<'_>) -> anyhow::Result<Injection> {

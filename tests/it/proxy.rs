@@ -1,8 +1,12 @@
 //! A fault-injecting TCP proxy for tests: it forwards to one upstream address
 //! and can be switched, at any moment and for every connection at once, to
 //! - `Pass`: forward both ways;
-//! - `Blackhole`: swallow every byte both ways and keep the sockets open (a
-//!   dead load balancer, a paused VM: no FIN, no RST);
+//! - `Blackhole`: nothing gets through either way and the sockets stay open
+//!   (a dead load balancer, a paused VM: no FIN, no RST). As with packets
+//!   that vanish on a real network, TCP's retransmissions deliver what was
+//!   held once the path works again: the bytes wait (and the senders' buffers
+//!   fill up), they are not dropped, so a stream that survives the blackhole
+//!   resumes intact; a close made meanwhile arrives only afterwards;
 //! - `silence_open()`: the connections open now go silent for good, new ones
 //!   pass (a load balancer or NAT that lost its flows);
 //! - `delay(one_way, jitter)`: every byte arrives `one_way` (+ up to
@@ -163,9 +167,10 @@ async fn forward(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
     shared.open.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// Copies one direction until either side closes; in blackhole mode the
-/// bytes are read and dropped. Reading and writing are separate loops joined
-/// by a queue, so a delay postpones each chunk without slowing the stream.
+/// Copies one direction until either side closes; in blackhole mode nothing
+/// is read or forwarded until it ends, once silenced the bytes are read and
+/// dropped. Reading and writing are separate loops joined by a queue, so a
+/// delay postpones each chunk without slowing the stream.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
@@ -176,12 +181,20 @@ async fn pump(
     let read = async move {
         let mut buf = vec![0u8; 64 * 1024];
         let mut last_due = Instant::now();
+        let blackholed = || shared.blackhole.load(Ordering::SeqCst) && !silenced.is_cancelled();
         loop {
+            while blackholed() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             let n = match from.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            if shared.blackhole.load(Ordering::SeqCst) || silenced.is_cancelled() {
+            // Read just as the blackhole began: held until it ends.
+            while blackholed() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            if silenced.is_cancelled() {
                 continue;
             }
             shared.chunks.fetch_add(1, Ordering::SeqCst);
