@@ -92,9 +92,12 @@ enum Replication {
     Async,
 }
 
+/// Rows of `pesanan_riwayat` in apply order: (entity, versi, shard).
+type History = Vec<(String, i64, i32)>;
+
 /// What one failover run measured (on the promoted standby at the end).
 struct Run {
-    history: Vec<(String, i64, i32)>,
+    history: History,
     direct_rounds: i64,
     outbox_rounds: i64,
     /// History rows the old primary had (at least) that the new one lacks.
@@ -108,7 +111,8 @@ struct Run {
 }
 
 impl Run {
-    fn split_history(&self) -> (Vec<(String, i64, i32)>, Vec<(String, i64, i32)>) {
+    /// The history of the direct publisher's entities, then the outbox's.
+    fn split_history(&self) -> (History, History) {
         self.history
             .iter()
             .cloned()
@@ -144,10 +148,9 @@ async fn failover(mode: Replication) -> Run {
     let stop = CancellationToken::new();
     let publisher = env.publisher().await;
     let direct = tokio::spawn(publish_rounds(publisher, stop.clone()));
-    let app_db = PgPoolOptions::new()
-        .max_connections(2)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy(settings.database().expose())
+    // The producer's pool is urutan's own (bounded acquire and release).
+    let app_db = urutan::store::connect(&settings.database(), 2)
+        .await
         .expect("producer pool");
     let committed = Arc::new(Mutex::new(Vec::new()));
     let outbox = tokio::spawn(enqueue_rounds(app_db, committed.clone(), stop.clone()));
@@ -172,6 +175,7 @@ async fn failover(mode: Replication) -> Run {
     tokio::time::sleep(Duration::from_millis(1500).saturating_sub(window.elapsed())).await;
     let lag = standby_lag_bytes(&old).await;
     let on_primary = history_rows(&old).await;
+    let top_id_on_primary = top_outbox_id(&old).await;
     old.close().await;
 
     let killed = Instant::now();
@@ -181,6 +185,7 @@ async fn failover(mode: Replication) -> Run {
     let promoted = Instant::now();
     let new = direct_db(STANDBY, &env.database).await;
     let on_standby = history_rows(&new).await;
+    let top_id_on_standby = top_outbox_id(&new).await;
     wait_for(
         "the first apply on the new primary",
         Duration::from_secs(60),
@@ -247,6 +252,25 @@ async fn failover(mode: Replication) -> Run {
         .await
         .expect("verify");
     let lost_at_promotion = (on_primary - on_standby).max(0);
+    // Outbox ids the old primary had given to rows that are gone, given
+    // again by the new one (its sequence resumes from the last replicated
+    // value): a queued message of a lost row holds the same message id.
+    let reused_ids: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE id > $1 AND id <= $2")
+            .bind(top_id_on_standby)
+            .bind(top_id_on_primary)
+            .fetch_one(&new)
+            .await
+            .expect("reused ids");
+    // Versions applied from outbox rows that no longer exist (relayed before
+    // the kill, applied after it): verify cannot see them.
+    let orphans = count(
+        &new,
+        "SELECT count(*) FROM pesanan_riwayat r WHERE r.pesanan_id LIKE 'o-%'
+           AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.agregat_id = r.pesanan_id
+                             AND (o.payload->>'versi')::bigint = r.versi)",
+    )
+    .await;
 
     let sent = direct_rounds * ENTITIES as i64;
     eprintln!(
@@ -263,6 +287,11 @@ async fn failover(mode: Replication) -> Run {
         lost_direct.iter().take(8).collect::<Vec<_>>(),
         committed.len(),
         history.len(),
+    );
+    eprintln!(
+        "failover ({mode:?}): outbox ids given again after the promotion: {reused_ids} \
+         (the old primary had reached {top_id_on_primary}, the standby {top_id_on_standby}); \
+         versions applied from outbox rows that are gone: {orphans}"
     );
     eprintln!("failover ({mode:?}): urutan verify on the new primary:\n{report}");
     drop(env);
@@ -337,13 +366,17 @@ async fn history_rows(db: &PgPool) -> i64 {
     count(db, "SELECT count(*) FROM pesanan_riwayat").await
 }
 
+async fn top_outbox_id(db: &PgPool) -> i64 {
+    count(db, "SELECT coalesce(max(id), 0) FROM outbox").await
+}
+
 /// How far the standby's replay is behind the primary's WAL, in bytes.
 async fn standby_lag_bytes(primary: &PgPool) -> i64 {
+    let standby = direct_db(STANDBY, "postgres").await;
     let (lsn,): (String,) = sqlx::query_as("SELECT pg_current_wal_lsn()::text")
         .fetch_one(primary)
         .await
         .expect("primary lsn");
-    let standby = direct_db(STANDBY, "postgres").await;
     let lag: Option<i64> =
         sqlx::query_scalar("SELECT pg_wal_lsn_diff($1::pg_lsn, pg_last_wal_replay_lsn())::bigint")
             .bind(lsn)
@@ -351,7 +384,8 @@ async fn standby_lag_bytes(primary: &PgPool) -> i64 {
             .await
             .expect("standby lsn");
     standby.close().await;
-    lag.unwrap_or(-1)
+    // Negative while caught up: the standby replays on after the first read.
+    lag.unwrap_or(-1).max(0)
 }
 
 /// Publishes round after round (round r = version r of every `d-NN`), each
@@ -387,7 +421,12 @@ async fn enqueue_rounds(
             .collect();
         for chunk in events.chunks(4) {
             let failing = Instant::now();
-            while let Err(e) = enqueue_once(&db, chunk).await {
+            let mut last_error = String::new();
+            while let Err(e) = enqueue_once(&db, chunk, Duration::from_secs(10)).await {
+                if e != last_error {
+                    eprintln!("failover: outbox producer: {e} (retrying)");
+                    last_error = e.clone();
+                }
                 assert!(
                     failing.elapsed() < Duration::from_secs(60),
                     "outbox writes failing for 60 s: {e}"
@@ -401,7 +440,18 @@ async fn enqueue_rounds(
     round
 }
 
-async fn enqueue_once(db: &PgPool, events: &[(String, i64)]) -> Result<(), String> {
+/// One producer transaction, abandoned after `limit`.
+async fn enqueue_once(
+    db: &PgPool,
+    events: &[(String, i64)],
+    limit: Duration,
+) -> Result<(), String> {
+    tokio::time::timeout(limit, enqueue_tx_once(db, events))
+        .await
+        .unwrap_or_else(|_| Err(format!("no commit within {limit:?}")))
+}
+
+async fn enqueue_tx_once(db: &PgPool, events: &[(String, i64)]) -> Result<(), String> {
     let mut tx = db.begin().await.map_err(|e| e.to_string())?;
     for (entity, versi) in events {
         let status = status_of(*versi);
