@@ -8,6 +8,7 @@ mod deploy;
 mod direct;
 mod dlq;
 mod effects;
+mod failover;
 mod handoff;
 mod interleave;
 mod nodes;

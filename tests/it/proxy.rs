@@ -13,7 +13,9 @@
 //!   `jitter`) later, in order (the round trip grows by twice that);
 //! - `limit(bytes_per_second)`: a bandwidth cap per direction and connection;
 //! - `cut_open()`: close the connections open now, accept new ones;
-//! - and `reset()`: close every connection and refuse new ones (a node dying).
+//! - `reset()`: close every connection and refuse new ones (a node dying);
+//! - and `retarget(addr)`: new connections go to another upstream, open ones
+//!   stay where they are (a DNS name moved to a promoted standby).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,6 +39,8 @@ pub struct Proxy {
 }
 
 struct Shared {
+    /// Where new connections go (`retarget` moves it).
+    upstream: std::sync::Mutex<SocketAddr>,
     blackhole: AtomicBool,
     /// Cancelled by `silence_open`: the connections open then stop forwarding.
     silenced: std::sync::Mutex<CancellationToken>,
@@ -60,6 +64,7 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let shared = Arc::new(Shared {
+            upstream: std::sync::Mutex::new(upstream),
             blackhole: AtomicBool::new(false),
             silenced: Default::default(),
             delay_us: AtomicU64::new(0),
@@ -79,6 +84,7 @@ impl Proxy {
                     client = listener.accept() => client,
                 };
                 let Ok((client, _)) = client else { continue };
+                let upstream = *accept.upstream.lock().expect("lock");
                 let Ok(server) = TcpStream::connect(upstream).await else {
                     continue;
                 };
@@ -126,6 +132,12 @@ impl Proxy {
     /// Closes every connection and the listener, for good.
     pub fn reset(&self) {
         self.shared.dead.cancel();
+    }
+
+    /// Connections made from now on go to `upstream`; the open ones are
+    /// left as they are.
+    pub fn retarget(&self, upstream: SocketAddr) {
+        *self.shared.upstream.lock().expect("lock") = upstream;
     }
 
     /// Connections open through the proxy now.
