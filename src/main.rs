@@ -192,8 +192,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             let mut declare = settings.clone();
             declare.topology_mode = urutan::config::TopologyMode::Declare;
             let urutan::supervisor::Prepared { plan, epoch, .. } =
-                urutan::supervisor::prepare_topology(&declare, &names, &pool, &conn, true)
-                    .await??;
+                urutan::supervisor::prepare_topology(&declare, &names, &pool, &conn, true).await?;
             let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
             pool.close().await;
             info!(

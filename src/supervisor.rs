@@ -27,9 +27,39 @@ use crate::store;
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error(transparent)]
-    Refused(#[from] Refused),
+    Prepare(#[from] PrepareError),
     #[error("cannot serve HTTP: {0}")]
     Http(#[from] std::io::Error),
+}
+
+/// Why [`prepare_topology`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The broker or the database failed on the way: try again.
+    #[error(transparent)]
+    Unavailable(#[from] EpochError),
+    /// A refusal that no retry can change.
+    #[error(transparent)]
+    Refused(#[from] Refused),
+}
+
+impl PrepareError {
+    /// Whether trying again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+impl From<sqlx::Error> for PrepareError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Unavailable(e.into())
+    }
+}
+
+impl From<broker::BrokerError> for PrepareError {
+    fn from(e: broker::BrokerError) -> Self {
+        Self::Unavailable(e.into())
+    }
 }
 
 /// A topology request that no retry can grant.
@@ -172,8 +202,12 @@ async fn consume_until_shutdown(
     // is not transient, and asking again only repeats it.
     let mut prepare_with = settings.clone();
     loop {
-        let connected = retry_until_ready("broker", shutdown, || {
-            connect_and_mark(&prepare_with, &names, pool)
+        // Retried while the broker or the database fails; a refusal ends `run`.
+        let connected = retry_until_ready("broker", shutdown, || async {
+            match connect_and_mark(&prepare_with, &names, pool).await {
+                Err(refused) if !refused.is_retryable() => Ok(Err(refused)),
+                attempt => attempt.map(Ok),
+            }
         })
         .await;
         let Some(connected) = connected else {
@@ -244,16 +278,15 @@ async fn consume_until_shutdown(
     }
 }
 
-/// Connects, then [`prepare_topology`]. `Ok(Err(_))`: a refusal no retry
-/// fixes.
+/// Connects, then [`prepare_topology`].
 async fn connect_and_mark(
     settings: &Settings,
     names: &Names,
     pool: &PgPool,
-) -> Result<Result<(lapin::Connection, Prepared), Refused>, EpochError> {
+) -> Result<(lapin::Connection, Prepared), PrepareError> {
     let conn = broker::connect(&settings.broker(), "urutan run").await?;
     let prepared = prepare_topology(settings, names, pool, &conn, false).await?;
-    Ok(prepared.map(|prepared| (conn, prepared)))
+    Ok((conn, prepared))
 }
 
 /// Resolves `SHARD_COUNT` against the recorded ring (see `ring`), declares
@@ -269,7 +302,7 @@ pub async fn prepare_topology(
     pool: &PgPool,
     conn: &lapin::Connection,
     explicit: bool,
-) -> Result<Result<Prepared, Refused>, EpochError> {
+) -> Result<Prepared, PrepareError> {
     // A session of its own: if this is cancelled half-way, dropping it ends
     // the session and with it the pause.
     let mut db = pool.acquire().await?.detach();
@@ -300,7 +333,7 @@ pub async fn prepare_topology(
                     };
                     (follow, true)
                 }
-                (Err(refused), _) => return Ok(Err(refused.into())),
+                (Err(refused), _) => return Err(Refused::from(refused).into()),
             };
         if let (
             Plan::Follow {
@@ -373,8 +406,8 @@ pub async fn prepare_topology(
         }
         let plan = match plan {
             Ok(plan) => plan,
-            Err(TopologyError::Broker(e)) => return Err(EpochError::Broker(e)),
-            Err(fatal) => return Ok(Err(fatal.into())),
+            Err(TopologyError::Broker(e)) => return Err(e.into()),
+            Err(fatal) => return Err(Refused::from(fatal).into()),
         };
         if restarted && mode == TopologyMode::Check {
             mark_broker_alive(conn, names).await?;
@@ -385,9 +418,9 @@ pub async fn prepare_topology(
             Err(EpochError::Broker(broker::BrokerError::Amqp(e)))
                 if topology::is_access_refused(&e) =>
             {
-                return Ok(Err(Refused::Markers(topology::refusal_text(&e))));
+                return Err(Refused::Markers(topology::refusal_text(&e)).into());
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         handoff::close_windows(&mut db, epoch).await?;
         let ring = match decision {
@@ -401,13 +434,13 @@ pub async fn prepare_topology(
             }
             Plan::Keep { versi, .. } | Plan::Follow { versi, .. } => versi,
         };
-        Ok(Ok(Prepared {
+        Ok(Prepared {
             plan,
             epoch,
             ring,
             waiting,
             declare_refused: mode != settings.topology_mode,
-        }))
+        })
     }
     .await;
     handoff::resume_publishing(db).await;
