@@ -614,6 +614,11 @@ async fn clean_stop_spends_no_delivery_of_a_prefetched_message() {
         .await
         .send_all(&interleaved(1, 1, versions))
         .await;
+    // The hook stops the pool; stopping it here instead could land before
+    // v2 is delivered (a loaded machine), which is the idle case.
+    tokio::time::timeout(Duration::from_secs(30), pool.shutdown.cancelled())
+        .await
+        .expect("K-0 v2 reached the handler within 30 s");
     pool.stop().await;
 
     let db = env.db().await;
