@@ -8,7 +8,10 @@
 //! maximum, and the worker's CPU per message and peak RSS. Each scenario runs
 //! in its own vhost and database, deleted afterwards (also on error and on
 //! Ctrl-C). `--backlog-1m` instead drains 1,000,000 messages and samples the
-//! worker's RSS every second. Results: `benches/results/` (see its README).
+//! worker's RSS every second. `--sustained` instead steps an open-loop load
+//! up to and past saturation for the broker alone, strict, pipelined strict
+//! and batch mode, and finds each one's knee (p99 under 50 / 250 ms).
+//! Results: `benches/results/` (see its README).
 //!
 //! Without `--bench` (as under `cargo test --all-targets`) it does nothing.
 
@@ -28,6 +31,8 @@ mod procfs;
 mod report;
 #[path = "e2e/runs.rs"]
 mod runs;
+#[path = "e2e/sustained.rs"]
+mod sustained;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,13 +46,16 @@ use report::{DbKind, Key, LatencySet, Plan, Report, Sample, Scenario};
 
 const USAGE: &str = "usage: cargo bench --bench e2e -- [--quick] [--rounds N] [--messages N] \
 [--latency-secs S] [--only LABEL-PART]... [--out DIR]\n       cargo bench --bench e2e -- --backlog-1m [--messages N] \
-[--shards N] [--prefetch N] [--scrape-secs S] [--out DIR]\n       cargo bench --bench e2e -- --ab NAME=BIN --ab NAME=BIN... [--shards N] [--prefetch N] \
+[--shards N] [--prefetch N] [--scrape-secs S] [--out DIR]\n       cargo bench --bench e2e -- --sustained [--quick] [--step-secs S] [--out DIR]\n       cargo bench --bench e2e -- --ab NAME=BIN --ab NAME=BIN... [--shards N] [--prefetch N] \
 [--messages N] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --replot [--out DIR]";
 
 #[derive(Debug, Default)]
 struct Options {
     quick: bool,
     backlog_1m: bool,
+    /// Open-loop steps up to saturation per configuration (`sustained.rs`).
+    sustained: bool,
+    step_secs: Option<f64>,
     rounds: Option<usize>,
     messages: Option<usize>,
     latency_secs: Option<f64>,
@@ -77,6 +85,8 @@ fn parse_options(args: &[String]) -> anyhow::Result<Options> {
             "--bench" => {}
             "--quick" => o.quick = true,
             "--backlog-1m" => o.backlog_1m = true,
+            "--sustained" => o.sustained = true,
+            "--step-secs" => o.step_secs = Some(value(arg)?.parse()?),
             "--rounds" => o.rounds = Some(value(arg)?.parse()?),
             "--messages" => o.messages = Some(value(arg)?.parse()?),
             "--latency-secs" => o.latency_secs = Some(value(arg)?.parse()?),
@@ -420,11 +430,48 @@ async fn run(o: Options) -> anyhow::Result<bool> {
         ab::run(&o.ab, &plan, &logs, &out).await?
     } else if o.backlog_1m {
         backlog_run(&o, &out, &bin, &logs).await?
+    } else if o.sustained {
+        sustained_run(&o, &out, &bin, &logs).await?
     } else {
         default_run(&o, &out, &bin, &logs).await?
     };
     eprintln!("e2e: worker logs in {}", logs.display());
     Ok(ok)
+}
+
+/// `--sustained`: every curve, then `sustained.{md,json,png}`.
+async fn sustained_run(o: &Options, out: &Path, bin: &Path, logs: &Path) -> anyhow::Result<bool> {
+    let began = Instant::now();
+    let plan = sustained::SustainedPlan::new(o.quick, o.step_secs);
+    let machine = procfs::describe_machine();
+    let curves = sustained::run(&plan, bin, logs).await;
+    let describe = format!(
+        "{} × {} ({:.0} GiB), RabbitMQ {}, PostgreSQL {}, commit {}{}",
+        machine.nproc,
+        machine.cpu_model,
+        machine.memory_gib,
+        machine.rabbitmq,
+        machine.postgresql,
+        machine.git_commit,
+        if machine.git_dirty_files > 0 {
+            " (dirty)"
+        } else {
+            ""
+        }
+    );
+    let md = sustained::markdown(&plan, &curves, &describe, began.elapsed());
+    println!("{md}");
+    std::fs::write(out.join("sustained.md"), &md)?;
+    let json = serde_json::json!({ "plan": plan, "machine": machine, "curves": curves });
+    std::fs::write(
+        out.join("sustained.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    if let Err(e) = chart::draw_sustained(&curves, &out.join("sustained.png")) {
+        eprintln!("e2e: no chart: {e:#}");
+    }
+    eprintln!("e2e: wrote {}/sustained.{{md,json,png}}", out.display());
+    Ok(curves.iter().all(|c| c.error.is_none()))
 }
 
 fn main() -> ExitCode {

@@ -403,3 +403,57 @@ pub fn draw_backlog(drains: &[BacklogRun], path: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("write {}", path.display()))?;
     Ok(())
 }
+
+/// The sustained-load curves: p99 and p50 against the offered rate, one
+/// line per configuration, the knees' bounds as grey lines.
+pub fn draw_sustained(curves: &[crate::sustained::Curve], path: &Path) -> anyhow::Result<()> {
+    register_font()?;
+    let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let (left, right) = root.split_horizontally(700);
+    let colors = [BROKER, WORKER, ORANGE, DB, DB_BATCH, GREY];
+    for (area, title, pick) in [
+        (&left, "p99 publish → commit vs offered load", 0),
+        (&right, "p50 publish → commit vs offered load", 1),
+    ] {
+        let mut lines: Vec<Line> = curves
+            .iter()
+            .zip(colors.iter().cycle())
+            .map(|(c, color)| Line {
+                label: c.label.clone(),
+                color: *color,
+                points: c
+                    .steps
+                    .iter()
+                    .map(|s| (s.offered, if pick == 0 { s.p99_ms } else { s.p50_ms }))
+                    .filter(|p| p.1.is_finite())
+                    .collect(),
+            })
+            .collect();
+        if pick == 0 {
+            let hi = curves
+                .iter()
+                .flat_map(|c| c.steps.iter().map(|s| s.offered))
+                .reduce(f64::max)
+                .unwrap_or(1.0);
+            for bound in crate::sustained::KNEES_MS {
+                lines.push(Line {
+                    label: format!("{bound:.0} ms"),
+                    color: GREY,
+                    points: vec![(0.0, bound), (hi, bound)],
+                });
+            }
+        }
+        panel(
+            area,
+            title,
+            "offered load (msg/s)",
+            "latency (ms, log)",
+            None,
+            &lines,
+            SeriesLabelPosition::UpperLeft,
+        )?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}

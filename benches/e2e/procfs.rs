@@ -99,6 +99,18 @@ impl Worker {
         prefetch: u16,
         log: PathBuf,
     ) -> anyhow::Result<Self> {
+        Self::start_with(bin, env, shards, prefetch, &[], log)
+    }
+
+    /// [`Worker::start`] with more environment variables (e.g. `BATCH_MAX`).
+    pub fn start_with(
+        bin: &Path,
+        env: &BenchEnv,
+        shards: u16,
+        prefetch: u16,
+        extra: &[(&str, String)],
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
         let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         if let Some(dir) = log.parent() {
             std::fs::create_dir_all(dir)?;
@@ -114,6 +126,7 @@ impl Worker {
             .env("RUST_LOG", "warn")
             .env("LOG_FORMAT", "text")
             .env(OWNER_VAR, std::process::id().to_string())
+            .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::from(out.try_clone()?))
             .stderr(Stdio::from(out))

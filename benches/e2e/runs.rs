@@ -192,7 +192,7 @@ pub struct LatencyRow {
     pub mean_ms: f64,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -253,27 +253,8 @@ pub async fn latency(
     let pool = env.pool(2).await?;
     let conn = load::connect(&env.amqp_url(), "urutan-bench latency").await?;
     topology::declare(&conn, &Names::new("pesanan"), shards, 5, false).await?;
-    let mut worker = Worker::start(bin, &env, shards, prefetch, logs.join(format!("{tag}.log")))?;
-    worker.wait_ready(Duration::from_secs(60)).await?;
-    // Every shard must have passed the epoch marker put in at connect, or
-    // new orders would be parked while the others catch up.
-    let start = Instant::now();
-    loop {
-        let passed: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM urutan_epoch) AND
-                    coalesce((SELECT min(epoch) FROM urutan_shard WHERE aktif), 0)
-                    >= (SELECT max(epoch) FROM urutan_epoch)",
-        )
-        .fetch_one(&pool)
-        .await?;
-        if passed {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            bail!("the worker's shards did not pass the epoch marker within 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let log = logs.join(format!("{tag}.log"));
+    let mut worker = start_consuming(bin, &env, &pool, shards, prefetch, &[], log).await?;
     let ch = load::confirm_channel(&conn).await?;
     let mut cursor = Cursor::new(2_000);
     let warm_rate = loads.first().copied().unwrap_or(0.25) * max_rate;
@@ -316,6 +297,40 @@ pub async fn latency(
     let _ = worker.stop().await;
     pool.close().await;
     Ok(rows)
+}
+
+/// Starts `urutan run` (`shards`, `prefetch`, `extra` environment) on a
+/// declared topology and returns once it consumes: ready, and every shard
+/// past the epoch marker put in at connect (or new orders would be parked
+/// while the others catch up).
+pub async fn start_consuming(
+    bin: &Path,
+    env: &BenchEnv,
+    pool: &PgPool,
+    shards: u16,
+    prefetch: u16,
+    extra: &[(&str, String)],
+    log: PathBuf,
+) -> anyhow::Result<Worker> {
+    let mut worker = Worker::start_with(bin, env, shards, prefetch, extra, log)?;
+    worker.wait_ready(Duration::from_secs(60)).await?;
+    let start = Instant::now();
+    loop {
+        let passed: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM urutan_epoch) AND
+                    coalesce((SELECT min(epoch) FROM urutan_shard WHERE aktif), 0)
+                    >= (SELECT max(epoch) FROM urutan_epoch)",
+        )
+        .fetch_one(pool)
+        .await?;
+        if passed {
+            return Ok(worker);
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!("the worker's shards did not pass the epoch marker within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// One sample of the long drain.
