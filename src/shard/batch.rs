@@ -23,9 +23,10 @@ use lapin::{Channel, Consumer};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info_span, warn};
 
+use super::decode::{self, Read};
 use super::{Held, InHand, Session, ShardWorker};
 use crate::broker::{BrokerError, delivery};
-use crate::message::{self, Event, Rejection};
+use crate::message::{Event, Rejection};
 use crate::metrics::{self as m, RetryReason, ShardMetrics};
 use crate::outcome::{Outcome, Settle};
 use crate::store::{Applied, BatchItem, BatchResult, StoreError};
@@ -150,16 +151,13 @@ impl ShardWorker {
 
     /// The pure part of one delivery: marker, contract check, fault hook.
     fn prepare(&self, delivery: &Delivery) -> Checked {
-        if let Some(epoch) = delivery::epoch_marker(delivery) {
-            return Checked::Marker(epoch);
-        }
-        let envelope = delivery::envelope(delivery);
-        let event = match message::decode(&envelope, self.max_body_bytes) {
-            Ok(event) => event,
-            Err(rejection) => {
-                let id = envelope.message_id.unwrap_or("");
+        let event = match decode::read(delivery, self.max_body_bytes) {
+            Read::Event(event) => event,
+            Read::Marker(epoch) => return Checked::Marker(epoch),
+            Read::Invalid(rejection) => {
+                let id = delivery.properties.message_id().as_ref();
                 warn!(
-                    message_id = id,
+                    message_id = id.map_or("", |id| id.as_str()),
                     reason = rejection.reason(),
                     "contract violation in a batch"
                 );

@@ -14,8 +14,14 @@
 //! - epoch markers move the shard's position (see [`crate::reshard::handoff`]); a
 //!   message whose entity is being handed over is parked, and the worker
 //!   releases its parked messages as soon as they may go.
+//!
+//! A delivery goes through `decode` (marker, event or contract violation:
+//! one path for both modes), then `steps` (strict mode: apply with held
+//! retries, record the outcome) or `batch` (several in one transaction),
+//! and is settled here.
 
 mod batch;
+mod decode;
 mod hooks;
 mod lease;
 mod steps;

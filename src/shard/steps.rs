@@ -10,6 +10,7 @@ use lapin::message::Delivery;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::decode::{self, Read};
 use super::{Decision, Observed, SHUTDOWN_GRACE, Session, ShardWorker};
 use crate::broker::{BrokerError, delivery};
 use crate::dlq;
@@ -42,36 +43,30 @@ impl ShardWorker {
         delivery: &Delivery,
         shutdown: &CancellationToken,
     ) -> Decision {
-        if let Some(epoch) = delivery::epoch_marker(delivery) {
-            // A step on the pool itself: never wait for a second connection
-            // while keeping one (with a pool smaller than the shard count,
-            // workers would wait on each other).
-            session.give_back();
-            let passed = self
-                .held(ch, shutdown, || async {
-                    Ok(handoff::pass_marker(&self.pool, self.shard, epoch).await?)
-                })
-                .await;
-            debug!(epoch, "passed an epoch marker");
-            return match passed {
-                Ok(()) => Decision::Ack,
-                Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
-                Err(Held::Refused(error)) => Decision::Requeue {
-                    reason: RetryReason::Refused,
-                    error,
-                },
-            };
-        }
-        let envelope = delivery::envelope(delivery);
-        let span = tracing::Span::current();
-        if let Some(id) = envelope.message_id {
-            span.record("message_id", id);
-        }
-        let event = match message::decode(&envelope, self.max_body_bytes) {
-            Ok(event) => event,
-            Err(rejection) => return Decision::Done(Outcome::DeadLettered(rejection)),
+        let event = match decode::read(delivery, self.max_body_bytes) {
+            Read::Event(event) => event,
+            Read::Invalid(rejection) => return Decision::Done(Outcome::DeadLettered(rejection)),
+            Read::Marker(epoch) => {
+                // A step on the pool itself: never wait for a second
+                // connection while keeping one (with a pool smaller than the
+                // shard count, workers would wait on each other).
+                session.give_back();
+                let passed = self
+                    .held(ch, shutdown, || async {
+                        Ok(handoff::pass_marker(&self.pool, self.shard, epoch).await?)
+                    })
+                    .await;
+                debug!(epoch, "passed an epoch marker");
+                return match passed {
+                    Ok(()) => Decision::Ack,
+                    Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
+                    Err(Held::Refused(error)) => Decision::Requeue {
+                        reason: RetryReason::Refused,
+                        error,
+                    },
+                };
+            }
         };
-        span.record("entity_id", event.entity_id.as_str());
         if let Some(hook) = &self.hooks.before_apply {
             hook(&event);
         }
