@@ -86,9 +86,20 @@ async fn run_stream(
     prefetch: u16,
     msgs: &[Msg],
 ) -> (BTreeMap<&'static str, usize>, State) {
+    run_stream_with(shards, prefetch, None, msgs).await
+}
+
+/// [`run_stream`] with a `BATCH_MAX` (`None`: as large as `PREFETCH`).
+async fn run_stream_with(
+    shards: u16,
+    prefetch: u16,
+    batch_max: Option<u16>,
+    msgs: &[Msg],
+) -> (BTreeMap<&'static str, usize>, State) {
     let env = TestEnv::new(&format!("diff_p{prefetch}")).await;
     let mut settings = env.settings(shards);
     settings.prefetch = prefetch;
+    settings.batch_max = batch_max;
     let (hooks, counts) = counting_hooks();
     // Queue everything first, so batches really form.
     let conn = urutan::broker::connect(&settings.amqp_url, "t")
@@ -128,6 +139,19 @@ async fn batch_mode_gives_the_same_outcomes_state_and_history_as_strict_mode() {
     assert!(strict_counts.get("duplicate").copied().unwrap_or(0) > 0);
     assert!(strict_counts.get("stale").copied().unwrap_or(0) > 0);
     assert_eq!(strict_state, batch_state, "pesanan and pesanan_riwayat");
+}
+
+/// Pipelined strict mode (`PREFETCH=2`, `BATCH_MAX=1`: the next delivery is
+/// on hand while one message is applied) against `PREFETCH=1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_strict_mode_gives_the_same_outcomes_state_and_history_as_strict_mode() {
+    let msgs = stream(11, 40, 1500);
+    let (strict_counts, strict_state) = run_stream(4, 1, &msgs).await;
+    let (piped_counts, piped_state) = run_stream_with(4, 2, Some(1), &msgs).await;
+    assert_eq!(strict_counts, piped_counts, "outcome counts");
+    assert!(strict_counts.get("duplicate").copied().unwrap_or(0) > 0);
+    assert!(strict_counts.get("stale").copied().unwrap_or(0) > 0);
+    assert_eq!(strict_state, piped_state, "pesanan and pesanan_riwayat");
 }
 
 fn event(m: &Msg) -> Event {

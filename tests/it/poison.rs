@@ -341,7 +341,19 @@ async fn a_message_id_that_is_not_utf8_is_dead_lettered_and_the_shard_flows() {
 /// the returned one is applied or dead-lettered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requeued_message_is_not_overtaken_after_a_delivery_limit_dead_letter() {
-    let env = TestEnv::new("requeue_order").await;
+    requeued_messages_are_not_overtaken(1, None).await;
+}
+
+/// The same in pipelined strict mode (`PREFETCH=2`, `BATCH_MAX=1`): when a
+/// message is handed back, the one behind it is already on hand and comes
+/// first; if it is a newer version of the same order it must wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_message_is_not_overtaken_in_pipelined_strict_mode() {
+    requeued_messages_are_not_overtaken(2, Some(1)).await;
+}
+
+async fn requeued_messages_are_not_overtaken(prefetch: u16, batch_max: Option<u16>) {
+    let env = TestEnv::new(&format!("requeue_order_p{prefetch}")).await;
     let failures = Arc::new(Mutex::new(std::collections::HashMap::<String, usize>::new()));
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let hooks = {
@@ -368,6 +380,8 @@ async fn a_requeued_message_is_not_overtaken_after_a_delivery_limit_dead_letter(
     };
     let mut settings = env.settings(1);
     settings.delivery_limit = 3;
+    settings.prefetch = prefetch;
+    settings.batch_max = batch_max;
     let pool = RunningPool::start_with(settings, hooks).await;
     pool.wait_ready().await;
 
