@@ -46,7 +46,7 @@ use report::{DbKind, Key, LatencySet, Plan, Report, Sample, Scenario};
 
 const USAGE: &str = "usage: cargo bench --bench e2e -- [--quick] [--rounds N] [--messages N] \
 [--latency-secs S] [--only LABEL-PART]... [--out DIR]\n       cargo bench --bench e2e -- --backlog-1m [--messages N] \
-[--shards N] [--prefetch N] [--scrape-secs S] [--out DIR]\n       cargo bench --bench e2e -- --sustained [--quick] [--step-secs S] [--out DIR]\n       cargo bench --bench e2e -- --ab NAME=BIN --ab NAME=BIN... [--shards N] [--prefetch N] \
+[--shards N] [--prefetch N] [--scrape-secs S] [--out DIR]\n       cargo bench --bench e2e -- --sustained [--quick] [--step-secs S] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --ab NAME=BIN --ab NAME=BIN... [--shards N] [--prefetch N] \
 [--messages N] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --replot [--out DIR]";
 
 #[derive(Debug, Default)]
@@ -442,9 +442,10 @@ async fn run(o: Options) -> anyhow::Result<bool> {
 /// `--sustained`: every curve, then `sustained.{md,json,png}`.
 async fn sustained_run(o: &Options, out: &Path, bin: &Path, logs: &Path) -> anyhow::Result<bool> {
     let began = Instant::now();
-    let plan = sustained::SustainedPlan::new(o.quick, o.step_secs);
+    let plan = sustained::SustainedPlan::new(o.quick, o.step_secs, o.rounds);
     let machine = procfs::describe_machine();
-    let curves = sustained::run(&plan, bin, logs).await;
+    let rounds = sustained::run(&plan, bin, logs).await;
+    let curves = sustained::medians(&plan, &rounds);
     let describe = format!(
         "{} × {} ({:.0} GiB), RabbitMQ {}, PostgreSQL {}, commit {}{}",
         machine.nproc,
@@ -459,10 +460,10 @@ async fn sustained_run(o: &Options, out: &Path, bin: &Path, logs: &Path) -> anyh
             ""
         }
     );
-    let md = sustained::markdown(&plan, &curves, &describe, began.elapsed());
+    let md = sustained::markdown(&plan, &curves, &rounds, &describe, began.elapsed());
     println!("{md}");
     std::fs::write(out.join("sustained.md"), &md)?;
-    let json = serde_json::json!({ "plan": plan, "machine": machine, "curves": curves });
+    let json = serde_json::json!({ "plan": plan, "machine": machine, "curves": curves, "rounds": rounds });
     std::fs::write(
         out.join("sustained.json"),
         serde_json::to_string_pretty(&json)?,

@@ -111,11 +111,15 @@ pub struct SustainedPlan {
     pub shards: u16,
     pub rates: Vec<f64>,
     pub step_secs: f64,
+    /// Every curve is run this many times (in a rotated order per round,
+    /// so the machine's drift spreads over all of them); the report takes
+    /// each step's median.
+    pub rounds: usize,
     pub consumers: Vec<Consumer>,
 }
 
 impl SustainedPlan {
-    pub fn new(quick: bool, step_secs: Option<f64>) -> Self {
+    pub fn new(quick: bool, step_secs: Option<f64>, rounds: Option<usize>) -> Self {
         let rates = [
             200.0, 400.0, 600.0, 800.0, 1000.0, 1300.0, 1600.0, 2000.0, 2500.0, 3200.0, 4000.0,
             5000.0, 6500.0, 8000.0, 10000.0,
@@ -123,7 +127,8 @@ impl SustainedPlan {
         Self {
             shards: 4,
             rates: rates.to_vec(),
-            step_secs: step_secs.unwrap_or(if quick { 4.0 } else { 8.0 }),
+            step_secs: step_secs.unwrap_or(if quick { 4.0 } else { 6.0 }),
+            rounds: rounds.unwrap_or(if quick { 1 } else { 3 }).max(1),
             consumers: vec![
                 Consumer::BrokerOnly,
                 Consumer::Worker {
@@ -396,38 +401,110 @@ async fn watch_commits(db: PgPool, done: DoneTimes, stop: CancellationToken) {
     }
 }
 
-/// The run: every curve of `plan`, each once (two attempts).
-pub async fn run(plan: &SustainedPlan, bin: &Path, logs: &Path) -> Vec<Curve> {
-    let mut curves = Vec::new();
-    for &consumer in &plan.consumers {
-        let mut result = curve(consumer, plan, bin, logs).await;
-        if let Err(e) = &result {
-            eprintln!("e2e sustained {}: {e:#}; once more", consumer.label());
-            result = curve(consumer, plan, bin, logs).await;
+/// The run: every curve of `plan` once per round (two attempts each);
+/// returns the rounds, each in `plan.consumers` order.
+pub async fn run(plan: &SustainedPlan, bin: &Path, logs: &Path) -> Vec<Vec<Curve>> {
+    let mut rounds = Vec::new();
+    for round in 0..plan.rounds {
+        let mut curves: Vec<Option<Curve>> = vec![None; plan.consumers.len()];
+        let n = plan.consumers.len();
+        for k in 0..n {
+            let i = (k + round) % n;
+            let consumer = plan.consumers[i];
+            eprintln!("e2e sustained: round {} of {}: {}", round + 1, plan.rounds, consumer.label());
+            let mut result = curve(consumer, plan, bin, logs).await;
+            if let Err(e) = &result {
+                eprintln!("e2e sustained {}: {e:#}; once more", consumer.label());
+                result = curve(consumer, plan, bin, logs).await;
+            }
+            curves[i] = Some(result.unwrap_or_else(|e| Curve {
+                consumer,
+                label: consumer.label(),
+                steps: Vec::new(),
+                error: Some(format!("{e:#}")),
+            }));
         }
-        curves.push(result.unwrap_or_else(|e| Curve {
-            consumer,
-            label: consumer.label(),
-            steps: Vec::new(),
-            error: Some(format!("{e:#}")),
-        }));
+        rounds.push(curves.into_iter().flatten().collect());
     }
-    curves
+    rounds
+}
+
+/// Each curve's steps as the median over `rounds` (a round that stopped
+/// before a rate, because two earlier steps saturated, counts there as
+/// saturated with infinite latency).
+pub fn medians(plan: &SustainedPlan, rounds: &[Vec<Curve>]) -> Vec<Curve> {
+    let median = |mut v: Vec<f64>| -> f64 {
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v[v.len() / 2]
+        }
+    };
+    plan.consumers
+        .iter()
+        .enumerate()
+        .map(|(i, &consumer)| {
+            let runs: Vec<&Curve> = rounds.iter().filter_map(|r| r.get(i)).collect();
+            let mut steps = Vec::new();
+            for &rate in &plan.rates {
+                let at: Vec<Option<&Step>> = runs
+                    .iter()
+                    .map(|c| c.steps.iter().find(|st| st.offered == rate))
+                    .collect();
+                let present: Vec<&Step> = at.iter().flatten().copied().collect();
+                if present.is_empty() {
+                    break;
+                }
+                let pick = |f: fn(&Step) -> f64| {
+                    median(at.iter().map(|st| st.map_or(f64::INFINITY, f)).collect())
+                };
+                let saturated = at.iter().filter(|st| st.is_none_or(|st| st.saturated)).count();
+                steps.push(Step {
+                    offered: rate,
+                    published: median(present.iter().map(|st| st.published).collect()),
+                    done_rate: median(present.iter().map(|st| st.done_rate).collect()),
+                    messages: present.iter().map(|st| st.messages).max().unwrap_or(0),
+                    unfinished: present.iter().map(|st| st.unfinished).max().unwrap_or(0),
+                    p50_ms: pick(|st| st.p50_ms),
+                    p99_ms: pick(|st| st.p99_ms),
+                    p999_ms: pick(|st| st.p999_ms),
+                    max_ms: pick(|st| st.max_ms),
+                    saturated: saturated * 2 > at.len(),
+                });
+            }
+            let error = runs.iter().find_map(|c| c.error.clone());
+            Curve {
+                consumer,
+                label: consumer.label(),
+                steps,
+                error,
+            }
+        })
+        .collect()
 }
 
 /// The results as Markdown: the knees with their ratio to the broker's, then
 /// every step.
-pub fn markdown(plan: &SustainedPlan, curves: &[Curve], machine: &str, took: Duration) -> String {
+pub fn markdown(
+    plan: &SustainedPlan,
+    curves: &[Curve],
+    rounds: &[Vec<Curve>],
+    machine: &str,
+    took: Duration,
+) -> String {
     let mut s = String::from("# Sustained load: latency against the offered rate\n\n");
     s += &format!(
         "{} shards, open-loop publishing (one publisher, publisher confirms) at each rate for \
          {:.0} s while the consumers run; a step is kept until its messages are done (at most \
          3 × the step + 10 s). Latency: publish → commit (the applied row visible to another \
          session, polled every {} ms) for `urutan run`, publish → delivery for the broker alone. \
-         {machine}. Took {:.0} s.\n\n",
+         Every figure is the median of {} round(s), each running every curve in a rotated \
+         order. {machine}. Took {:.0} s.\n\n",
         plan.shards,
         plan.step_secs,
         POLL.as_millis(),
+        plan.rounds,
         took.as_secs_f64()
     );
     let broker = curves.iter().find(|c| c.consumer == Consumer::BrokerOnly);
@@ -461,7 +538,18 @@ pub fn markdown(plan: &SustainedPlan, curves: &[Curve], machine: &str, took: Dur
             best.map_or("—".into(), |b| format!("{b:.0}")),
         );
     }
-    s += "\n## Every step\n\n";
+    if rounds.len() > 1 {
+        s += "\nEach round's knees (p99 < 50 ms / < 250 ms), for the spread:\n\n";
+        for (i, c) in curves.iter().enumerate() {
+            let each: Vec<String> = rounds
+                .iter()
+                .filter_map(|r| r.get(i))
+                .map(|r| format!("{} / {}", rate(r.knee(KNEES_MS[0])), rate(r.knee(KNEES_MS[1]))))
+                .collect();
+            s += &format!("- {}: {}\n", c.label, each.join("; "));
+        }
+    }
+    s += "\n## Every step (medians)\n\n";
     s += "| consumers | offered | published | done | p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | |\n";
     s += "|---|---:|---:|---:|---:|---:|---:|---:|---|\n";
     let ms = |v: f64| {
