@@ -132,13 +132,12 @@ streaming() { [[ $(q "$1" "SELECT count(*) FROM pg_stat_replication WHERE state 
 # set_mode MODE: the replication mode, in a file of the current primary's own
 # conf.d (never in postgresql.auto.conf: pg_basebackup and pg_rewind copy
 # that to the standby, and a promoted standby that waits for a synchronous
-# standby of its own would hang every commit). The standby's copy goes, so
-# that it starts without one when promoted.
+# standby of its own hangs every commit until a standby streams again).
 set_mode() {
     local mode=$1 names primary
     primary=$(state primary)
     if [[ $mode == sync ]]; then names="'*'"; else names="''"; fi
-    rm -f "/etc/postgresql/$VERSION/$(other "$primary")/conf.d/$CONF_FILE"
+    no_sync_names "$(other "$primary")"
     cat >"/etc/postgresql/$VERSION/$primary/conf.d/$CONF_FILE" <<EOF
 # Written by deploy/postgres/pair.sh (mode: $mode).
 synchronous_standby_names = $names
@@ -154,6 +153,19 @@ EOF
             test "$(q "$port" 'SHOW synchronous_standby_names')" == "${names//\'/}"
     fi
     log "replication mode: $mode"
+}
+
+# no_sync_names STANDBY: the standby's copy of the mode goes (it was a
+# primary before), also from its running configuration, so that it comes up
+# without a synchronous standby of its own when promoted.
+no_sync_names() {
+    local name=$1
+    rm -f "/etc/postgresql/$VERSION/$name/conf.d/$CONF_FILE"
+    if running "$name"; then
+        ctl "$name" reload >/dev/null
+        wait_until "$name to drop synchronous_standby_names" \
+            test -z "$(q "$(port_of "$name")" 'SHOW synchronous_standby_names')"
+    fi
 }
 
 create_cluster() {
@@ -294,6 +306,7 @@ cmd_promote() {
         die "the primary $old (:$(port_of "$old")) still runs: kill-primary first (two primaries would split the history)"
     fi
     if in_recovery "$port" t; then
+        no_sync_names "$standby"
         # pg_ctl promote waits for the end of recovery (bounded by ctl).
         ctl "$standby" promote ||
             die "pg_ctlcluster promote failed or took longer than ${WAIT_SECS}s"
@@ -358,6 +371,7 @@ start_standby() {
     data=$(datadir "$name")
     # The slots of its time as a primary are stale (pg_rewind keeps them).
     find "$data/pg_replslot" -mindepth 1 -delete
+    no_sync_names "$name"
     stream_from "$name" "$pport"
     ctl "$name" start
     wait_until "$name to accept connections on :$(port_of "$name")" ready "$(port_of "$name")"
