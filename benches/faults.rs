@@ -16,6 +16,12 @@
 //! backlog), a direct producer besides the relay, and writes
 //! `benches/results/faults-cluster.{md,json}`.
 //!
+//! With `--pair` the database is a PostgreSQL primary with a synchronous
+//! streaming standby (`FAULTS_PG_PAIR`, the path of
+//! `deploy/postgres/pair.sh`; `benches/faults/private-services.sh --pair`
+//! sets it up): every kind above plus the database failover (drawn three
+//! times as often), writing `benches/results/faults-pair.{md,json}`.
+//!
 //! Without `--bench` (as under `cargo test --all-targets`) it does nothing.
 
 #[path = "faults/check.rs"]
@@ -49,8 +55,30 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-const USAGE: &str = "usage: cargo bench --bench faults -- [--cluster] [--faults N] [--seed S] [--shards N] \
-[--prefetch 1,16] [--entities N] [--rate EVENTS_PER_S] [--delay-ms MS] [--out DIR]";
+const USAGE: &str =
+    "usage: cargo bench --bench faults -- [--cluster | --pair] [--faults N] [--seed S] \
+[--shards N] [--prefetch 1,16] [--entities N] [--rate EVENTS_PER_S] [--delay-ms MS] [--out DIR]
+
+  --faults N   faults to inject (100): every kind once, then random kinds
+  --cluster    against the three-node cluster of FAULTS_CLUSTER=/path/to/deploy/brokers/cluster.sh,
+               with the cluster faults; writes faults-cluster.{md,json}
+  --pair       the database is a primary with a synchronous streaming standby
+               (FAULTS_PG_PAIR=/path/to/deploy/postgres/pair.sh), reached through a proxy
+               playing its DNS name; adds the kind \"database failover\" (primary killed,
+               standby promoted, name moved, goal 10 s; the old primary then rejoins as
+               standby), drawn 3 times as often as the others (a run of 16 faults or more
+               has at least 3); writes faults-pair.{md,json}
+  --kinds a,b  only these kinds (snake_case names as in the JSON report, e.g.
+               db_failover,db_stop), after --cluster / --pair
+  --out DIR    where the report goes (benches/results)
+
+The broker and database: FAULTS_AMQP_BASE, FAULTS_PG_BASE, FAULTS_RABBITMQCTL, FAULTS_PG_CTL
+(benches/faults/services.rs); private ones, pair included, from
+  eval \"$(bash benches/faults/private-services.sh [--pair])\"
+and gone again with `bash benches/faults/private-services.sh --down`.";
+
+/// How many times [`inject::Kind::PAIR`] is listed in pair mode.
+const PAIR_WEIGHT: usize = 3;
 
 fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static str)> {
     let mut o = engine::Options {
@@ -81,6 +109,7 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
         match arg.as_str() {
             "--bench" => {}
             "--cluster" => {
+                anyhow::ensure!(name == "faults", "--cluster and --pair do not go together");
                 anyhow::ensure!(
                     std::env::var_os("FAULTS_CLUSTER").is_some(),
                     "--cluster needs FAULTS_CLUSTER=/path/to/deploy/brokers/cluster.sh"
@@ -92,6 +121,18 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
                 // (consumer_disconnected_timeout): see Kind::goal.
                 o.recovery_limit = Duration::from_secs(150);
                 name = "faults-cluster";
+            }
+            "--pair" => {
+                anyhow::ensure!(name == "faults", "--cluster and --pair do not go together");
+                anyhow::ensure!(
+                    std::env::var_os("FAULTS_PG_PAIR").is_some(),
+                    "--pair needs FAULTS_PG_PAIR=/path/to/deploy/postgres/pair.sh \
+                     (see benches/faults/private-services.sh --pair)"
+                );
+                for _ in 0..PAIR_WEIGHT {
+                    o.kinds.extend(inject::Kind::PAIR);
+                }
+                name = "faults-pair";
             }
             "--faults" => o.faults = value()?.parse()?,
             "--seed" => o.seed = value()?.parse()?,
@@ -105,6 +146,7 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
             "--entities" => o.entities = value()?.parse()?,
             "--rate" => o.rate = value()?.parse()?,
             "--delay-ms" => o.handler_delay_ms = value()?.parse()?,
+            "--kinds" => o.kinds = kinds(&value()?)?,
             "--out" => out = value()?.into(),
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
@@ -112,6 +154,34 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
     anyhow::ensure!(!o.prefetch.is_empty() && o.entities > 0, "{USAGE}");
     o.log_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-{}", o.seed));
     Ok((o, out, name))
+}
+
+/// The kinds named in `list` (comma-separated, as serialized).
+fn kinds(list: &str) -> anyhow::Result<Vec<inject::Kind>> {
+    let every = inject::Kind::ALL
+        .iter()
+        .chain(&inject::Kind::CLUSTER)
+        .chain(&inject::Kind::PAIR);
+    let named: Vec<(String, inject::Kind)> = every
+        .map(|k| {
+            Ok((
+                serde_json::to_value(k)?.as_str().unwrap_or("").to_owned(),
+                *k,
+            ))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    list.split(',')
+        .map(|name| {
+            named
+                .iter()
+                .find(|(n, _)| n == name.trim())
+                .map(|(_, k)| *k)
+                .with_context(|| {
+                    let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
+                    format!("no fault kind `{name}` (kinds: {})", names.join(", "))
+                })
+        })
+        .collect()
 }
 
 async fn soak(opts: engine::Options, out: PathBuf, name: &str) -> anyhow::Result<bool> {
@@ -138,6 +208,10 @@ async fn soak(opts: engine::Options, out: PathBuf, name: &str) -> anyhow::Result
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     if !args.iter().any(|a| a == "--bench") {
         println!(
             "faults bench: skipped (restarts the broker and database; run `cargo bench --bench faults`)"

@@ -8,6 +8,11 @@
 //! applied, and on a workers' recovery above twice its goal (5 s after a
 //! process restart, 10 s after the broker or database is back; twice for CI
 //! noise) or an end-to-end one above 30 s.
+//!
+//! With `FAULTS_PG_PAIR` set (as root; `benches/faults/private-services.sh
+//! --pair`), the database is a primary with a synchronous standby and the
+//! database failover is one more kind (about 15 s more, the old primary's
+//! rejoin included); without it, the run is on the shared services as before.
 
 #[path = "../benches/faults/check.rs"]
 mod check;
@@ -41,7 +46,11 @@ use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serial_every_fault_kind_once_under_load_keeps_every_promise() {
-    let opts = faults_ci::options(&inject::Kind::ALL, faults_ci::seed(), "faults-ci");
+    let mut kinds = inject::Kind::ALL.to_vec();
+    if std::env::var_os("FAULTS_PG_PAIR").is_some() {
+        kinds.extend(inject::Kind::PAIR);
+    }
+    let opts = faults_ci::options(&kinds, faults_ci::seed(), "faults-ci");
     let (report, _) = faults_ci::run("fault suite", &opts, Duration::from_secs(600)).await;
     assert!(
         report.events_written > 1_000 && report.mix.poison_confirmed > 0,

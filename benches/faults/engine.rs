@@ -18,8 +18,8 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::fleet::{Fleet, FleetConfig};
-use crate::inject::{Ctx, Kind, inject};
-use crate::links::Links;
+use crate::inject::{Ctx, Kind, Then, inject};
+use crate::links::{DbName, Links};
 use crate::report::{DirectSummary, FaultRecord, MixSummary, RunReport, summarize};
 use crate::services::{RunEnv, Services};
 use crate::workload::{DirectLedger, Ledger, mix, produce, produce_direct};
@@ -29,8 +29,9 @@ use crate::workload::{DirectLedger, Ledger, mix, produce, produce_direct};
 pub struct Options {
     /// Faults to inject: every kind once (shuffled), then random kinds.
     pub faults: usize,
-    /// The kinds to draw from: [`Kind::ALL`] on one broker, [`Kind::CLUSTER`]
-    /// on the three-node cluster.
+    /// The kinds to draw from: [`Kind::ALL`] on one broker (plus
+    /// [`Kind::PAIR`] on a database pair), [`Kind::CLUSTER`] on the
+    /// three-node cluster. A kind listed twice is drawn twice as often.
     pub kinds: Vec<Kind>,
     /// Versions per second the direct producer publishes straight to the
     /// hash exchange (0: none), over `direct_entities` orders of its own.
@@ -73,6 +74,16 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     let clock = Instant::now();
     let mut rng = StdRng::seed_from_u64(opts.seed);
     let plan = plan(opts.faults, &opts.kinds, &mut rng);
+    // Pair mode: everything reaches the database through its name (dropped
+    // after `env`, whose database it drops through the name).
+    let db_name = match &services.pair {
+        Some(_) => Some(DbName::start(services).await?),
+        None => None,
+    };
+    let services = &match &db_name {
+        Some(name) => name.services(services),
+        None => services.clone(),
+    };
     let _restarter = services.restarter();
     let _binary = crate::procs::freeze_binary()?;
     let tag = format!("{}_{:x}", std::process::id(), opts.seed & 0xff_ffff);
@@ -155,11 +166,12 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
             db_stop_secs: opts.db_stop_secs,
             payee: &payee,
             links: links.as_ref(),
+            db_name: db_name.as_ref(),
         };
-        let (ended, mut detail, restart_node) = match inject(kind, cx).await {
+        let (ended, mut detail, then) = match inject(kind, cx).await {
             Ok(done) => {
                 violations.extend(done.violation);
-                (done.ended, done.detail, done.restart_node)
+                (done.ended, done.detail, done.then)
             }
             Err(e) => {
                 violations.push(format!("injection failed: {e:#}"));
@@ -182,14 +194,34 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
                 opts.recovery_limit
             ));
         }
-        if let Some(node) = restart_node {
-            let t = Instant::now();
-            match env.services.cluster(&["restart", &node]).await {
-                Ok(_) => {
-                    detail += &format!(", {node} back in {:.0} s", t.elapsed().as_secs_f64());
+        match then {
+            Some(Then::RestartNode(node)) => {
+                let t = Instant::now();
+                match env.services.cluster(&["restart", &node]).await {
+                    Ok(_) => {
+                        detail += &format!(", {node} back in {:.0} s", t.elapsed().as_secs_f64());
+                    }
+                    Err(e) => violations.push(format!("{node} did not come back: {e:#}")),
                 }
-                Err(e) => violations.push(format!("{node} did not come back: {e:#}")),
             }
+            Some(Then::RejoinStandby) => {
+                let t = Instant::now();
+                match env.services.pair(&["rejoin"]).await {
+                    Ok(out) => {
+                        let how = if out.contains("(pg_basebackup)") {
+                            "pg_basebackup"
+                        } else {
+                            "pg_rewind"
+                        };
+                        detail += &format!(
+                            ", the old primary a standby again in {:.0} s ({how})",
+                            t.elapsed().as_secs_f64()
+                        );
+                    }
+                    Err(e) => violations.push(format!("the old primary did not rejoin: {e:#}")),
+                }
+            }
+            None => {}
         }
         eprintln!("[faults] #{index} {detail}: recovery {recovery:?} ms, end to end {e2e:?} ms");
         faults.push(FaultRecord {
@@ -303,6 +335,12 @@ fn settings_line(o: &Options) -> String {
     } else {
         String::new()
     };
+    let pair = if o.kinds.contains(&Kind::DbFailover) {
+        " The database is a primary with a synchronous streaming standby (`deploy/postgres/pair.sh`), \
+         reached through a proxy in the role of its DNS name (moved at a failover)."
+    } else {
+        ""
+    };
     let line = format!(
         "Settings: SHARD_COUNT={}, 2 `urutan run` replicas with PREFETCH cycling {:?}, \
          URUTAN_FAULT_HANDLER_DELAY_MS={} (slow handler, during every fault), 1 `urutan relay`, 1 `urutan effects` \
@@ -320,7 +358,7 @@ fn settings_line(o: &Options) -> String {
         o.db_stop_secs.0,
         o.db_stop_secs.1
     );
-    line + &direct
+    line + pair + &direct
 }
 
 /// The highest history `seq` (retried while the database is away, 60 s).

@@ -13,7 +13,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::fleet::Fleet;
-use crate::links::Links;
+use crate::links::{DbName, Links};
 use crate::payee::Payee;
 use crate::services::RunEnv;
 
@@ -68,6 +68,13 @@ pub enum Kind {
     /// Cluster: workers stopped, a backlog queued, all three nodes stopped
     /// and started (`cluster.sh full-restart`), workers started again.
     ClusterFullRestartBacklog,
+    /// Pair mode: the primary killed (`-m immediate`, a crash), its
+    /// synchronous standby promoted, the database's name moved to it and the
+    /// connections through the name closed; the clock starts once the name
+    /// points at the new primary. After the measurement the old primary
+    /// rejoins as the standby (`pair.sh rejoin`), so the next failover has
+    /// one to go to.
+    DbFailover,
 }
 
 impl Kind {
@@ -95,6 +102,9 @@ impl Kind {
         Kind::ClusterFullRestartBacklog,
     ];
 
+    /// The faults a run on a database pair (`FAULTS_PG_PAIR`) adds to [`Kind::ALL`].
+    pub const PAIR: [Kind; 1] = [Kind::DbFailover];
+
     pub fn label(self) -> &'static str {
         match self {
             Kind::WorkerCommitAck => "worker abort between commit and ack",
@@ -114,6 +124,7 @@ impl Kind {
             Kind::NodeRolling => "cluster: rolling restart of the three nodes",
             Kind::NodeFreeze => "cluster: busiest node frozen 30 s",
             Kind::ClusterFullRestartBacklog => "cluster: full stop and start with a backlog",
+            Kind::DbFailover => "database failover: primary killed, standby promoted, DNS moved",
         }
     }
 
@@ -134,6 +145,13 @@ impl Kind {
     /// (measured: 0.3-4.6 s when no active consumer was there, 60 s and
     /// over 60 s when one was). Shortening it (policy
     /// `consumer-disconnected-timeout`) is a decision for the deployment.
+    ///
+    /// A database failover: 10 s from the moment the name points at the
+    /// promoted standby, as after the database is back: to the processes it
+    /// is a database restart under the same name (their connections closed,
+    /// new ones to a server that takes writes). The kill-to-move time is the
+    /// provider's (here about 1 s; minutes on some managed services) and is
+    /// in the fault's detail.
     pub fn goal(self) -> Duration {
         match self {
             Kind::ClusterFullRestartBacklog => Duration::from_secs(30),
@@ -161,9 +179,18 @@ pub struct Injection {
     /// A broken expectation of the injection itself (e.g. SIGTERM did not
     /// exit 0): counted as a violation.
     pub violation: Option<String>,
-    /// A cluster node to start again once the recovery was measured (the
-    /// node loss lasts through the measurement).
-    pub restart_node: Option<String>,
+    /// What to do once the recovery was measured (the fault lasts through
+    /// the measurement).
+    pub then: Option<Then>,
+}
+
+/// The end of a fault, once its recovery was measured.
+#[derive(Debug)]
+pub enum Then {
+    /// Start this cluster node again.
+    RestartNode(String),
+    /// Make the old primary the new one's standby (`pair.sh rejoin`).
+    RejoinStandby,
 }
 
 /// The run's handles an injection needs.
@@ -178,6 +205,8 @@ pub struct Ctx<'a> {
     pub payee: &'a Payee,
     /// The proxies every process's links go through (none on a cluster).
     pub links: Option<&'a Links>,
+    /// The database's name in pair mode.
+    pub db_name: Option<&'a DbName>,
 }
 
 /// Injects one fault of `kind` and returns when it is over.
@@ -218,7 +247,7 @@ pub async fn inject(kind: Kind, cx: Ctx<'_>) -> anyhow::Result<Injection> {
             let node = busiest(cx.env).await?;
             cx.env.services.cluster(&["kill", &node]).await?;
             let mut killed = done(format!("{node} SIGKILLed (led most shard queues)"), None);
-            killed.restart_node = Some(node);
+            killed.then = Some(Then::RestartNode(node));
             Ok(killed)
         }
         Kind::NodeRolling => {
@@ -252,7 +281,46 @@ pub async fn inject(kind: Kind, cx: Ctx<'_>) -> anyhow::Result<Injection> {
             })
             .await
         }
+        Kind::DbFailover => failover(cx).await,
     }
+}
+
+/// Kills the primary, promotes the standby and moves the name, once a
+/// synchronous standby streams (else nothing is injected: a violation).
+async fn failover(cx: Ctx<'_>) -> anyhow::Result<Injection> {
+    let Some(name) = cx.db_name else {
+        let v = "database failover: this run is not on a database pair".to_owned();
+        return Ok(done(v.clone(), Some(v)));
+    };
+    // Asked through the name, that is of the primary.
+    let sync: Result<i64, _> = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_replication
+         WHERE state = 'streaming' AND sync_state = 'sync'",
+    )
+    .fetch_one(cx.db)
+    .await;
+    if !matches!(sync, Ok(n) if n > 0) {
+        let v =
+            format!("database failover not injected: no synchronous standby streams ({sync:?})");
+        return Ok(done(v.clone(), Some(v)));
+    }
+    let services = &cx.env.services;
+    let old = crate::links::primary(services).await?;
+    let killed = std::time::Instant::now();
+    services.pair(&["kill-primary"]).await?;
+    services.pair(&["promote"]).await?;
+    let new = name.follow(services).await?;
+    let mut moved = done(
+        format!(
+            "primary :{} killed, :{} promoted and the name moved {:.1} s later",
+            old.port(),
+            new.port(),
+            killed.elapsed().as_secs_f64()
+        ),
+        None,
+    );
+    moved.then = Some(Then::RejoinStandby);
+    Ok(moved)
 }
 
 /// The cluster node (c1, c2 or c3) that leads most of the run's shard queues.
@@ -268,7 +336,7 @@ fn done(detail: String, violation: Option<String>) -> Injection {
         ended: Utc::now(),
         detail,
         violation,
-        restart_node: None,
+        then: None,
     }
 }
 

@@ -3,12 +3,18 @@
 //! (`tests/it/proxy.rs`), so the suite can make the wire fail silently
 //! (blackhole: packets vanish, sockets stay open) or slowly (added latency).
 //! The suite's own checks and probes connect directly.
+//!
+//! In pair mode (`FAULTS_PG_PAIR`) the database is reached through
+//! [`DbName`], a proxy in the role of the managed service's DNS name: the
+//! suite and the database link's proxy both connect to it, and a failover
+//! moves it to the promoted standby.
 
 use std::net::SocketAddr;
 
 use anyhow::Context;
 
 use crate::proxy::Proxy;
+use crate::services::Services;
 
 /// A proxy in front of the broker and one in front of the database.
 pub struct Links {
@@ -56,4 +62,53 @@ impl Links {
             through(database_url, &self.database)?,
         ))
     }
+}
+
+/// The database's name in pair mode: a proxy to the current primary, as a
+/// managed PostgreSQL service's DNS name (no faults of its own; the fleet's
+/// link to it goes through [`Links::database`]).
+pub struct DbName {
+    proxy: Proxy,
+}
+
+impl DbName {
+    /// Brings the pair up in synchronous mode (a no-op if it runs healthy)
+    /// and points the name at its primary.
+    pub async fn start(services: &Services) -> anyhow::Result<Self> {
+        services
+            .pair(&["up", "--sync"])
+            .await
+            .context("bring the database pair up (pair.sh up --sync)")?;
+        let primary = primary(services).await?;
+        Ok(Self {
+            proxy: Proxy::start(primary).await,
+        })
+    }
+
+    /// `services` with the database base URL through this name.
+    pub fn services(&self, services: &Services) -> Services {
+        Services {
+            pg_base: format!("postgres://postgres@{}", self.proxy.addr),
+            ..services.clone()
+        }
+    }
+
+    /// Points the name at the current primary and closes the connections
+    /// made through it before (the old primary's are gone anyway; a real
+    /// failover leaves none to a node that is no longer the primary).
+    /// Returns the primary's address.
+    pub async fn follow(&self, services: &Services) -> anyhow::Result<SocketAddr> {
+        let primary = primary(services).await?;
+        self.proxy.retarget(primary);
+        self.proxy.cut_open();
+        Ok(primary)
+    }
+}
+
+/// The pair's current primary (`pair.sh primary-port`), on loopback.
+pub async fn primary(services: &Services) -> anyhow::Result<SocketAddr> {
+    let port = services.pair(&["primary-port"]).await?;
+    let port: u16 =
+        (port.trim().parse()).with_context(|| format!("pair.sh primary-port said {port:?}"))?;
+    Ok(SocketAddr::from(([127, 0, 0, 1], port)))
 }

@@ -133,6 +133,7 @@ pub fn summarize(faults: &[FaultRecord]) -> Vec<KindSummary> {
     Kind::ALL
         .iter()
         .chain(&Kind::CLUSTER)
+        .chain(&Kind::PAIR)
         .filter_map(|&kind| {
             let of: Vec<&FaultRecord> = faults.iter().filter(|f| f.kind == kind).collect();
             if of.is_empty() {
@@ -238,7 +239,8 @@ pub fn markdown(r: &RunReport) -> String {
          | stale events (mixed in) | {} | | | see checks | | | | |\n\n",
         m.poison_confirmed, m.poison_unconfirmed, m.duplicates, m.stale
     );
-    s += "Recovery: from the fault's end (process restarted, broker or database back) to the start \
+    s += "Recovery: from the fault's end (process restarted, broker or database back, the \
+          database's name moved to the promoted standby) to the start \
           of the transaction that applied a probe message published right after it (the workers \
           process again). End to end: to the first applied event that the producer wrote into the \
           outbox after the fault's end (the relay is back too). Both read \

@@ -11,12 +11,20 @@
 //! | `FAULTS_RABBITMQCTL` | `rabbitmqctl` (e.g. `rabbitmqctl -n faults@localhost`) |
 //! | `FAULTS_PG_CTL` | `pg_ctlcluster --skip-systemctl-redirect <first of /etc/postgresql> main` (`stop`/`start`/`restart` appended) |
 //! | `FAULTS_CLUSTER` | unset; the path of `deploy/brokers/cluster.sh` for the three-node cluster |
+//! | `FAULTS_PG_PAIR` | unset; the path of `deploy/postgres/pair.sh` for pair mode |
 //!
 //! With `FAULTS_CLUSTER` set the run is against the three-node cluster: the
 //! processes get an `AMQP_URL` naming all three nodes (`cluster.sh urls`),
 //! `rabbitmqctl` is `cluster.sh ctl` (the first node that answers), and the
 //! cluster faults go through `cluster.sh` (`FAULTS_AMQP_BASE` and
 //! `FAULTS_RABBITMQCTL` are then ignored).
+//!
+//! With `FAULTS_PG_PAIR` set the database is a primary with a synchronous
+//! streaming standby (`pair.sh`, made by the run if it is not up): the run
+//! reaches it through a proxy that plays the managed service's DNS name
+//! (`links::DbName`, moved to the promoted standby by a failover), the
+//! database faults act on the current primary (`pair.sh ctl`), and
+//! `FAULTS_PG_BASE` and `FAULTS_PG_CTL` are ignored.
 
 use std::process::Command;
 use std::time::Duration;
@@ -36,6 +44,8 @@ pub struct Services {
     pub pg_ctl: Vec<String>,
     /// `bash <cluster.sh>` in cluster mode (`FAULTS_CLUSTER`).
     pub cluster: Option<Vec<String>>,
+    /// `bash <pair.sh>` in pair mode (`FAULTS_PG_PAIR`).
+    pub pair: Option<Vec<String>>,
 }
 
 fn words(s: &str) -> Vec<String> {
@@ -46,9 +56,11 @@ impl Services {
     /// From the `FAULTS_*` variables, defaulting to the standard local services.
     pub fn from_env() -> anyhow::Result<Self> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let pg_ctl = match var("FAULTS_PG_CTL") {
-            Some(cmd) => words(&cmd),
-            None => {
+        let pair = var("FAULTS_PG_PAIR").map(|script| vec!["bash".to_owned(), script]);
+        let pg_ctl = match (&pair, var("FAULTS_PG_CTL")) {
+            (Some(pair), _) => [pair.as_slice(), &["ctl".to_owned()]].concat(),
+            (None, Some(cmd)) => words(&cmd),
+            (None, None) => {
                 let version = std::fs::read_dir("/etc/postgresql")
                     .context("FAULTS_PG_CTL unset and /etc/postgresql unreadable")?
                     .flatten()
@@ -83,6 +95,7 @@ impl Services {
                 rabbitmqctl,
                 pg_ctl,
                 cluster: Some(cluster),
+                pair,
             });
         }
         Ok(Self {
@@ -94,6 +107,7 @@ impl Services {
             rabbitmqctl: words(&var("FAULTS_RABBITMQCTL").unwrap_or_else(|| "rabbitmqctl".into())),
             pg_ctl,
             cluster: None,
+            pair,
         })
     }
 
@@ -102,6 +116,14 @@ impl Services {
     pub async fn cluster(&self, args: &[&str]) -> anyhow::Result<String> {
         let script = self.cluster.as_ref().context("not in cluster mode")?;
         run_for(script, args, Duration::from_secs(600)).await
+    }
+
+    /// `pair.sh <args>` (pair mode only), bounded by 5 min (`up` makes
+    /// two clusters, `rejoin` may copy the primary; each wait in the script
+    /// is bounded by 60 s).
+    pub async fn pair(&self, args: &[&str]) -> anyhow::Result<String> {
+        let script = self.pair.as_ref().context("not in pair mode")?;
+        run_for(script, args, Duration::from_secs(300)).await
     }
 
     /// `rabbitmqctl <args>`, bounded.
