@@ -148,6 +148,9 @@ fn round_order(p: &Plan) -> Vec<Key> {
             shards: s,
             prefetch: 1,
         });
+        if s == p.latency_shards {
+            keys.push(Key::WorkerPipelined { shards: s });
+        }
     }
     for &f in &p.prefetches {
         keys.push(Key::BrokerOnly {
@@ -205,11 +208,16 @@ async fn run_once(key: Key, p: &Plan, bin: &Path, logs: &Path) -> anyhow::Result
             Sample::plain(m.messages, m.secs, m.rate(), note)
         }
         Key::Worker { shards, prefetch } => {
-            let r = runs::throughput(bin, logs, work, shards, prefetch, false).await?;
+            let r = runs::throughput(bin, logs, work, shards, prefetch, false, &[]).await?;
             Sample::worker(r)
         }
         Key::WorkerUnix { shards, prefetch } => {
-            let r = runs::throughput(bin, logs, work, shards, prefetch, true).await?;
+            let r = runs::throughput(bin, logs, work, shards, prefetch, true, &[]).await?;
+            Sample::worker(r)
+        }
+        Key::WorkerPipelined { shards } => {
+            let extra = [("BATCH_MAX", "1".to_owned())];
+            let r = runs::throughput(bin, logs, work, shards, 2, false, &extra).await?;
             Sample::worker(r)
         }
     })
@@ -463,7 +471,8 @@ async fn sustained_run(o: &Options, out: &Path, bin: &Path, logs: &Path) -> anyh
     let md = sustained::markdown(&plan, &curves, &rounds, &describe, began.elapsed());
     println!("{md}");
     std::fs::write(out.join("sustained.md"), &md)?;
-    let json = serde_json::json!({ "plan": plan, "machine": machine, "curves": curves, "rounds": rounds });
+    let json =
+        serde_json::json!({ "plan": plan, "machine": machine, "curves": curves, "rounds": rounds });
     std::fs::write(
         out.join("sustained.json"),
         serde_json::to_string_pretty(&json)?,

@@ -117,9 +117,16 @@ pub async fn run(
         for &v in &order {
             let variant = &variants[v];
             let logs = logs.join(format!("ab-{}-r{r}", variant.name));
-            let run =
-                runs::throughput(&variant.bin, &logs, work, plan.shards, plan.prefetch, false)
-                    .await;
+            let run = runs::throughput(
+                &variant.bin,
+                &logs,
+                work,
+                plan.shards,
+                plan.prefetch,
+                false,
+                &[],
+            )
+            .await;
             match run {
                 Ok(run) => {
                     eprintln!(

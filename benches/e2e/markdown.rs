@@ -116,7 +116,9 @@ impl Report {
                     format!("database only, {batch} msg/tx, one statement, via Unix socket"),
                     format!("{tasks} task(s)"),
                 ),
-                Key::Worker { .. } | Key::WorkerUnix { .. } => continue,
+                Key::Worker { .. } | Key::WorkerUnix { .. } | Key::WorkerPipelined { .. } => {
+                    continue;
+                }
             };
             let note = sc
                 .samples
@@ -151,10 +153,15 @@ impl Report {
             let (shards, prefetch, unix) = match sc.key {
                 Key::Worker { shards, prefetch } => (shards, prefetch, false),
                 Key::WorkerUnix { shards, prefetch } => (shards, prefetch, true),
+                // Its ceilings are strict mode's: one message per transaction.
+                Key::WorkerPipelined { shards } => (shards, 1, false),
                 _ => continue,
             };
+            let pipelined = matches!(sc.key, Key::WorkerPipelined { .. });
             let r = sc.median_rate;
-            let name = if shards == 1 && prefetch == 1 {
+            let name = if pipelined {
+                format!("{shards} (pipelined strict: PREFETCH=2, BATCH_MAX=1)")
+            } else if shards == 1 && prefetch == 1 {
                 "1 (baseline: one queue, one consumer)".to_owned()
             } else if unix {
                 format!("{shards} (database via Unix socket)")
@@ -172,7 +179,8 @@ impl Report {
             };
             let _ = writeln!(
                 s,
-                "| {name} | {prefetch} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                if pipelined { 2 } else { prefetch },
                 fmt_rate(r),
                 sc.spread(),
                 fmt_ratio(ratio(r, self.broker_ceiling(shards, prefetch))),

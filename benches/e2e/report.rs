@@ -51,6 +51,11 @@ pub enum Key {
         shards: u16,
         prefetch: u16,
     },
+    /// Pipelined strict mode: `PREFETCH=2`, `BATCH_MAX=1` (one message
+    /// applied at a time, the next delivery on hand).
+    WorkerPipelined {
+        shards: u16,
+    },
 }
 
 impl Key {
@@ -74,6 +79,9 @@ impl Key {
             ),
             Key::WorkerUnix { shards, prefetch } => {
                 format!("worker, {shards} shard(s), prefetch {prefetch}, database via Unix socket")
+            }
+            Key::WorkerPipelined { shards } => {
+                format!("worker, {shards} shard(s), pipelined strict (prefetch 2, batch max 1)")
             }
         }
     }
@@ -102,7 +110,9 @@ impl Plan {
     /// How many messages the scenario `key` drains.
     pub fn messages_for(&self, key: Key) -> usize {
         match key {
-            Key::BrokerOnly { prefetch: 1, .. } | Key::Worker { prefetch: 1, .. } => self.messages,
+            Key::BrokerOnly { prefetch: 1, .. }
+            | Key::Worker { prefetch: 1, .. }
+            | Key::WorkerPipelined { .. } => self.messages,
             Key::BrokerOnly { .. } | Key::Worker { .. } | Key::WorkerUnix { .. } => {
                 self.messages * self.batch_scale
             }
@@ -402,6 +412,21 @@ impl Report {
             fmt_ratio(ratio(serial, self.broker_ceiling(4, 1))),
             fmt_ratio(ratio(w41, serial)),
         ));
+        let piped = self.rate(Key::WorkerPipelined { shards: 4 });
+        if piped.is_some() {
+            let lower = self
+                .broker_ceiling(4, 1)
+                .zip(self.db_ceiling(4, 1))
+                .map(|(b, d)| b.min(d));
+            out.push(format!(
+                "Pipelined strict (PREFETCH=2, BATCH_MAX=1), 4 shards: {} msg/s = {} PREFETCH=1, {} the serial bound, {} min(broker-only prefetch-1 ceiling, database-only 1-msg/tx ceiling) ({} msg/s)",
+                fmt_rate(piped),
+                fmt_ratio(ratio(piped, w41)),
+                fmt_ratio(ratio(piped, serial)),
+                fmt_ratio(ratio(piped, lower)),
+                fmt_rate(lower),
+            ));
+        }
         let best = self
             .plan
             .shard_counts

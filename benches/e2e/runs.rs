@@ -110,16 +110,18 @@ pub async fn throughput(
     shards: u16,
     prefetch: u16,
     unix_db: bool,
+    extra: &[(&str, String)],
 ) -> anyhow::Result<WorkerRun> {
     let suffix = if unix_db { "_unix" } else { "" };
-    let tag = format!("worker_s{shards}_p{prefetch}{suffix}");
+    let batch = if extra.is_empty() { "" } else { "_b1" };
+    let tag = format!("worker_s{shards}_p{prefetch}{batch}{suffix}");
     let mut env = BenchEnv::new(&tag, true, true).await?;
     env.unix_db = unix_db;
     let pool = env.pool(2).await?;
     let publish_rate = prepare_backlog(&env, shards, work).await?;
     let total = work.len();
     let log = logs.join(format!("{tag}.log"));
-    let mut worker = Worker::start(bin, &env, shards, prefetch, log)?;
+    let mut worker = Worker::start_with(bin, &env, shards, prefetch, extra, log)?;
     let limit = drain_limit(total);
     let started = Instant::now();
     let mut first: Option<Mark> = None;

@@ -411,7 +411,12 @@ pub async fn run(plan: &SustainedPlan, bin: &Path, logs: &Path) -> Vec<Vec<Curve
         for k in 0..n {
             let i = (k + round) % n;
             let consumer = plan.consumers[i];
-            eprintln!("e2e sustained: round {} of {}: {}", round + 1, plan.rounds, consumer.label());
+            eprintln!(
+                "e2e sustained: round {} of {}: {}",
+                round + 1,
+                plan.rounds,
+                consumer.label()
+            );
             let mut result = curve(consumer, plan, bin, logs).await;
             if let Err(e) = &result {
                 eprintln!("e2e sustained {}: {e:#}; once more", consumer.label());
@@ -459,7 +464,10 @@ pub fn medians(plan: &SustainedPlan, rounds: &[Vec<Curve>]) -> Vec<Curve> {
                 let pick = |f: fn(&Step) -> f64| {
                     median(at.iter().map(|st| st.map_or(f64::INFINITY, f)).collect())
                 };
-                let saturated = at.iter().filter(|st| st.is_none_or(|st| st.saturated)).count();
+                let saturated = at
+                    .iter()
+                    .filter(|st| st.is_none_or(|st| st.saturated))
+                    .count();
                 steps.push(Step {
                     offered: rate,
                     published: median(present.iter().map(|st| st.published).collect()),
@@ -544,7 +552,13 @@ pub fn markdown(
             let each: Vec<String> = rounds
                 .iter()
                 .filter_map(|r| r.get(i))
-                .map(|r| format!("{} / {}", rate(r.knee(KNEES_MS[0])), rate(r.knee(KNEES_MS[1]))))
+                .map(|r| {
+                    format!(
+                        "{} / {}",
+                        rate(r.knee(KNEES_MS[0])),
+                        rate(r.knee(KNEES_MS[1]))
+                    )
+                })
                 .collect();
             s += &format!("- {}: {}\n", c.label, each.join("; "));
         }
