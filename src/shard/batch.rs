@@ -24,10 +24,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info_span, warn};
 
 use super::decode::{self, Read};
-use super::{Held, InHand, Session, ShardWorker};
+use super::{Held, Session, ShardWorker};
 use crate::broker::{BrokerError, delivery};
 use crate::message::{Event, Rejection};
-use crate::metrics::{self as m, RetryReason, ShardMetrics};
+use crate::metrics::{self as m, RetryReason};
 use crate::outcome::{Outcome, Settle};
 use crate::store::{Applied, BatchItem, BatchResult, StoreError};
 
@@ -278,29 +278,4 @@ fn lock_table_full(error: &StoreError) -> bool {
         } => db.code().as_deref() == Some("53200"),
         _ => false,
     }
-}
-
-/// Settles processed deliveries: rejects one by one first, then one
-/// `multiple = true` ack up to the last acked delivery (a multiple ack must
-/// never cover a delivery that is still to be rejected).
-pub(super) async fn settle_all(
-    in_hand: &[InHand],
-    metrics: &ShardMetrics,
-) -> Result<(), BrokerError> {
-    let mut last_ack = None;
-    for held in in_hand {
-        match held.settle {
-            Settle::Ack => last_ack = Some(&held.delivery),
-            other => super::settle_delivery(&held.delivery, other, false).await?,
-        }
-    }
-    if let Some(delivery) = last_ack {
-        super::settle_delivery(delivery, Settle::Ack, in_hand.len() > 1).await?;
-    }
-    for held in in_hand {
-        metrics
-            .handle_duration
-            .record(held.received.elapsed().as_secs_f64());
-    }
-    Ok(())
 }

@@ -1,5 +1,4 @@
-//! One worker per shard queue: deliveries in, outcomes out, and the one place
-//! that acks or rejects.
+//! One worker per shard queue: deliveries in, outcomes out.
 //!
 //! Invariants:
 //! - one consumer per shard queue (single active consumer across replicas),
@@ -18,15 +17,18 @@
 //! A delivery goes through `decode` (marker, event or contract violation:
 //! one path for both modes), then `steps` (strict mode: apply with held
 //! retries, record the outcome) or `batch` (several in one transaction),
-//! and is settled here.
+//! then `settle` (the one place that acks or rejects). This file runs the
+//! consume loop and the clean stop.
 
 mod batch;
 mod decode;
 mod hooks;
 mod lease;
+mod settle;
 mod steps;
 
 use lease::Session;
+use settle::InHand;
 use steps::Held;
 
 pub use hooks::{EventHook, HookError, Hooks, Observed, OutcomeHook};
@@ -37,9 +39,7 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions,
-};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 use sqlx::PgPool;
@@ -78,13 +78,6 @@ pub struct ShardWorker {
     pub pool: PgPool,
     pub health: Arc<Health>,
     pub hooks: Hooks,
-}
-
-/// A processed delivery whose broker action is not sent yet.
-struct InHand {
-    delivery: Delivery,
-    settle: Settle,
-    received: Instant,
 }
 
 /// What handling one delivery decided.
@@ -211,7 +204,7 @@ impl ShardWorker {
                     .finish(&ch, &tag, &mut consumer, &session, in_hand)
                     .await;
             }
-            batch::settle_all(&in_hand, &session.metrics).await?;
+            settle::settle_all(&in_hand, &session.metrics).await?;
         }
     }
 
@@ -245,7 +238,7 @@ impl ShardWorker {
         if !unsettled.is_empty() {
             let cancel = ch.basic_cancel(tag.into(), BasicCancelOptions::default());
             call("basic.cancel", cancel).await?;
-            batch::settle_all(&unsettled, &session.metrics).await?;
+            settle::settle_all(&unsettled, &session.metrics).await?;
         }
         let _ = call("channel.close", ch.close(200, "shutting down".into())).await;
         Ok(())
@@ -301,32 +294,5 @@ impl ShardWorker {
         }
         .instrument(span)
         .await
-    }
-}
-
-/// The one function that turns a [`Settle`] into a broker call
-/// (`multiple`: the ack also covers every earlier unsettled delivery).
-async fn settle_delivery(
-    delivery: &Delivery,
-    settle: Settle,
-    multiple: bool,
-) -> Result<(), BrokerError> {
-    let acker = &delivery.acker;
-    let done = match settle {
-        Settle::Ack => call("basic.ack", acker.ack(BasicAckOptions { multiple })).await?,
-        Settle::DeadLetter => {
-            let reject = acker.reject(BasicRejectOptions { requeue: false });
-            call("basic.reject", reject).await?
-        }
-        Settle::Requeue => {
-            let reject = acker.reject(BasicRejectOptions { requeue: true });
-            call("basic.reject", reject).await?
-        }
-    };
-    // `false`: the acker belongs to a dead channel; the message will be redelivered.
-    if done {
-        Ok(())
-    } else {
-        Err(BrokerError::ChannelLost)
     }
 }
