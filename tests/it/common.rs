@@ -137,8 +137,51 @@ pub struct TestEnv {
     pub database: String,
 }
 
+/// Fails once, with what to do, when the services every integration test
+/// needs are not there (instead of a refused connection deep in a test).
+fn require_services() {
+    static CHECKED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let checked = CHECKED.get_or_init(|| {
+        let timeout = Duration::from_secs(3);
+        let reachable = |addr: &str| {
+            use std::net::ToSocketAddrs;
+            addr.to_socket_addrs()
+                .ok()
+                .and_then(|mut a| a.next())
+                .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, timeout).is_ok())
+        };
+        let pg = PG_BASE.rsplit_once('@').map_or(PG_BASE, |(_, a)| a);
+        let mut missing = Vec::new();
+        if !reachable(&amqp_addr()) {
+            missing.push(format!("RabbitMQ at {}", amqp_addr()));
+        }
+        if !reachable(pg) {
+            missing.push(format!("PostgreSQL at {pg}"));
+        }
+        if command("rabbitmqctl").arg("--help").output().is_err() {
+            missing.push("the `rabbitmqctl` command".to_owned());
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the integration tests need a live RabbitMQ (with the consistent-hash \
+                 plugin) and PostgreSQL; missing: {}. `bash deploy/local/test.sh` installs, \
+                 starts and prepares them, then runs the suite (see the README).",
+                missing.join(", ")
+            ))
+        }
+    });
+    if let Err(what) = checked {
+        panic!("{what}");
+    }
+}
+
 impl TestEnv {
+    /// A vhost and a database of one's own; panics with what to do if the
+    /// live services are missing.
     pub async fn new(test: &str) -> Self {
+        require_services();
         let name = format!("{test}_{:08x}", rand::random::<u32>());
         let vhost = format!("urutan-test-{name}");
         sh("rabbitmqctl", &["-q", "add_vhost", &vhost]);
