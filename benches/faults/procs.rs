@@ -165,25 +165,12 @@ impl Proc {
     }
 }
 
+#[path = "../../tests/support/http.rs"]
+mod http;
+
 /// A tiny HTTP/1.0 GET, bounded by 3 s: (status, body); status 0 on failure.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let req = format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
-        stream.write_all(req.as_bytes()).await.ok()?;
-        let mut buf = Vec::new();
-        stream.read_to_end(&mut buf).await.ok()?;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let status = text.split_whitespace().nth(1)?.parse().ok()?;
-        let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
-        Some((status, body))
-    };
-    tokio::time::timeout(Duration::from_secs(3), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or((0, String::new()))
+    http::get(addr, path, Duration::from_secs(3)).await
 }
 
 /// The sum of every sample of metric `name` in a Prometheus scrape.
