@@ -111,24 +111,14 @@ impl Drop for InFlight {
 async fn charge(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> (StatusCode, String) {
     s.in_flight.fetch_add(1, Ordering::SeqCst);
     let _in_flight = InFlight(s.in_flight.clone());
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned()
-    };
-    let (key, timestamp, signature) = (
-        header("webhook-id"),
-        header("webhook-timestamp").parse().unwrap_or(0),
-        header("webhook-signature"),
-    );
-    let signed = urutan::effects::sign::verify(&s.secret, &signature, &key, timestamp, &body);
+    let received = urutan::effects::sign::Received::from_headers(&headers);
+    let signed = received.signed_by(&s.secret, &body);
+    let key = received.id;
     let answer = {
         let Ok(mut book) = s.book.lock() else {
             return (StatusCode::INTERNAL_SERVER_ERROR, "book poisoned".into());
         };
-        if !signed || key.is_empty() || header("idempotency-key") != key {
+        if !signed || key.is_empty() || received.idempotency_key != key {
             book.refused += 1;
             return (StatusCode::UNAUTHORIZED, "bad signature or key".into());
         }

@@ -177,23 +177,14 @@ async fn capture(
     headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, &'static str) {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned()
-    };
-    let id = header("webhook-id");
-    let timestamp = header("webhook-timestamp").parse().unwrap_or(0);
-    let signature = header("webhook-signature");
+    let received = sign::Received::from_headers(&headers);
     let mut ledger = endpoint.ledger.lock().unwrap_or_else(|p| p.into_inner());
     ledger.requests += 1;
-    if !sign::verify(&endpoint.secret, &signature, &id, timestamp, &body) {
+    if !received.signed_by(&endpoint.secret, &body) {
         ledger.bad_signatures += 1;
         return (StatusCode::UNAUTHORIZED, "bad signature");
     }
-    if !ledger.keys.insert(id) {
+    if !ledger.keys.insert(received.id) {
         return (StatusCode::OK, "already captured"); // same key: the first result
     }
     let event: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();

@@ -37,6 +37,45 @@ pub fn verify(secret: &Secret, header: &str, id: &str, timestamp: i64, body: &[u
     header.split(' ').any(|sig| expected.contains(&sig))
 }
 
+/// The Standard Webhooks headers of a received request, as a receiver
+/// reads them (the tests', the demo's and the fault suite's payment
+/// endpoints); missing or unreadable headers read as empty (timestamp 0).
+#[derive(Debug, Clone, Default)]
+pub struct Received {
+    /// `webhook-id`: urutan's message id, the idempotency key.
+    pub id: String,
+    /// `webhook-timestamp`, seconds since the epoch.
+    pub timestamp: i64,
+    /// `webhook-signature`.
+    pub signature: String,
+    /// `Idempotency-Key` (urutan sends the same value as `webhook-id`).
+    pub idempotency_key: String,
+}
+
+impl Received {
+    pub fn from_headers(headers: &axum::http::HeaderMap) -> Self {
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        Self {
+            id: header("webhook-id"),
+            timestamp: header("webhook-timestamp").parse().unwrap_or(0),
+            signature: header("webhook-signature"),
+            idempotency_key: header("idempotency-key"),
+        }
+    }
+
+    /// True if the signature is one `secret` makes for this id, timestamp
+    /// and `body`.
+    pub fn signed_by(&self, secret: &Secret, body: &[u8]) -> bool {
+        verify(secret, &self.signature, &self.id, self.timestamp, body)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

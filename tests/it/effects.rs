@@ -106,22 +106,11 @@ async fn webhook(
     headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, String) {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned()
-    };
-    let (id, timestamp, signature) = (
-        header("webhook-id"),
-        header("webhook-timestamp"),
-        header("webhook-signature"),
-    );
-    let timestamp: i64 = timestamp.parse().unwrap_or(0);
-    let fresh = (chrono::Utc::now().timestamp() - timestamp).abs() < 300;
-    let signed = urutan::effects::sign::verify(&state.secret, &signature, &id, timestamp, &body);
-    if !signed || !fresh || header("idempotency-key") != id || id.is_empty() {
+    let received = urutan::effects::sign::Received::from_headers(&headers);
+    let fresh = (chrono::Utc::now().timestamp() - received.timestamp).abs() < 300;
+    let signed = received.signed_by(&state.secret, &body);
+    let id = received.id;
+    if !signed || !fresh || received.idempotency_key != id || id.is_empty() {
         state.book.lock().expect("book").bad_signatures += 1;
         return (StatusCode::UNAUTHORIZED, "bad signature".into());
     }
