@@ -70,8 +70,8 @@ async fn a_silent_database_link_holds_no_apply_beyond_its_bound() {
 
 /// Order holds on slow, jittery links to both services (jitter never
 /// reorders bytes within a connection, only delays them), and batch mode
-/// keeps most of its throughput with a 100 ms database round trip: a batch
-/// costs a couple of round trips whatever its size. Prints both drain rates.
+/// stays bounded by round trips, not by the link, with a 100 ms database
+/// round trip: about 15 per batch of 256. Prints both drain rates.
 #[tokio::test]
 async fn batch_mode_on_a_slow_database_link() {
     let mut rates = Vec::new();
@@ -112,7 +112,17 @@ async fn batch_mode_on_a_slow_database_link() {
     }
     let ratio = rates[1] / rates[0];
     eprintln!("batch mode with a 100 ms database round trip: {ratio:.2} of its rate without");
-    assert!(ratio > 0.1, "ratio {ratio:.2}");
+    // A batch of up to 256 costs BEGIN, one statement per 8 KiB of events
+    // (about 20 of these; see `store::apply`'s STATEMENT_BYTES) and COMMIT:
+    // about 15 round trips, 1.5 s at 100 ms, so 4 shards apply about 680
+    // msg/s whatever the machine (measured 700-780). The rate without
+    // latency is the machine's (6,000-7,500 here), so the ratio is not
+    // asserted; the round-trip bound is, with room.
+    assert!(
+        rates[1] > 400.0,
+        "{:.0} msg/s with a 100 ms database round trip",
+        rates[1]
+    );
 }
 
 /// Connections to both services reset mid-load (RST/FIN, new ones accepted),
