@@ -57,7 +57,7 @@ use anyhow::{Context, bail};
 
 const USAGE: &str =
     "usage: cargo bench --bench faults -- [--cluster | --pair] [--faults N] [--seed S] \
-[--shards N] [--prefetch 1,16] [--entities N] [--rate EVENTS_PER_S] [--delay-ms MS] [--out DIR]
+[--shards N] [--prefetch 1,16,2/1] [--entities N] [--rate EVENTS_PER_S] [--delay-ms MS] [--out DIR]
 
   --faults N   faults to inject (100): every kind once, then random kinds
   --cluster    against the three-node cluster of FAULTS_CLUSTER=/path/to/deploy/brokers/cluster.sh,
@@ -88,7 +88,7 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
         direct_entities: 0,
         seed: rand::random::<u32>() as u64,
         shards: 12,
-        prefetch: vec![1, 16],
+        consume: fleet::Consume::ROTATION.to_vec(),
         entities: 300,
         rate: 200,
         handler_delay_ms: 2,
@@ -138,7 +138,7 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
             "--seed" => o.seed = value()?.parse()?,
             "--shards" => o.shards = value()?.parse()?,
             "--prefetch" => {
-                o.prefetch = value()?
+                o.consume = value()?
                     .split(',')
                     .map(str::parse)
                     .collect::<Result<_, _>>()?
@@ -151,7 +151,7 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
     }
-    anyhow::ensure!(!o.prefetch.is_empty() && o.entities > 0, "{USAGE}");
+    anyhow::ensure!(!o.consume.is_empty() && o.entities > 0, "{USAGE}");
     o.log_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("faults-{}", o.seed));
     Ok((o, out, name))
 }

@@ -39,8 +39,8 @@ pub struct Options {
     pub direct_entities: usize,
     pub seed: u64,
     pub shards: u16,
-    /// PREFETCH of successive worker replicas, cycled.
-    pub prefetch: Vec<u16>,
+    /// How successive worker replicas consume (PREFETCH, BATCH_MAX), cycled.
+    pub consume: Vec<crate::fleet::Consume>,
     pub entities: usize,
     /// Events per second written through the outbox.
     pub rate: u32,
@@ -107,7 +107,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         amqp_url,
         database_url,
         shards: opts.shards,
-        prefetch: opts.prefetch.clone(),
+        consume: opts.consume.clone(),
         handler_delay_ms: opts.handler_delay_ms,
         effects_url: payee.url.clone(),
         log_dir: opts.log_dir.clone(),
@@ -342,14 +342,21 @@ fn settings_line(o: &Options) -> String {
         ""
     };
     let line = format!(
-        "Settings: SHARD_COUNT={}, 2 `urutan run` replicas with PREFETCH cycling {:?}, \
+        "Settings: SHARD_COUNT={}, 2 `urutan run` replicas taking turns as {}, \
          URUTAN_FAULT_HANDLER_DELAY_MS={} (slow handler, during every fault), 1 `urutan relay`, 1 `urutan effects` \
          (every applied version POSTed to an idempotent payment endpoint, 2 s timeout), \
          AMQP_HEARTBEAT=5, DATABASE_TIMEOUT=5s, on one broker every process's links through \
          fault-injecting proxies, \
          {} entities, {} events/s through the outbox, {}-{} ms between faults, database stops of {}-{} s.",
         o.shards,
-        o.prefetch,
+        o.consume
+            .iter()
+            .map(|c| match c.batch_max {
+                Some(b) => format!("PREFETCH={} BATCH_MAX={b}", c.prefetch),
+                None => format!("PREFETCH={}", c.prefetch),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
         o.handler_delay_ms,
         o.entities,
         o.rate,

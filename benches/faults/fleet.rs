@@ -13,15 +13,66 @@ use rand::rngs::StdRng;
 
 use crate::procs::Proc;
 
+/// How one replica consumes: `PREFETCH`, and `BATCH_MAX` if set (`2/1` is
+/// pipelined strict mode: one message applied at a time, the next on hand).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Consume {
+    pub prefetch: u16,
+    pub batch_max: Option<u16>,
+}
+
+impl Consume {
+    pub const fn prefetch(prefetch: u16) -> Self {
+        Self {
+            prefetch,
+            batch_max: None,
+        }
+    }
+
+    /// The rotation of the fault runs: strict, batch, pipelined strict.
+    pub const ROTATION: [Consume; 3] = [
+        Consume::prefetch(1),
+        Consume::prefetch(16),
+        Consume {
+            prefetch: 2,
+            batch_max: Some(1),
+        },
+    ];
+}
+
+impl std::str::FromStr for Consume {
+    type Err = std::num::ParseIntError;
+
+    /// `16` or `2/1` (PREFETCH/BATCH_MAX).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.split_once('/') {
+            Some((p, b)) => Consume {
+                prefetch: p.trim().parse()?,
+                batch_max: Some(b.trim().parse()?),
+            },
+            None => Consume::prefetch(s.trim().parse()?),
+        })
+    }
+}
+
+impl std::fmt::Display for Consume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.batch_max {
+            Some(b) => write!(f, "p{}b{b}", self.prefetch),
+            None => write!(f, "p{}", self.prefetch),
+        }
+    }
+}
+
 /// How the processes are started.
 #[derive(Debug, Clone)]
 pub struct FleetConfig {
     pub amqp_url: String,
     pub database_url: String,
     pub shards: u16,
-    /// PREFETCH of successive replicas, cycled (e.g. `[1, 16]`: strict and
-    /// batch mode take turns being active).
-    pub prefetch: Vec<u16>,
+    /// How successive replicas consume, cycled (e.g. strict, batch and
+    /// pipelined strict mode take turns being active).
+    pub consume: Vec<Consume>,
     /// `URUTAN_FAULT_HANDLER_DELAY_MS` of every replica.
     pub handler_delay_ms: u64,
     /// Where every applied version's effect goes (`EFFECTS='*=<url>'`).
@@ -81,11 +132,14 @@ impl Fleet {
     /// between commit and ack 1-50 outcomes after a SIGUSR1.
     pub fn spawn_worker(&mut self, rng: &mut StdRng) -> anyhow::Result<Proc> {
         self.started += 1;
-        let prefetch = self.config.prefetch[self.started % self.config.prefetch.len()];
+        let consume = self.config.consume[self.started % self.config.consume.len()];
         let mut env = self.base_env();
+        if let Some(batch_max) = consume.batch_max {
+            env.push(("BATCH_MAX".to_owned(), batch_max.to_string()));
+        }
         env.extend(
             [
-                ("PREFETCH", prefetch.to_string()),
+                ("PREFETCH", consume.prefetch.to_string()),
                 (
                     "URUTAN_FAULT_HANDLER_DELAY_MS",
                     self.config.handler_delay_ms.to_string(),
@@ -98,7 +152,7 @@ impl Fleet {
             ]
             .map(|(k, v)| (k.to_owned(), v)),
         );
-        let name = format!("worker-{}-p{prefetch}", self.started);
+        let name = format!("worker-{}-{consume}", self.started);
         Proc::spawn(&name, "run", &env, &self.config.log_dir)
     }
 

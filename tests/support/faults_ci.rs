@@ -37,7 +37,7 @@ pub fn options(kinds: &[Kind], seed: u64, logs: &str) -> Options {
         direct_entities: 0,
         seed,
         shards: 12,
-        prefetch: vec![1, 16],
+        consume: crate::fleet::Consume::ROTATION.to_vec(),
         entities: 200,
         rate: 150,
         handler_delay_ms: 2,
