@@ -202,22 +202,13 @@ pub fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
-/// A minimal HTTP/1.0 GET returning the status code (bounded to 2 s).
+#[path = "../../tests/support/http.rs"]
+mod http;
+
+/// The status code of a GET (bounded to 2 s), `None` if there was no answer.
 pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let req = format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n");
-        stream.write_all(req.as_bytes()).await.ok()?;
-        let mut buf = Vec::new();
-        stream.read_to_end(&mut buf).await.ok()?;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        text.split_whitespace().nth(1)?.parse().ok()
-    };
-    tokio::time::timeout(Duration::from_secs(2), attempt)
-        .await
-        .ok()
-        .flatten()
+    let (status, _) = http::get(addr, path, Duration::from_secs(2)).await;
+    (status != 0).then_some(status)
 }
 
 /// What the numbers were measured on.
