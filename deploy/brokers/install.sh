@@ -107,12 +107,23 @@ fi
 
 # --- the host's tools ---------------------------------------------------------
 SCRIPT=/usr/share/debootstrap/scripts/sid # bookworm's debootstrap knows no forky
-if ! command -v debootstrap >/dev/null 2>&1 || [[ ! -f $SCRIPT ]] ||
-    [[ ! -f /usr/share/keyrings/debian-archive-keyring.gpg ]]; then
-    log "installing on the host: debootstrap debian-archive-keyring"
-    timeout 600 apt-get update -q >/dev/null || die "apt-get update failed on the host"
-    timeout 600 apt-get install -y -q --no-install-recommends debootstrap debian-archive-keyring \
-        >/dev/null || die "apt-get install debootstrap failed on the host"
+host_tools_missing() {
+    ! command -v debootstrap >/dev/null 2>&1 || [[ ! -f $SCRIPT ]] ||
+        [[ ! -f /usr/share/keyrings/debian-archive-keyring.gpg ]]
+}
+if host_tools_missing; then
+    # Installs of two releases run side by side (deploy/brokers/ci.sh) and
+    # would race for apt's own lists lock: one host apt step at a time, and
+    # the second finds the tools already there.
+    exec 9>"$BROKERS_DIR/.host-apt.lock"
+    flock -w 1200 9 || die "another install holds ${BROKERS_DIR}/.host-apt.lock"
+    if host_tools_missing; then
+        log "installing on the host: debootstrap debian-archive-keyring"
+        timeout 600 apt-get update -q >/dev/null || die "apt-get update failed on the host"
+        timeout 600 apt-get install -y -q --no-install-recommends debootstrap debian-archive-keyring \
+            >/dev/null || die "apt-get install debootstrap failed on the host"
+    fi
+    exec 9>&-
 fi
 
 # --- the root -----------------------------------------------------------------
