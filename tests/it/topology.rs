@@ -107,7 +107,7 @@ pub(crate) fn hash_bindings(env: &TestEnv) -> Vec<(String, String)> {
 }
 
 /// The consistent-hash ring of `pesanan-hash`, in bucket order.
-fn ring(env: &TestEnv) -> Vec<String> {
+pub(crate) fn ring(env: &TestEnv) -> Vec<String> {
     let out = sh(
         "rabbitmq-diagnostics",
         &[
