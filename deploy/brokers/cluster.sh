@@ -14,8 +14,12 @@
 #   cluster.sh kill NODE          SIGKILL of its VM (NODE: c1, c2, c3 or a full name)
 #   cluster.sh restart NODE       start one node again (after kill or stop) and wait
 #   cluster.sh rolling            restart the nodes one by one, each only once no
-#                                 quorum queue depends on it (quorum critical check)
+#                                 quorum queue depends on it (quorum critical check),
+#                                 drained first and revived after (rabbitmq-upgrade)
 #   cluster.sh freeze NODE SECS   SIGSTOP, SECS seconds, SIGCONT
+#   cluster.sh partition NODE SECS
+#                                 NODE cut off from the other two for SECS seconds,
+#                                 then healed (see cmd_partition)
 #   cluster.sh full-restart       stop all three, start all three, wait
 #   cluster.sh forget             stop and delete all three nodes' data
 #   cluster.sh ctl ARGS...        rabbitmqctl on the first running node
@@ -80,7 +84,7 @@ wait_all_running() {
         seen=$(running_nodes "${NODES[0]}" 2>/dev/null | grep -c '^urutan-c' || true)
         ((seen == 3)) && break
         ((SECONDS < deadline)) || die "the cluster has ${seen} of 3 nodes running after ${WAIT_SECS}s"
-        sleep 1
+        sleep 2
     done
     log "all three nodes run in one cluster"
 }
@@ -154,7 +158,9 @@ wait_not_quorum_critical() {
     local n=$1 deadline=$((SECONDS + WAIT_SECS))
     until timeout 60 bash "$HERE/node.sh" queues "$n" -q check_if_node_is_quorum_critical >/dev/null 2>&1; do
         ((SECONDS < deadline)) || die "${n}: still quorum critical after ${WAIT_SECS}s (quorum queues lack members elsewhere)"
-        sleep 1
+        # Each check is a CLI run, an Erlang VM of its own (~1 s of CPU):
+        # polled every second they took a core from the nodes and the fleet.
+        sleep 3
     done
 }
 
@@ -166,14 +172,21 @@ cmd_restart() {
     wait_all_running
 }
 
+# The procedure of RabbitMQ's upgrade guide, node by node: drain (maintenance
+# mode: its clients are disconnected, its quorum queue leaders moved away),
+# stop, start, revive.
 cmd_rolling() {
     local n t
     for n in "${NODES[@]}"; do
         t=$SECONDS
         wait_not_quorum_critical "$n"
-        log "rolling restart: ${n}@localhost"
+        log "rolling restart: ${n}@localhost (drain, stop, start, revive)"
+        timeout 120 bash "$HERE/node.sh" upgrade "$n" -q drain >/dev/null ||
+            die "${n}: rabbitmq-upgrade drain failed"
         node stop "$n"
         cmd_restart "$n"
+        timeout 120 bash "$HERE/node.sh" upgrade "$n" -q revive >/dev/null ||
+            die "${n}: rabbitmq-upgrade revive failed"
         log "rolling restart: ${n}@localhost back in $((SECONDS - t))s"
     done
 }
@@ -185,6 +198,55 @@ cmd_freeze() {
     node freeze "$n"
     sleep "$secs"
     node thaw "$n"
+}
+
+# erl_others NODE: the other two nodes, as an Erlang list of node names.
+erl_others() {
+    local o list=()
+    for o in "${NODES[@]}"; do
+        [[ $o == "$1" ]] || list+=("'${o}@localhost'")
+    done
+    (
+        IFS=,
+        echo "[${list[*]}]"
+    )
+}
+
+# A network partition between NODE and the other two, made in the Erlang
+# distribution: this machine has no packet filter (no iptables or nft) and
+# the nodes share one network namespace, so NODE is given a wrong cookie for
+# the two others and disconnected from them. Every connection between them
+# is then refused both ways (each side checks the other's cookie), exactly
+# as across a cut link, while clients still reach all three nodes (the
+# clients of a partitioned node keep their links, as when only the links
+# between racks fail) and the CLI tools still reach NODE. Healing gives the
+# cookie back and reconnects. RabbitMQ's default partition handling
+# (`ignore`) keeps NODE running; quorum queues elect leaders in the majority.
+partition_eval() {
+    timeout 60 bash "$HERE/node.sh" ctl "$1" -q eval "$2" >/dev/null
+}
+
+# partition_heal NODE OTHERS: NODE's own cookie for OTHERS again, reconnected.
+partition_heal() {
+    partition_eval "$1" "Os = $2, C = erlang:get_cookie(), [erlang:set_cookie(O, C) || O <- Os],
+        [net_kernel:connect_node(O) || O <- Os], ok."
+}
+
+cmd_partition() {
+    local n secs=$2 others
+    n=$(full "$1")
+    [[ $secs =~ ^[0-9]+$ ]] || die "partition NODE SECS"
+    others=$(erl_others "$n")
+    log "partition: ${n}@localhost cut off from ${others} for ${secs}s"
+    # Healed whatever happens next, so a failed step never leaves it cut.
+    trap 'partition_heal "$n" "$others" || true' EXIT
+    partition_eval "$n" "Os = ${others}, [erlang:set_cookie(O, urutan_partitioned) || O <- Os],
+        [erlang:disconnect_node(O) || O <- Os], ok." || die "${n}: could not cut the distribution links"
+    sleep "$secs"
+    partition_heal "$n" "$others" || die "${n}: could not heal the partition"
+    trap - EXIT
+    wait_all_running
+    log "partition: ${n}@localhost healed"
 }
 
 cmd_full_restart() {
@@ -221,6 +283,10 @@ rolling) cmd_rolling ;;
 freeze)
     (($# == 2)) || die "freeze NODE SECS"
     cmd_freeze "$@"
+    ;;
+partition)
+    (($# == 2)) || die "partition NODE SECS"
+    cmd_partition "$@"
     ;;
 full-restart) cmd_full_restart ;;
 forget)

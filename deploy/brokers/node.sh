@@ -16,7 +16,7 @@
 #                                   eval "$(deploy/brokers/node.sh env NAME)"
 #   node.sh ctl     NAME ARGS...    rabbitmqctl ARGS for that node, through the root
 #   node.sh diag    NAME ARGS...    rabbitmq-diagnostics;  plugins: rabbitmq-plugins;
-#   node.sh queues  NAME ARGS...    rabbitmq-queues
+#   node.sh queues  NAME ARGS...    rabbitmq-queues;  upgrade: rabbitmq-upgrade
 #   node.sh forget  NAME            stop it and delete its data, logs and record
 #
 # VERSION is 4.0 or 4.3 (deploy/brokers/install.sh VERSION first); DIST_PORT
@@ -311,7 +311,7 @@ export FAULTS_AMQP_BASE=amqp://guest:guest@127.0.0.1:${PORT}
 export FAULTS_RABBITMQCTL="${self} ctl ${NAME}"
 EOF
     ;;
-ctl | diag | plugins | queues)
+ctl | diag | plugins | queues | upgrade)
     (($# >= 1)) || usage
     load "$1"
     shift
@@ -320,6 +320,7 @@ ctl | diag | plugins | queues)
     diag) exec_tool rabbitmq-diagnostics "$@" ;;
     plugins) exec_tool rabbitmq-plugins "$@" ;;
     queues) exec_tool rabbitmq-queues "$@" ;;
+    upgrade) exec_tool rabbitmq-upgrade "$@" ;;
     esac
     ;;
 forget)
