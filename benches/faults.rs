@@ -12,8 +12,8 @@
 //!
 //! With `--cluster` it runs against the three-node cluster named by
 //! `FAULTS_CLUSTER` (the path of `deploy/brokers/cluster.sh`): the cluster
-//! faults (node SIGKILL, rolling restart, node freeze, full restart with a
-//! backlog), a direct producer besides the relay, and writes
+//! faults (node SIGKILL, rolling restart, node freeze, node partition, full
+//! restart with a backlog), a direct producer besides the relay, and writes
 //! `benches/results/faults-cluster.{md,json}`.
 //!
 //! With `--pair` the database is a PostgreSQL primary with a synchronous

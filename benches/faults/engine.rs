@@ -311,6 +311,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
             entities: opts.direct_entities,
             confirmed: direct_ledger.confirmed,
             retried: direct_ledger.retried,
+            returned: direct_ledger.returned,
         }),
         mix: MixSummary {
             poison_confirmed: ledger.poison_confirmed.len(),

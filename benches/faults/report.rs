@@ -76,6 +76,8 @@ pub struct DirectSummary {
     pub entities: usize,
     pub confirmed: u64,
     pub retried: u64,
+    /// Publishes acked but returned as unroutable (sent again).
+    pub returned: u64,
 }
 
 /// Everything one run measured.
@@ -204,8 +206,9 @@ pub fn markdown(r: &RunReport) -> String {
     if let Some(d) = &r.direct {
         s += &format!(
             "Direct producer: {} versions of {} orders confirmed straight into `pesanan-hash` \
-             ({} publishes retried with the same message id).\n\n",
-            d.confirmed, d.entities, d.retried
+             ({} publishes retried with the same message id, {} of them after the broker \
+             returned one as unroutable).\n\n",
+            d.confirmed, d.entities, d.retried, d.returned
         );
     }
     s += &format!(
