@@ -188,8 +188,15 @@ phase() {
     shift 3
     log_file=$LOGDIR/${version}-${name}.log
     start=$SECONDS
+    # The fault suite holds each recovery to a goal: two of them at once
+    # (ci.sh runs 4.0 and 4.3 side by side) starved each other on 2 cores
+    # (probes not applied within 30 s after 6 of 13 faults on 4.0 and 2 on
+    # 4.3, every invariant kept). Fault phases take turns on a machine; the
+    # other phases still overlap.
+    local turn=()
+    [[ $name == faults ]] && turn=(flock -w 1800 "$BROKERS_DIR/.matrix-faults.lock")
     # Bounded: a test that hangs fails its phase instead of the whole run.
-    timeout --kill-after=30 "${MATRIX_PHASE_SECS:-1200}" "${BIN[$target]}" "$@" >"$log_file" 2>&1 || rc=$?
+    "${turn[@]}" timeout --kill-after=30 "${MATRIX_PHASE_SECS:-1200}" "${BIN[$target]}" "$@" >"$log_file" 2>&1 || rc=$?
     read -r p f < <(counts "$log_file")
     PHASES+=("${name} ${p}/$((p + f)) $((SECONDS - start))s")
     PASSED=$((PASSED + p))
