@@ -174,6 +174,9 @@ GRANT SELECT, INSERT, DELETE ON urutan_efek_rute TO :"dispatcher_role";
 -- Effects: claimed (FOR UPDATE SKIP LOCKED, UPDATE), settled, and purged
 -- after EFFECTS_RETENTION.
 GRANT SELECT, UPDATE, DELETE ON urutan_efek TO :"dispatcher_role";
+-- The schedule the claims and results keep (migration 0011): an order's
+-- row is locked, moved to its due time, and deleted once nothing is pending.
+GRANT SELECT, INSERT, UPDATE, DELETE ON urutan_efek_kepala TO :"dispatcher_role";
 \endif
 
 COMMIT;

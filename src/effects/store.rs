@@ -1,9 +1,10 @@
-//! The effect tables (migration 0009): the routes the apply transaction
-//! reads, and the dispatcher's claims and results.
+//! The effect tables (migrations 0009 and 0011): the routes the apply
+//! transaction reads, and the dispatcher's claims and results.
 //!
 //! Invariants the queries keep:
 //! - an effect is claimed only when it is the first pending effect of its
-//!   order (in `(versi, tujuan)` order) and its lease is free, with
+//!   order (in `(versi, tujuan)` order) and its lease is free; claims take
+//!   the order's row in the schedule `urutan_efek_kepala` with
 //!   `FOR UPDATE SKIP LOCKED`: two dispatchers never hold the same effect,
 //!   and an order never has two effects in flight;
 //! - a claim bumps `percobaan`; a result is recorded only under the claim
@@ -11,7 +12,7 @@
 //!   lease expired cannot overwrite a later attempt;
 //! - a pending effect stays pending until a 2xx or a dead letter is
 //!   recorded: a crash anywhere leaves it to be claimed again once its lease
-//!   expires, and sent again with the same key.
+//!   expires (its order is due again then), and sent again with the same key.
 
 use std::time::Duration;
 
@@ -127,59 +128,27 @@ pub async fn current_routes(pool: &PgPool) -> Result<Vec<(String, String)>, sqlx
 }
 
 /// Claims at most `limit` effects that may go now (see the module doc) for
-/// `lease`, on behalf of `owner`.
-///
-/// The claim must walk the pending effects oldest first and stop as soon as
-/// it has `limit` of them that head their order: the index on pending
-/// `efek`, read in order, with an anti-join probe per row. PostgreSQL's
-/// statistics lag behind a backlog that grows fast (an endpoint that is
-/// slow or down, a burst): it then estimated 31 pending rows where there
-/// were 64,801, read all of them with a bitmap scan, probed each and sorted
-/// them, 652 ms per claim instead of under 1 ms. Each claim got slower as
-/// the backlog grew, the backlog grew because claims were slow, and the
-/// dispatcher never caught up (a cluster fault run: 64,801 effects pending
-/// two minutes after the drain, 20,614 sent in 13 minutes). So the claim
-/// runs in a transaction where the plans that read every pending row (a
-/// bitmap scan, a sort) are off: the ordered index scan is the only one
-/// left, whatever the statistics say.
+/// `lease`, on behalf of `owner`: `urutan_efek_klaim` (migration 0011)
+/// reads the orders that are due from the schedule `urutan_efek_kepala`,
+/// soonest first, and takes each one's first pending effect. Its work is
+/// O(`limit`), whatever the backlog: the claim it replaced walked the
+/// pending effects oldest first until it had `limit` heads, which with
+/// fewer heads free than asked for (the common case: each finished send
+/// wakes a claim for one slot) meant the whole backlog, about 2 s per claim
+/// at 37,000 pending, and a dispatcher that never caught up.
 pub async fn claim(
     pool: &PgPool,
     limit: i64,
     lease: Duration,
     owner: &str,
 ) -> Result<Vec<Claimed>, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::raw_sql("SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off")
-        .execute(&mut *tx)
-        .await?;
-    let claimed = sqlx::query_as(
-        "WITH calon AS (
-             SELECT e.efek FROM urutan_efek e
-             WHERE e.keadaan = 'menunggu' AND e.coba_pada <= now()
-               AND (e.sewa_sampai IS NULL OR e.sewa_sampai < now())
-               AND NOT EXISTS (
-                   SELECT 1 FROM urutan_efek d
-                   WHERE d.pesanan_id = e.pesanan_id AND d.keadaan = 'menunggu'
-                     AND (d.versi, d.tujuan) < (e.versi, e.tujuan))
-             ORDER BY e.efek
-             LIMIT $1
-             FOR UPDATE SKIP LOCKED
-         )
-         UPDATE urutan_efek e
-         SET sewa_sampai = now() + make_interval(secs => $2), sewa_oleh = $3,
-             percobaan = e.percobaan + 1
-         FROM calon, urutan_efek_tujuan t
-         WHERE e.efek = calon.efek AND t.tujuan = e.tujuan
-         RETURNING e.efek, e.pesanan_id, e.versi, e.message_id, e.isi::text AS isi, t.url,
-                   e.percobaan",
-    )
-    .bind(limit)
-    .bind(lease.as_secs_f64())
-    .bind(owner)
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(claimed)
+    let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+    sqlx::query_as("SELECT * FROM urutan_efek_klaim($1, $2, $3)")
+        .bind(limit)
+        .bind(lease.as_secs_f64())
+        .bind(owner)
+        .fetch_all(pool)
+        .await
 }
 
 /// Records the result of attempt `percobaan` of effect `efek`; false if the
@@ -199,22 +168,15 @@ pub async fn record(
         } => ("menunggu", *code, Some(answer.as_str()), *after),
         Recorded::Dead { code, answer } => ("gagal", *code, Some(answer.as_str()), Duration::ZERO),
     };
-    let done = sqlx::query(
-        "UPDATE urutan_efek
-         SET keadaan = $3, kode = $4, jawaban = $5, sewa_sampai = NULL, sewa_oleh = NULL,
-             coba_pada = now() + make_interval(secs => $6),
-             selesai_pada = CASE WHEN $3 = 'menunggu' THEN NULL ELSE now() END
-         WHERE efek = $1 AND percobaan = $2 AND keadaan = 'menunggu'",
-    )
-    .bind(efek)
-    .bind(percobaan)
-    .bind(keadaan)
-    .bind(code.map(i32::from))
-    .bind(answer)
-    .bind(after.as_secs_f64())
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
+    sqlx::query_scalar("SELECT urutan_efek_hasil($1, $2, $3, $4, $5, $6)")
+        .bind(efek)
+        .bind(percobaan)
+        .bind(keadaan)
+        .bind(code.map(i32::from))
+        .bind(answer)
+        .bind(after.as_secs_f64())
+        .fetch_one(pool)
+        .await
 }
 
 /// Per endpoint URL: (pending effects, age of the oldest pending in
