@@ -120,6 +120,11 @@ BEGIN
                     SET sewa_sampai = v_sampai, sewa_oleh = p_oleh, percobaan = e.percobaan + 1
                     FROM urutan_efek_tujuan t
                     WHERE e.efek = v_head AND t.tujuan = e.tujuan
+                      -- Rechecked if a claim outside the schedule (a
+                      -- dispatcher older than this migration, during an
+                      -- upgrade) leased it meanwhile: then it is not ours.
+                      AND e.keadaan = 'menunggu'
+                      AND (e.sewa_sampai IS NULL OR e.sewa_sampai <= now())
                     RETURNING e.efek, e.pesanan_id, e.versi, e.message_id, e.isi::text, t.url,
                               e.percobaan;
                 GET DIAGNOSTICS v_rows = ROW_COUNT;

@@ -80,6 +80,137 @@ $$;
 
 
 --
+-- Name: urutan_efek_hasil(bigint, integer, text, integer, text, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_efek_hasil(p_efek bigint, p_percobaan integer, p_keadaan text, p_kode integer, p_jawaban text, p_setelah double precision) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_order TEXT;
+BEGIN
+    SELECT e.pesanan_id INTO v_order FROM urutan_efek e WHERE e.efek = p_efek;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO urutan_efek_kepala AS k (pesanan_id, siap_pada) VALUES (v_order, now())
+    ON CONFLICT (pesanan_id) DO UPDATE SET siap_pada = k.siap_pada WHERE false;
+    UPDATE urutan_efek e
+    SET keadaan = p_keadaan, kode = p_kode, jawaban = p_jawaban,
+        sewa_sampai = NULL, sewa_oleh = NULL,
+        coba_pada = now() + make_interval(secs => p_setelah),
+        selesai_pada = CASE WHEN p_keadaan = 'menunggu' THEN NULL ELSE now() END
+    WHERE e.efek = p_efek AND e.percobaan = p_percobaan AND e.keadaan = 'menunggu';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE urutan_efek_kepala k
+    SET siap_pada = now() + make_interval(secs => p_setelah)
+    WHERE k.pesanan_id = v_order;
+    RETURN true;
+END
+$$;
+
+
+--
+-- Name: urutan_efek_kepala_baru(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_efek_kepala_baru() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+BEGIN
+    INSERT INTO urutan_efek_kepala AS k (pesanan_id, siap_pada)
+    SELECT DISTINCT b.pesanan_id, now() FROM baru b WHERE b.keadaan = 'menunggu'
+    ORDER BY 1
+    ON CONFLICT (pesanan_id) DO UPDATE SET siap_pada = k.siap_pada WHERE false;
+    RETURN NULL;
+END
+$$;
+
+
+--
+-- Name: urutan_efek_kepala_lagi(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_efek_kepala_lagi() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO '$user', 'public'
+    AS $$
+BEGIN
+    INSERT INTO urutan_efek_kepala AS k (pesanan_id, siap_pada)
+    VALUES (NEW.pesanan_id, now())
+    ON CONFLICT (pesanan_id) DO UPDATE SET siap_pada = least(k.siap_pada, now());
+    RETURN NULL;
+END
+$$;
+
+
+--
+-- Name: urutan_efek_klaim(integer, double precision, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_efek_klaim(p_batas integer, p_sewa double precision, p_oleh text) RETURNS TABLE(efek bigint, pesanan_id text, versi bigint, message_id text, isi text, url text, percobaan integer)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_order  TEXT;
+    v_head   BIGINT;
+    v_due    TIMESTAMPTZ;
+    v_sampai TIMESTAMPTZ := now() + make_interval(secs => p_sewa);
+    v_taken  INT := 0;
+    v_seen   INT;
+    v_rows   INT;
+BEGIN
+    IF p_sewa <= 0 THEN
+        RAISE EXCEPTION 'urutan: a lease of % s would not hold a claim', p_sewa;
+    END IF;
+    LOOP
+        v_seen := 0;
+        FOR v_order IN
+            SELECT k.pesanan_id FROM urutan_efek_kepala k
+            WHERE k.siap_pada <= now()
+            ORDER BY k.siap_pada
+            LIMIT p_batas - v_taken
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            v_seen := v_seen + 1;
+            SELECT e.efek, greatest(e.coba_pada, e.sewa_sampai) INTO v_head, v_due
+            FROM urutan_efek e
+            WHERE e.pesanan_id = v_order AND e.keadaan = 'menunggu'
+            ORDER BY e.versi, e.tujuan
+            LIMIT 1;
+            IF NOT FOUND THEN
+                DELETE FROM urutan_efek_kepala k WHERE k.pesanan_id = v_order;
+            ELSIF v_due > now() THEN
+                UPDATE urutan_efek_kepala k SET siap_pada = v_due WHERE k.pesanan_id = v_order;
+            ELSE
+                UPDATE urutan_efek_kepala k SET siap_pada = v_sampai WHERE k.pesanan_id = v_order;
+                RETURN QUERY
+                    UPDATE urutan_efek e
+                    SET sewa_sampai = v_sampai, sewa_oleh = p_oleh, percobaan = e.percobaan + 1
+                    FROM urutan_efek_tujuan t
+                    WHERE e.efek = v_head AND t.tujuan = e.tujuan
+                      -- Rechecked if a claim outside the schedule (a
+                      -- dispatcher older than this migration, during an
+                      -- upgrade) leased it meanwhile: then it is not ours.
+                      AND e.keadaan = 'menunggu'
+                      AND (e.sewa_sampai IS NULL OR e.sewa_sampai <= now())
+                    RETURNING e.efek, e.pesanan_id, e.versi, e.message_id, e.isi::text, t.url,
+                              e.percobaan;
+                GET DIAGNOSTICS v_rows = ROW_COUNT;
+                v_taken := v_taken + v_rows;
+            END IF;
+        END LOOP;
+        EXIT WHEN v_seen = 0 OR v_taken >= p_batas;
+    END LOOP;
+END
+$$;
+
+
+--
 -- Name: urutan_epoch_selesai(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -594,6 +725,16 @@ ALTER SEQUENCE public.urutan_efek_efek_seq OWNED BY public.urutan_efek.efek;
 
 
 --
+-- Name: urutan_efek_kepala; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.urutan_efek_kepala (
+    pesanan_id text NOT NULL,
+    siap_pada timestamp with time zone NOT NULL
+);
+
+
+--
 -- Name: urutan_efek_rute; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -917,6 +1058,14 @@ ALTER TABLE ONLY public.urutan_dikembalikan
 
 
 --
+-- Name: urutan_efek_kepala urutan_efek_kepala_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_efek_kepala
+    ADD CONSTRAINT urutan_efek_kepala_pkey PRIMARY KEY (pesanan_id);
+
+
+--
 -- Name: urutan_efek urutan_efek_pesanan_id_versi_tujuan_key; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1068,6 +1217,13 @@ CREATE INDEX urutan_dikembalikan_pesanan_idx ON public.urutan_dikembalikan USING
 
 
 --
+-- Name: urutan_efek_kepala_siap_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_kepala_siap_idx ON public.urutan_efek_kepala USING btree (siap_pada);
+
+
+--
 -- Name: urutan_efek_menunggu_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1121,6 +1277,20 @@ CREATE TRIGGER urutan_dikembalikan_mati AFTER INSERT ON public.urutan_dead_lette
 --
 
 CREATE TRIGGER urutan_efek_catat AFTER INSERT ON public.pesanan_riwayat FOR EACH ROW EXECUTE FUNCTION public.urutan_efek_catat();
+
+
+--
+-- Name: urutan_efek urutan_efek_kepala_baru; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER urutan_efek_kepala_baru AFTER INSERT ON public.urutan_efek REFERENCING NEW TABLE AS baru FOR EACH STATEMENT EXECUTE FUNCTION public.urutan_efek_kepala_baru();
+
+
+--
+-- Name: urutan_efek urutan_efek_kepala_lagi; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER urutan_efek_kepala_lagi AFTER UPDATE OF keadaan ON public.urutan_efek FOR EACH ROW WHEN (((old.keadaan <> 'menunggu'::text) AND (new.keadaan = 'menunggu'::text))) EXECUTE FUNCTION public.urutan_efek_kepala_lagi();
 
 
 --
