@@ -61,7 +61,9 @@ const USAGE: &str =
 
   --faults N   faults to inject (100): every kind once, then random kinds
   --cluster    against the three-node cluster of FAULTS_CLUSTER=/path/to/deploy/brokers/cluster.sh,
-               with the cluster faults; writes faults-cluster.{md,json}
+               with the cluster faults, 100 events/s through the outbox (--rate after it
+               changes that) and a direct producer at 50 versions/s; writes
+               faults-cluster.{md,json}
   --pair       the database is a primary with a synchronous streaming standby
                (FAULTS_PG_PAIR=/path/to/deploy/postgres/pair.sh), reached through a proxy
                playing its DNS name; adds the kind \"database failover\" (primary killed,
@@ -115,7 +117,11 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
                     "--cluster needs FAULTS_CLUSTER=/path/to/deploy/brokers/cluster.sh"
                 );
                 o.kinds = inject::Kind::CLUSTER.to_vec();
-                o.direct_rate = 100;
+                // The load of tests/cluster.rs (the CI check): three nodes,
+                // PostgreSQL and the fleet share the cores, and a full
+                // restart's backlog must drain within its goal.
+                o.rate = 100;
+                o.direct_rate = 50;
                 o.direct_entities = 100;
                 // A SIGKILLed node's consumers hold their shards for 60 s
                 // (consumer_disconnected_timeout): see Kind::goal.

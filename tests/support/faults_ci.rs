@@ -12,10 +12,11 @@ use crate::engine::{self, Options};
 use crate::inject::Kind;
 use crate::report::RunReport;
 
-/// Upper bound of the end-to-end recovery: the relay's longest reconnect
-/// backoff (10 s + 100 % jitter) plus the goal, which is not reset between
-/// faults less than a minute apart (docs/faults.md); at least the workers'
-/// bound of the fault.
+/// Upper bound of the end-to-end recovery: the relay's reconnect backoff
+/// (its attempts fail for as long as the broker is away, each waiting
+/// longer, up to 10 s + jitter) plus its catching up with the outbox rows
+/// written meanwhile; at least the workers' bound of the fault (README,
+/// "Proven under faults").
 pub const E2E_BOUND_MS: f64 = 30_000.0;
 
 /// `FAULTS_SEED`, else a random one (printed by [`run`] for a replay).
@@ -28,7 +29,8 @@ pub fn seed() -> u64 {
 
 /// Each of `kinds` once, in a seeded order, under the CI workload: 12
 /// shards, strict and batch replicas taking turns, 200 orders at 150
-/// events/s through the outbox, 0.5-1.5 s between faults.
+/// events/s through the outbox, 0.5-1.5 s between faults (each once the
+/// previous one's backlog has drained: see `engine::settle`).
 pub fn options(kinds: &[Kind], seed: u64, logs: &str) -> Options {
     Options {
         faults: kinds.len(),
