@@ -145,14 +145,6 @@ impl Settings {
         self.batch_max.unwrap_or(self.prefetch).min(self.prefetch)
     }
 
-    /// How long `urutan run` keeps processed ids and resolved dead letters.
-    pub fn retention(&self) -> crate::store::Retention {
-        crate::store::Retention {
-            dedup: self.dedup_retention,
-            dead_letters: self.dead_letter_retention,
-        }
-    }
-
     /// The broker nodes to connect to, with the heartbeat setting applied.
     pub fn broker(&self) -> BrokerUrls {
         self.amqp_url.with_heartbeat(self.amqp_heartbeat)

@@ -17,8 +17,9 @@
 //! workers, reconnects, owns shutdown), [`reshard`] (order across ring
 //! changes: the recorded ring, epochs and windows, parking, retiring shards), [`health`] + [`http`] + [`metrics`]
 //! (what operators see), [`ops`] (`urutan status` and `urutan explain`),
-//! [`dlq`] (dead letters: recorded by the workers, listed and replayed by
-//! `urutan dlq`), [`telemetry`] (logs), [`effects`] (webhooks for applied
+//! [`dead_letter`] (what a rejected delivery's record holds, written by the
+//! workers before they reject), [`dlq`] (`urutan dlq`: dead letters listed,
+//! shown, replayed, purged), [`telemetry`] (logs), [`effects`] (webhooks for applied
 //! versions, recorded in the apply transaction, sent by `urutan effects`).
 //!
 //! The external contract (names, message format, outcomes, tables, settings,
@@ -27,6 +28,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod dead_letter;
 pub mod dlq;
 pub mod effects;
 pub mod health;

@@ -160,7 +160,7 @@ impl Supervisor {
         ));
         tasks.spawn(store::run_retention(
             pool.clone(),
-            settings.retention(),
+            store::Retention::of(&settings),
             background.clone(),
         ));
 

@@ -1,6 +1,7 @@
 //! The dead-letter record of one message: a delivery in, a row out (pure
-//! code, shared by the workers, which record before they reject, and by
-//! `urutan dlq`, which records what it finds in the DLQ without a row).
+//! code, shared by the shard workers, which record before they reject, and
+//! by `urutan dlq`, which records what it finds in the DLQ without a row;
+//! [`crate::store`] writes the row).
 //!
 //! Everything taken from the message is made storable: PostgreSQL's `text`
 //! and `jsonb` cannot hold NUL characters or invalid UTF-8, and an index
@@ -13,10 +14,12 @@ use lapin::types::AMQPValue;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-pub use super::amqp::{Death, clean, deaths, headers_json, properties_json};
+mod amqp;
+
 use crate::broker::delivery;
 use crate::message::{self, Rejection};
 use crate::store::NewDeadLetter;
+pub use amqp::{Death, clean, deaths, headers_json, properties_json};
 
 /// Body bytes kept in the record (`dlq show` shows a capped view of it).
 pub const BODY_KEPT: usize = 64 * 1024;

@@ -4,7 +4,7 @@
 //!
 //! Sources of truth: the DLQ holds the messages; `urutan_dead_letter` holds
 //! why each is there (a worker records it before it rejects, see
-//! [`record`]). `list` and `show` read the records, so looking never puts a
+//! [`crate::dead_letter`]). `list` and `show` read the records, so looking never puts a
 //! message at risk. Only a [`walk`] takes messages out of the DLQ, and it
 //! never hands one back (why: see its module doc); it also records any
 //! message it finds without a record (dead-lettered by the broker itself)
@@ -17,11 +17,9 @@
 //! - `purge`: read on the DLQ;
 //! - `replay`: read on the DLQ, write on the entry exchange and `amq.default`.
 
-mod amqp;
 mod effects;
 mod list;
 mod predict;
-pub mod record;
 mod replay;
 mod rows;
 mod show;

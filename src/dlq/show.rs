@@ -9,8 +9,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::record::Death;
 use super::{Ctx, ShowArgs, walk};
+use crate::dead_letter::Death;
 
 /// Everything `show` prints.
 #[derive(Debug, Serialize, sqlx::FromRow)]

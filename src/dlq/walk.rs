@@ -44,9 +44,9 @@ use serde_json::json;
 use sqlx::PgPool;
 
 use super::DlqError;
-use super::record;
 use super::rows::{self, Row, find_row, resolve};
 use crate::broker::{Names, call};
+use crate::dead_letter;
 
 /// A message taken from the DLQ, not yet settled.
 pub(crate) struct Taken {
@@ -130,8 +130,8 @@ impl<'a> Walker<'a> {
             let Some(delivery) = self.get().await? else {
                 return Ok(None);
             };
-            let key = record::delivery_key(&delivery.properties, &delivery.data);
-            let digest = record::content_digest(&delivery.properties, &delivery.data);
+            let key = dead_letter::delivery_key(&delivery.properties, &delivery.data);
+            let digest = dead_letter::content_digest(&delivery.properties, &delivery.data);
             let copy = match self.taken_keys.get(&key) {
                 Some(seen) if *seen == digest => {
                     ack(&delivery).await?;
@@ -189,7 +189,7 @@ impl<'a> Walker<'a> {
     ) -> Result<Taken, DlqError> {
         let mut row = find_row(self.db, &key).await?;
         if row.is_none() && !copy {
-            let new = record::found_in_queue(&delivery, self.max_body_bytes);
+            let new = dead_letter::found_in_queue(&delivery, self.max_body_bytes);
             if crate::store::insert_dead_letter(self.db, &new)
                 .await?
                 .is_some()
@@ -198,7 +198,7 @@ impl<'a> Walker<'a> {
             }
             row = find_row(self.db, &key).await?;
         }
-        let deaths = record::deaths(&delivery.properties);
+        let deaths = dead_letter::deaths(&delivery.properties);
         if let Some(row) = row.as_ref().filter(|r| !r.has_death && !deaths.is_empty()) {
             sqlx::query(
                 "UPDATE urutan_dead_letter SET x_death = $2 WHERE id = $1 AND x_death IS NULL",
@@ -245,7 +245,9 @@ impl<'a> Walker<'a> {
         if let (Some(row), false) = (&taken.row, taken.copy) {
             resolve(&mut *tx, row.id, "replayed").await?;
         }
-        let props = with_headers(&taken.delivery.properties, |n| !record::is_added_header(n));
+        let props = with_headers(&taken.delivery.properties, |n| {
+            !dead_letter::is_added_header(n)
+        });
         let entry = self.names.entry_exchange();
         let confirmation = self
             .publish(&entry, &routing_key, &taken.delivery.data, props)
@@ -282,7 +284,7 @@ impl<'a> Walker<'a> {
     /// first published straight to the hash exchange or a queue): the hash
     /// exchange routes on the `x-pesanan-id` header alone.
     fn replay_routing_key(&self, delivery: &Delivery) -> String {
-        let (_, key) = record::original_route(delivery);
+        let (_, key) = dead_letter::original_route(delivery);
         let prefix = self.names.entry_exchange();
         let routed = key == prefix || key.starts_with(&format!("{prefix}."));
         if routed {

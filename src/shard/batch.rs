@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info_span, warn};
 
 use super::decode::{self, Read};
+use super::hooks;
 use super::{Held, Session, ShardWorker};
 use crate::broker::{BrokerError, delivery};
 use crate::message::{Event, Rejection};
@@ -122,7 +123,7 @@ impl ShardWorker {
             .zip(&steps)
             .filter_map(|(delivery, step)| match step {
                 Step::Done(Outcome::DeadLettered(rejection), error) => {
-                    Some(crate::dlq::record::rejected(
+                    Some(crate::dead_letter::rejected(
                         delivery,
                         self.shard,
                         *rejection,
@@ -141,7 +142,7 @@ impl ShardWorker {
                 continue;
             };
             if let Checked::Event(event) = prepared {
-                super::steps::record_lag(session, event);
+                session.record_lag(event);
             }
             let message_id = delivery.properties.message_id().as_ref();
             settles.push(self.record(session, outcome, message_id.map(|id| id.as_str())));
@@ -177,7 +178,7 @@ impl ShardWorker {
             let Err(panic) = run else {
                 return Checked::Event(event);
             };
-            last_error = Some(super::steps::panic_message(panic.as_ref()));
+            last_error = Some(hooks::panic_message(panic.as_ref()));
             error!(message_id = %event.message_id, attempt, "the handler panicked on this message");
             metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => RetryReason::Panic.label())
                 .increment(1);

@@ -159,6 +159,15 @@ impl Session {
     }
 
     /// When the kept connection is due back to the pool (`None`: none kept).
+    /// Records the publish-to-commit lag of an event that carried a timestamp.
+    pub fn record_lag(&self, event: &Event) {
+        let lag =
+            (event.published_at).and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
+        if let Some(lag) = lag {
+            self.metrics.lag.record(lag.as_secs_f64());
+        }
+    }
+
     pub fn due(&self) -> Option<tokio::time::Instant> {
         let since = self.slot().as_ref()?.since;
         Some(tokio::time::Instant::from_std(since + HOLD))

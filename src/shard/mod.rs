@@ -269,7 +269,7 @@ impl ShardWorker {
                 error!("the handler panicked on this message; requeueing it");
                 Decision::Requeue {
                     reason: RetryReason::Panic,
-                    error: steps::panic_message(panic.as_ref()),
+                    error: hooks::panic_message(panic.as_ref()),
                 }
             });
             let message_id = delivery.properties.message_id().as_ref();
@@ -279,7 +279,7 @@ impl ShardWorker {
                 Decision::Done(outcome) => {
                     if let Outcome::DeadLettered(rejection) = outcome {
                         let row =
-                            crate::dlq::record::rejected(delivery, self.shard, rejection, None);
+                            crate::dead_letter::rejected(delivery, self.shard, rejection, None);
                         self.record_dead_letters(ch, session, vec![row], shutdown)
                             .await?;
                     }

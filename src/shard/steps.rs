@@ -2,7 +2,7 @@
 //! held retries), record the outcome, requeue a failing message, release
 //! parked messages.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use lapin::Channel;
@@ -13,8 +13,8 @@ use tracing::{debug, error, info, warn};
 use super::decode::{self, Read};
 use super::{Decision, Observed, SHUTDOWN_GRACE, Session, ShardWorker};
 use crate::broker::{BrokerError, delivery};
-use crate::dlq;
-use crate::message::{self, Event, Rejection};
+use crate::dead_letter;
+use crate::message::{self, Rejection};
 use crate::metrics::{self as m, RetryReason};
 use crate::outcome::{Outcome, Settle};
 use crate::reshard::handoff;
@@ -75,7 +75,7 @@ impl ShardWorker {
             .await;
         match applied {
             Ok(Applied::Done(outcome)) => {
-                record_lag(session, &event);
+                session.record_lag(&event);
                 Decision::Done(outcome)
             }
             Ok(Applied::Parked) => {
@@ -202,7 +202,7 @@ impl ShardWorker {
         let returns = delivery::previous_deliveries(delivery) + 1;
         if returns > u64::from(self.delivery_limit) {
             let rejection = Rejection::DeliveryLimit;
-            let row = dlq::record::rejected(delivery, self.shard, rejection, Some(error));
+            let row = dead_letter::rejected(delivery, self.shard, rejection, Some(error));
             self.record_dead_letters(ch, session, vec![row], shutdown)
                 .await?;
             let message_id = delivery.properties.message_id().as_ref();
@@ -307,26 +307,5 @@ impl ShardWorker {
             }
             Err(_) => true,
         }
-    }
-}
-
-/// Records the publish-to-commit lag of an event that carried a timestamp.
-pub(super) fn record_lag(session: &Session, event: &Event) {
-    let lag = event
-        .published_at
-        .and_then(|t| SystemTime::now().duration_since(t).ok());
-    if let Some(lag) = lag {
-        session.metrics.lag.record(lag.as_secs_f64());
-    }
-}
-
-/// The text of a panic's payload (what `panic!` or `resume_unwind` was given).
-pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        format!("the handler panicked: {s}")
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        format!("the handler panicked: {s}")
-    } else {
-        "the handler panicked".to_owned()
     }
 }

@@ -32,7 +32,7 @@ pub struct NewDeadLetter {
     pub routing_key: Option<String>,
     pub properties: serde_json::Value,
     pub headers: serde_json::Value,
-    /// At most [`crate::dlq::record::BODY_KEPT`] bytes.
+    /// At most [`crate::dead_letter::BODY_KEPT`] bytes.
     pub body: Vec<u8>,
     /// The full body size.
     pub body_bytes: i32,

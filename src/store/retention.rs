@@ -48,6 +48,16 @@ pub struct Retention {
     pub dead_letters: Duration,
 }
 
+impl Retention {
+    /// What the settings keep (`DEDUP_RETENTION`, `DEAD_LETTER_RETENTION`).
+    pub fn of(settings: &crate::config::Settings) -> Self {
+        Self {
+            dedup: settings.dedup_retention,
+            dead_letters: settings.dead_letter_retention,
+        }
+    }
+}
+
 /// Purges now and then every few minutes until `shutdown`.
 pub async fn run_retention(pool: PgPool, retention: Retention, shutdown: CancellationToken) {
     loop {
