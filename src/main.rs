@@ -191,8 +191,9 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             let names = Names::new(&settings.topology_prefix);
             let mut declare = settings.clone();
             declare.topology_mode = urutan::config::TopologyMode::Declare;
-            let urutan::supervisor::Prepared { plan, epoch, .. } =
-                urutan::supervisor::prepare_topology(&declare, &names, &pool, &conn, true).await?;
+            let urutan::reshard::prepare::Prepared { plan, epoch, .. } =
+                urutan::reshard::prepare::prepare_topology(&declare, &names, &pool, &conn, true)
+                    .await?;
             let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
             pool.close().await;
             info!(

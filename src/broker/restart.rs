@@ -26,7 +26,7 @@ use super::{BrokerError, Names, call};
 /// declared. Costs one channel (a missing exchange closes it). A user with
 /// no permission at all on the sentinel cannot probe it on RabbitMQ 4.2.6+
 /// (403 to a passive declare): that counts as a restart, the safe answer
-/// (as when the user cannot declare it, see the supervisor).
+/// (as when the user cannot declare it, see `reshard::prepare`).
 pub async fn restarted(conn: &Connection, names: &Names) -> Result<bool, BrokerError> {
     let ch = call("channel.open", conn.create_channel()).await?;
     let passive = ExchangeDeclareOptions {

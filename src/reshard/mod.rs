@@ -8,12 +8,15 @@
 //!   moved order's newer messages wait for its older ones on the old shard
 //!   (the migrations written before this module call it `src/handoff.rs`;
 //!   applied migrations cannot change, not even their comments);
-//! - [`retire`]: draining and deleting the shard queues a shrink removed.
+//! - [`retire`]: draining and deleting the shard queues a shrink removed;
+//! - [`prepare`]: topology preparation, the step that moves the ring: plan,
+//!   bindings, epoch, with the relay's publishing paused.
 //!
-//! The supervisor drives them (`supervisor::prepare_topology`); the shard
+//! The supervisor and `urutan topology` drive them ([`prepare::prepare_topology`]); the shard
 //! worker passes markers and releases parked messages; the SQL that decides
 //! is in `migrations/` (see `docs/glossary.md` for its names).
 
 pub mod handoff;
+pub mod prepare;
 pub mod retire;
 pub mod ring;

@@ -1,9 +1,10 @@
 //! Retiring the shards a shrink removed (`SHARD_COUNT` lowered with
 //! `--allow-shrink`).
 //!
-//! The supervisor unbinds the removed shards from the hash exchange and opens
-//! an epoch while relay publishing is paused, so every message routed to a
-//! removed shard is queued before that epoch's marker and nothing but
+//! Topology preparation ([`super::prepare`]) unbinds the removed shards
+//! from the hash exchange and opens an epoch while relay publishing is
+//! paused, so every message routed to a removed shard is queued before that
+//! epoch's marker and nothing but
 //! markers can arrive after it. A removed shard keeps its worker until it has
 //! passed that marker; then it holds no message any more: its queue is
 //! deleted, highest shard first so the remaining queues stay contiguous, and

@@ -228,7 +228,7 @@ enum Owner {
     Topology,
 }
 
-/// The steps of `supervisor::prepare_topology`, in its order.
+/// The steps of `reshard::prepare::prepare_topology`, in its order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Step {
     /// `pause_publishing`, then `ring::current` + `ring::resolve`.
