@@ -335,6 +335,13 @@ async fn publish(
     .await
 }
 
+/// The key of the advisory lock the active relay of the topology `prefix`
+/// holds (`pg_try_advisory_lock(hashtext(key))`): one relay publishes, the
+/// others stand by. `urutan status` looks for its holder.
+pub fn lock_key(prefix: &str) -> String {
+    format!("urutan-relay:{prefix}")
+}
+
 /// Waits (polling every second) for the relay lock of `prefix`; false if
 /// `shutdown` came first.
 async fn acquire_lock(
@@ -345,7 +352,7 @@ async fn acquire_lock(
     let mut announced = false;
     loop {
         let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1))")
-            .bind(format!("urutan-relay:{prefix}"))
+            .bind(lock_key(prefix))
             .fetch_one(&mut *db)
             .await?;
         if got {

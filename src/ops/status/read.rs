@@ -147,8 +147,8 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
 }
 
 /// The session holding the relay's advisory lock (`urutan relay` takes
-/// `pg_try_advisory_lock(hashtext('urutan-relay:<prefix>'))`, see
-/// `outbox::relay`): in `pg_locks`, a bigint key is split into `classid`
+/// `pg_try_advisory_lock(hashtext(key))`, the key from
+/// [`crate::outbox::relay::lock_key`]): in `pg_locks`, a bigint key is split into `classid`
 /// (high half) and `objid` (low half) with `objsubid` 1.
 async fn relay_session(db: &PgPool, names: &Names) -> Result<Option<Session>, sqlx::Error> {
     let row: Option<(i32, Option<DateTime<Utc>>, Option<String>)> = sqlx::query_as(
@@ -159,7 +159,7 @@ async fn relay_session(db: &PgPool, names: &Names) -> Result<Option<Session>, sq
            AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtext($1)::bigint
          LIMIT 1",
     )
-    .bind(format!("urutan-relay:{}", names.entry_exchange()))
+    .bind(crate::outbox::relay::lock_key(&names.entry_exchange()))
     .fetch_optional(db)
     .await?;
     Ok(row.map(|(pid, since, client)| Session { pid, since, client }))
