@@ -404,7 +404,7 @@ async fn max_seq(db: &PgPool) -> i64 {
 }
 
 /// How long a fault waits at most for the backlog before it to drain.
-const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 
 /// Waits (at most `limit`) until the workers have caught up: every outbox
 /// event written more than 2 s ago is processed. A fault then starts from

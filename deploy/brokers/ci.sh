@@ -3,9 +3,10 @@
 # the broker matrix's CI selection on RabbitMQ 4.0 and 4.3 side by side
 # (deploy/brokers/matrix.sh --ci, each version on its own node and private
 # PostgreSQL cluster, one test at a time per version: two at once in all,
-# as in the machine's own run; their fault-suite phases take turns), then
-# the three-node 4.3 cluster under node loss (deploy/brokers/cluster-check.sh,
-# 6-11 min; URUTAN_CI_CLUSTER=0 leaves it out).
+# as in the machine's own run; their serial and fault-suite phases take
+# turns), then the three-node 4.3 cluster under node loss
+# (deploy/brokers/cluster-check.sh, 6-11 min; URUTAN_CI_CLUSTER=0 leaves it
+# out).
 #
 #   deploy/brokers/ci.sh
 #
