@@ -155,7 +155,6 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         if let Err(e) = fleet.heal(&mut rng).await {
             violations.push(format!("fleet not healthy before the fault: {e:#}"));
         }
-        let settled = settle(&db, SETTLE_LIMIT).await;
         seq_marks.push(max_seq(&db).await);
         let fault_start = Utc::now();
         eprintln!("[faults] #{index} {} ...", kind.label());
@@ -223,18 +222,6 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
                 }
             }
             None => {}
-        }
-        match settled {
-            Ok(waited) if waited >= Duration::from_secs(1) => {
-                detail += &format!(
-                    " (started once the backlog before it had drained, after {:.1} s)",
-                    waited.as_secs_f64()
-                );
-            }
-            Ok(_) => {}
-            Err(left) => {
-                detail += &format!(" (started over a backlog of {left} outbox events)");
-            }
         }
         eprintln!("[faults] #{index} {detail}: recovery {recovery:?} ms, end to end {e2e:?} ms");
         faults.push(FaultRecord {
@@ -365,8 +352,7 @@ fn settings_line(o: &Options) -> String {
          URUTAN_FAULT_HANDLER_DELAY_MS={} (slow handler, during every fault), 1 `urutan relay`, 1 `urutan effects` \
          (every applied version POSTed to an idempotent payment endpoint, 2 s timeout), \
          AMQP_HEARTBEAT=5, DATABASE_TIMEOUT=5s, {links}, \
-         {} entities, {} events/s through the outbox, {}-{} ms between faults (each once the \
-         backlog before it has drained, at most {} s), database stops of {}-{} s.",
+         {} entities, {} events/s through the outbox, {}-{} ms between faults, database stops of {}-{} s.",
         o.shards,
         o.consume
             .iter()
@@ -381,7 +367,6 @@ fn settings_line(o: &Options) -> String {
         o.rate,
         o.gap_ms.0,
         o.gap_ms.1,
-        SETTLE_LIMIT.as_secs(),
         o.db_stop_secs.0,
         o.db_stop_secs.1
     );
@@ -401,40 +386,6 @@ async fn max_seq(db: &PgPool) -> i64 {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     0
-}
-
-/// How long a fault waits at most for the backlog before it to drain.
-const SETTLE_LIMIT: Duration = Duration::from_secs(30);
-
-/// Waits (at most `limit`) until the workers have caught up: every outbox
-/// event written more than 2 s ago is processed. A fault then starts from
-/// a steady state, and its recovery (a probe published after it, behind
-/// whatever is queued) measures this fault, not the backlog the previous
-/// one left (a database outage's, say, when faults follow 0.5-1.5 s
-/// apart). Returns how long it waited, or the events still behind at the
-/// deadline; the fault goes ahead either way.
-async fn settle(db: &PgPool, limit: Duration) -> Result<Duration, i64> {
-    let start = Instant::now();
-    let mut behind = -1;
-    while start.elapsed() < limit {
-        // The newest 20,000 rows: far more than any fault's backlog, and a
-        // range read however long the run.
-        let count: Result<i64, _> = sqlx::query_scalar(
-            "SELECT count(*) FROM outbox o
-             WHERE o.id > (SELECT coalesce(max(id), 0) - 20000 FROM outbox)
-               AND o.dibuat_pada < now() - interval '2 seconds'
-               AND NOT EXISTS (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text)",
-        )
-        .fetch_one(db)
-        .await;
-        match count {
-            Ok(0) => return Ok(start.elapsed()),
-            Ok(n) => behind = n,
-            Err(_) => {}
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    Err(behind)
 }
 
 /// Recovery after a fault that ended at `ended`, in ms, polled for `limit`:

@@ -29,8 +29,7 @@ pub fn seed() -> u64 {
 
 /// Each of `kinds` once, in a seeded order, under the CI workload: 12
 /// shards, strict and batch replicas taking turns, 200 orders at 150
-/// events/s through the outbox, 0.5-1.5 s between faults (each once the
-/// previous one's backlog has drained: see `engine::settle`).
+/// events/s through the outbox, 0.5-1.5 s between faults.
 pub fn options(kinds: &[Kind], seed: u64, logs: &str) -> Options {
     Options {
         faults: kinds.len(),
