@@ -57,7 +57,7 @@ async fn serial_cluster_faults_keep_every_promise() {
     // A SIGKILLed node's consumers hold their shards for 60 s
     // (consumer_disconnected_timeout): see Kind::goal.
     opts.recovery_limit = Duration::from_secs(150);
-    let (report, worst) = faults_ci::run("cluster faults", &opts, Duration::from_secs(1200)).await;
+    let (report, worst) = faults_ci::run("cluster faults", &opts, Duration::from_secs(1500)).await;
     let direct = report.direct.as_ref().map_or(0, |d| d.confirmed);
     assert!(
         report.events_written > 1_000 && direct > 1_000 && report.mix.poison_confirmed > 0,

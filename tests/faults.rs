@@ -51,7 +51,7 @@ async fn serial_every_fault_kind_once_under_load_keeps_every_promise() {
         kinds.extend(inject::Kind::PAIR);
     }
     let opts = faults_ci::options(&kinds, faults_ci::seed(), "faults-ci");
-    let (report, _) = faults_ci::run("fault suite", &opts, Duration::from_secs(600)).await;
+    let (report, _) = faults_ci::run("fault suite", &opts, Duration::from_secs(900)).await;
     assert!(
         report.events_written > 1_000 && report.mix.poison_confirmed > 0,
         "too little workload to prove anything: {} events, {} poison",

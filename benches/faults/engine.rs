@@ -155,6 +155,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         if let Err(e) = fleet.heal(&mut rng).await {
             violations.push(format!("fleet not healthy before the fault: {e:#}"));
         }
+        let settled = settle(&env.amqp_url(), &db, opts, SETTLE_LIMIT).await;
         seq_marks.push(max_seq(&db).await);
         let fault_start = Utc::now();
         eprintln!("[faults] #{index} {} ...", kind.label());
@@ -222,6 +223,16 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
                 }
             }
             None => {}
+        }
+        match settled {
+            Ok(waited) if waited >= Duration::from_secs(1) => {
+                detail += &format!(
+                    " (started once the backlog before it had drained, after {:.1} s)",
+                    waited.as_secs_f64()
+                );
+            }
+            Ok(_) => {}
+            Err(left) => detail += &format!(" (started over a backlog: {left})"),
         }
         eprintln!("[faults] #{index} {detail}: recovery {recovery:?} ms, end to end {e2e:?} ms");
         faults.push(FaultRecord {
@@ -352,7 +363,8 @@ fn settings_line(o: &Options) -> String {
          URUTAN_FAULT_HANDLER_DELAY_MS={} (slow handler, during every fault), 1 `urutan relay`, 1 `urutan effects` \
          (every applied version POSTed to an idempotent payment endpoint, 2 s timeout), \
          AMQP_HEARTBEAT=5, DATABASE_TIMEOUT=5s, {links}, \
-         {} entities, {} events/s through the outbox, {}-{} ms between faults, database stops of {}-{} s.",
+         {} entities, {} events/s through the outbox, {}-{} ms between faults, each once the backlog before it has drained (at most {} \
+         messages queued and {} outbox rows unsent, waited for at most {} s), database stops of {}-{} s.",
         o.shards,
         o.consume
             .iter()
@@ -367,6 +379,9 @@ fn settings_line(o: &Options) -> String {
         o.rate,
         o.gap_ms.0,
         o.gap_ms.1,
+        o.rate.max(2) / 2,
+        o.rate.max(2) / 2,
+        SETTLE_LIMIT.as_secs(),
         o.db_stop_secs.0,
         o.db_stop_secs.1
     );
@@ -388,6 +403,73 @@ async fn max_seq(db: &PgPool) -> i64 {
     0
 }
 
+/// How long a fault waits at most for the backlog before it to drain.
+const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// Waits (at most `limit`) until the workers and the relay have caught up
+/// with what the previous fault left behind: at most half a second of the
+/// workload (`rate / 2`) ready in the shard queues together, and as many
+/// outbox rows unsent. A fault then starts from a steady state, and its
+/// recovery (a probe published after it, queued behind whatever is there)
+/// is its own: with faults 0.5-1.5 s apart, a relay abort was charged
+/// 10-30 s for the backlog of the database outage before it. Both reads
+/// are cheap (passive declares; the outbox's partial index of unsent
+/// rows), so the wait does not slow what it waits for. Returns how long
+/// it waited, or what was still queued at the deadline; the fault goes
+/// ahead either way.
+async fn settle(
+    amqp_url: &str,
+    db: &PgPool,
+    opts: &Options,
+    limit: Duration,
+) -> Result<Duration, String> {
+    let start = Instant::now();
+    let most = u64::from(opts.rate.max(2) / 2);
+    let names = urutan::broker::Names::new("pesanan");
+    let queues: Vec<String> = (0..opts.shards).map(|i| names.shard_queue(i)).collect();
+    let mut left = "unknown (neither the broker nor the database answered)".to_owned();
+    let mut conn = None;
+    let mut settled = None;
+    while start.elapsed() < limit {
+        if conn.is_none() {
+            conn = crate::workload::connect_any(amqp_url).await;
+        }
+        let queued = match &conn {
+            Some(c) => match urutan::ops::queue_infos(c, &queues).await {
+                Ok(infos) => Some(
+                    infos
+                        .iter()
+                        .flatten()
+                        .map(|q| u64::from(q.ready))
+                        .sum::<u64>(),
+                ),
+                Err(_) => {
+                    conn = None;
+                    None
+                }
+            },
+            None => None,
+        };
+        let unsent: Option<i64> =
+            sqlx::query_scalar("SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL")
+                .fetch_one(db)
+                .await
+                .ok();
+        if let (Some(queued), Some(unsent)) = (queued, unsent) {
+            if queued <= most && unsent <= most as i64 {
+                settled = Some(start.elapsed());
+                break;
+            }
+            left = format!("{queued} messages queued, {unsent} outbox rows unsent");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if let Some(c) = conn {
+        let _ = urutan::broker::call("connection.close", c.close(200, "settled".into())).await;
+    }
+    settled.ok_or(left)
+}
+
 /// Recovery after a fault that ended at `ended`, in ms, polled for `limit`:
 /// (workers, end to end). Workers: a probe message (a new entity
 /// `probe-<index>`, published straight to the exchange once the broker
@@ -404,23 +486,32 @@ async fn measure_recovery(
 ) -> (Option<f64>, Option<f64>) {
     let deadline = Instant::now() + limit;
     let probe = format!("probe-{index}");
-    let mut published = false;
+    let mut published = None;
+    let mut attempts = 0;
     let (mut workers, mut e2e) = (None, None);
+    let mut shard = None;
     let since = |at: DateTime<Utc>| (at - ended).num_microseconds().map(|us| us as f64 / 1000.0);
     while Instant::now() < deadline && (workers.is_none() || e2e.is_none()) {
-        if !published {
-            published = crate::workload::publish_probe(amqp_url, &probe)
+        if published.is_none() {
+            attempts += 1;
+            if crate::workload::publish_probe(amqp_url, &probe)
                 .await
-                .is_ok();
+                .is_ok()
+            {
+                published = since(Utc::now());
+            }
         }
         if workers.is_none() {
-            let at: Result<Option<DateTime<Utc>>, _> = sqlx::query_scalar(
-                "SELECT diterapkan_pada FROM pesanan_riwayat WHERE pesanan_id = $1",
+            let at: Result<Option<(DateTime<Utc>, i32)>, _> = sqlx::query_as(
+                "SELECT diterapkan_pada, shard FROM pesanan_riwayat WHERE pesanan_id = $1",
             )
             .bind(&probe)
             .fetch_optional(db)
             .await;
-            workers = at.ok().flatten().and_then(since);
+            if let Ok(Some((at, on))) = at {
+                workers = since(at);
+                shard = Some(on);
+            }
         }
         if e2e.is_none() {
             let at: Result<Option<DateTime<Utc>>, _> = sqlx::query_scalar(
@@ -435,6 +526,14 @@ async fn measure_recovery(
             e2e = at.ok().flatten().and_then(since);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Where the time went when the workers were slow (a slow publish is
+    // the suite's, a slow apply the product's).
+    if workers.is_none_or(|ms| ms > 2_000.0) {
+        eprintln!(
+            "[faults] #{index} {probe}: published {published:?} ms after the fault's end \
+             ({attempts} attempt(s)), applied on shard {shard:?}"
+        );
     }
     (workers, e2e)
 }

@@ -116,7 +116,11 @@ impl Fleet {
             ("AMQP_URL", c.amqp_url.clone()),
             ("DATABASE_URL", c.database_url.clone()),
             ("SHARD_COUNT", c.shards.to_string()),
-            ("RUST_LOG", "info".to_owned()),
+            // `FAULTS_RUST_LOG` (e.g. `info,urutan::shard=debug`) to look closer.
+            (
+                "RUST_LOG",
+                std::env::var("FAULTS_RUST_LOG").unwrap_or_else(|_| "info".to_owned()),
+            ),
             // A silent link (the blackhole faults) is given up after about
             // two heartbeats, an apply on a silent database link after
             // DATABASE_TIMEOUT + 5 s.
