@@ -27,6 +27,12 @@
 #[allow(dead_code)]
 #[path = "e2e/env.rs"]
 mod env;
+#[path = "../tests/support/http.rs"]
+mod http;
+#[path = "../tests/support/process.rs"]
+mod process;
+#[path = "../tests/support/scratch.rs"]
+mod scratch;
 
 use std::time::Duration;
 
@@ -215,7 +221,7 @@ async fn scenario(o: &Options, broker_restart: bool, step: i64) -> anyhow::Resul
             "versions with gaps"
         }
     );
-    let env = BenchEnv::new("direct", true, true).await?;
+    let env = BenchEnv::new("direct").await?;
     let db = env.pool(4).await?;
     sqlx::raw_sql(PARK_LOG).execute(&db).await?;
     let mut settings = Settings::defaults();

@@ -23,14 +23,20 @@ mod ceilings;
 mod chart;
 #[path = "e2e/env.rs"]
 mod env;
+#[path = "../tests/support/http.rs"]
+mod http;
 #[path = "e2e/load.rs"]
 mod load;
+#[path = "../tests/support/process.rs"]
+mod process;
 #[path = "e2e/procfs.rs"]
 mod procfs;
 #[path = "e2e/report.rs"]
 mod report;
 #[path = "e2e/runs.rs"]
 mod runs;
+#[path = "../tests/support/scratch.rs"]
+mod scratch;
 #[path = "e2e/sustained.rs"]
 mod sustained;
 

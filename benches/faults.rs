@@ -37,6 +37,10 @@ mod links;
 #[path = "faults/payee.rs"]
 mod payee;
 // The test proxy, shared with the integration tests (not every mode is used here).
+#[path = "../tests/support/http.rs"]
+mod http;
+#[path = "../tests/support/process.rs"]
+mod process;
 #[path = "faults/procs.rs"]
 mod procs;
 #[allow(dead_code)]
@@ -44,6 +48,8 @@ mod procs;
 mod proxy;
 #[path = "faults/report.rs"]
 mod report;
+#[path = "../tests/support/scratch.rs"]
+mod scratch;
 #[path = "faults/services.rs"]
 mod services;
 #[path = "faults/workload.rs"]

@@ -15,6 +15,8 @@
 
 #[path = "../tests/it/interleave.rs"]
 mod interleave;
+#[path = "../tests/support/scratch.rs"]
+mod scratch;
 
 use std::time::Duration;
 

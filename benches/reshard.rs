@@ -18,18 +18,26 @@
 #[allow(dead_code)]
 #[path = "e2e/env.rs"]
 mod env;
+#[path = "../tests/support/http.rs"]
+mod http;
+#[path = "../tests/support/process.rs"]
+mod process;
+#[path = "../tests/support/scratch.rs"]
+mod scratch;
 
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{bail, ensure};
 use clap::Parser;
 use serde::Serialize;
 use sqlx::PgPool;
 
 use env::BenchEnv;
+use process::Urutan;
 
 #[derive(Parser, Debug, Clone)]
 struct Options {
@@ -80,53 +88,48 @@ struct Report {
     timeline: Vec<Sample>,
 }
 
-/// A `urutan` process, SIGKILLed if still running when dropped.
-struct Proc(Child);
-
-impl Proc {
-    fn start(env: &BenchEnv, args: &[&str], vars: &[(&str, String)]) -> anyhow::Result<Self> {
-        let child = Command::new(env!("CARGO_BIN_EXE_urutan"))
-            .args(args)
-            .env("AMQP_URL", env.amqp_url().expose())
-            .env("DATABASE_URL", env.database_url().expose())
-            .env("METRICS_ADDR", "127.0.0.1:0")
-            // lapin logs the passive probes' expected channel closes as errors.
-            .env("RUST_LOG", "warn,lapin::channel=off")
-            .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .context("spawn urutan")?;
-        env::track_process(child.id());
-        Ok(Self(child))
-    }
-
-    /// SIGTERM, then wait (bounded) for a clean exit.
-    fn terminate(mut self) -> anyhow::Result<()> {
-        let pid = self.0.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status()?;
-        let deadline = Instant::now() + Duration::from_secs(40);
-        while Instant::now() < deadline {
-            if let Some(status) = self.0.try_wait()? {
-                env::untrack_process(self.0.id());
-                ensure!(status.success(), "urutan exited with {status}");
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        bail!("urutan did not stop within 40 s of SIGTERM")
-    }
+/// Starts `urutan <args>` on the scenario as `name` (the shared
+/// child-process type, `tests/support/process.rs`: SIGKILLed if still
+/// running when dropped), logging to `target/bench-logs/reshard-<pid>/`.
+fn start(
+    env: &BenchEnv,
+    name: &str,
+    args: &[&str],
+    extra: &[(&str, String)],
+) -> anyhow::Result<Urutan> {
+    let mut vars = vec![
+        ("AMQP_URL", env.amqp_url().expose().to_owned()),
+        ("DATABASE_URL", env.database_url().expose().to_owned()),
+        // lapin logs the passive probes' expected channel closes as errors.
+        ("RUST_LOG", "warn,lapin::channel=off".to_owned()),
+        (env::OWNER_VAR, std::process::id().to_string()),
+    ];
+    vars.extend(extra.iter().cloned());
+    let log = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("target/bench-logs/reshard-{}", std::process::id()))
+        .join(format!("{name}.log"));
+    Urutan::spawn(
+        Path::new(env!("CARGO_BIN_EXE_urutan")),
+        name,
+        args,
+        &vars,
+        log,
+    )
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        env::untrack_process(self.0.id());
-    }
+/// SIGTERM, then a clean exit within 40 s.
+async fn terminate(mut process: Urutan) -> anyhow::Result<()> {
+    let status = process.stop(Duration::from_secs(40)).await?;
+    ensure!(
+        status.success(),
+        "{} exited with {status}; log tail:\n{}",
+        process.name,
+        process.tail()
+    );
+    Ok(())
 }
 
-fn worker(env: &BenchEnv, o: &Options, shards: u16, shrink: bool) -> anyhow::Result<Proc> {
+fn worker(env: &BenchEnv, o: &Options, shards: u16, shrink: bool) -> anyhow::Result<Urutan> {
     let mut vars = vec![
         ("SHARD_COUNT", shards.to_string()),
         ("PREFETCH", o.prefetch.to_string()),
@@ -134,7 +137,7 @@ fn worker(env: &BenchEnv, o: &Options, shards: u16, shrink: bool) -> anyhow::Res
     if shrink {
         vars.push(("ALLOW_SHRINK", "true".into()));
     }
-    Proc::start(env, &["run"], &vars)
+    start(env, &format!("worker-{shards}"), &["run"], &vars)
 }
 
 /// Writes `rate` events per second into the outbox until `stop`; returns
@@ -344,9 +347,9 @@ fn write(report: &Report) -> anyhow::Result<()> {
 }
 
 async fn run(o: Options) -> anyhow::Result<Report> {
-    let env = BenchEnv::new("reshard", true, true).await?;
+    let env = BenchEnv::new("reshard").await?;
     let db = env.pool(4).await?;
-    let relay = Proc::start(&env, &["relay"], &[])?;
+    let relay = start(&env, "relay", &["relay"], &[])?;
     let first = worker(&env, &o, 4, false)?;
     wait_resharded(&db, 1).await?;
 
@@ -376,12 +379,12 @@ async fn run(o: Options) -> anyhow::Result<Report> {
     eprintln!("reshard: growing 4 → 8 (rolling deploy)");
     let grown = worker(&env, &o, 8, false)?;
     wait_resharded(&db, 2).await?;
-    first.terminate()?;
+    terminate(first).await?;
     tokio::time::sleep(steady).await;
     eprintln!("reshard: shrinking 8 → 6 (rolling deploy)");
     let shrunk = worker(&env, &o, 6, true)?;
     wait_resharded(&db, 3).await?;
-    grown.terminate()?;
+    terminate(grown).await?;
     tokio::time::sleep(steady).await;
 
     stop.store(true, Ordering::Relaxed);
@@ -399,8 +402,8 @@ async fn run(o: Options) -> anyhow::Result<Report> {
     )
     .await?;
     let _ = sampler.await;
-    shrunk.terminate()?;
-    relay.terminate()?;
+    terminate(shrunk).await?;
+    terminate(relay).await?;
     check(&db, total).await?;
 
     let samples = samples.lock().map(|v| v.clone()).unwrap_or_default();

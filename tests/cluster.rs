@@ -23,6 +23,10 @@ mod links;
 #[path = "../benches/faults/payee.rs"]
 mod payee;
 // The test proxy, shared with the integration tests (not every mode is used here).
+#[path = "support/http.rs"]
+mod http;
+#[path = "support/process.rs"]
+mod process;
 #[path = "../benches/faults/procs.rs"]
 mod procs;
 #[allow(dead_code)]
@@ -30,6 +34,8 @@ mod procs;
 mod proxy;
 #[path = "../benches/faults/report.rs"]
 mod report;
+#[path = "support/scratch.rs"]
+mod scratch;
 #[path = "../benches/faults/services.rs"]
 mod services;
 #[path = "../benches/faults/workload.rs"]

@@ -60,7 +60,7 @@ const BATCH_LINGER: Duration = Duration::from_millis(5);
 /// first) and acks them with one `multiple` ack. Timed from the first
 /// delivery to the last ack.
 pub async fn broker_only(work: Workload, shards: u16, prefetch: u16) -> anyhow::Result<Measured> {
-    let env = BenchEnv::new(&format!("broker_s{shards}_p{prefetch}"), true, false).await?;
+    let env = BenchEnv::new(&format!("broker_s{shards}_p{prefetch}")).await?;
     prepare_backlog(&env, shards, work).await?;
     let total = work.len();
     let conn = load::connect(&env.amqp_url(), "urutan-bench ack-only").await?;
@@ -260,8 +260,8 @@ pub async fn db_only(
     unix_db: bool,
 ) -> anyhow::Result<(Measured, String)> {
     let tag = format!("db_t{tasks}_{mode:?}");
-    let mut env = BenchEnv::new(&tag, false, true).await?;
-    env.unix_db = unix_db;
+    let mut env = BenchEnv::new(&tag).await?;
+    env.use_unix_socket(unix_db);
     let pool = env.pool(u32::from(tasks) + 2).await?;
     {
         let mut conn = pool.acquire().await?;

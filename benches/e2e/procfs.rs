@@ -4,14 +4,11 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
 use serde::{Deserialize, Serialize};
-use tokio::process::{Child, Command};
 
-use crate::env::{BenchEnv, OWNER_VAR, admin, track_process, untrack_process};
+use crate::env::{BenchEnv, OWNER_VAR};
 
 /// One reading of a process's counters.
 #[derive(Debug, Clone, Copy, Default)]
@@ -76,18 +73,9 @@ pub fn busy_share(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<f64> {
     (t1 > t0).then(|| (b1 - b0) as f64 / (t1 - t0) as f64)
 }
 
-/// A running `urutan run` process (killed if dropped while running).
-pub struct Worker {
-    child: Child,
-    pub pid: u32,
-    pub http: SocketAddr,
-    pub log: PathBuf,
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
+/// A running `urutan run` process (killed if dropped while running): the
+/// shared child-process type (`tests/support/process.rs`).
+pub use crate::process::Urutan as Worker;
 
 impl Worker {
     /// Starts `bin run` on `env` with `SHARD_COUNT`/`PREFETCH`, logging (at
@@ -111,103 +99,23 @@ impl Worker {
         extra: &[(&str, String)],
         log: PathBuf,
     ) -> anyhow::Result<Self> {
-        let http: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        if let Some(dir) = log.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let out = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
-        let child = Command::new(bin)
-            .arg("run")
-            .env("AMQP_URL", env.amqp_url().expose())
-            .env("DATABASE_URL", env.database_url().expose())
-            .env("SHARD_COUNT", shards.to_string())
-            .env("PREFETCH", prefetch.to_string())
-            .env("METRICS_ADDR", http.to_string())
-            .env("RUST_LOG", "warn")
-            .env("LOG_FORMAT", "text")
-            .env(OWNER_VAR, std::process::id().to_string())
-            .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out.try_clone()?))
-            .stderr(Stdio::from(out))
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("cannot start {}", bin.display()))?;
-        let pid = child.id().context("the worker exited at once")?;
-        track_process(pid);
-        Ok(Self {
-            child,
-            pid,
-            http,
-            log,
-        })
-    }
-
-    /// Fails if the process has exited (with the tail of its log).
-    pub fn check_alive(&mut self) -> anyhow::Result<()> {
-        if let Some(status) = self.child.try_wait()? {
-            bail!(
-                "the worker exited early ({status}); log tail:\n{}",
-                tail(&self.log)
-            );
-        }
-        Ok(())
-    }
-
-    /// Waits (at most `limit`) until `/readyz` answers 200.
-    pub async fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
-        let start = std::time::Instant::now();
-        loop {
-            self.check_alive()?;
-            if http_status(self.http, "/readyz").await == Some(200) {
-                return Ok(());
-            }
-            if start.elapsed() > limit {
-                bail!(
-                    "worker not ready after {limit:?}; log tail:\n{}",
-                    tail(&self.log)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// SIGTERM, then wait up to 30 s for a clean exit (SIGKILL after that).
-    pub async fn stop(mut self) -> anyhow::Result<ExitStatus> {
-        if let Some(status) = self.child.try_wait()? {
-            return Ok(status);
-        }
-        admin("kill", &["-TERM", &self.pid.to_string()]).await?;
-        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
-            Ok(status) => Ok(status?),
-            Err(_) => {
-                let _ = self.child.kill().await;
-                bail!("the worker did not stop within 30 s of SIGTERM (killed)")
-            }
-        }
+        let mut vars = vec![
+            ("AMQP_URL", env.amqp_url().expose().to_owned()),
+            ("DATABASE_URL", env.database_url().expose().to_owned()),
+            ("SHARD_COUNT", shards.to_string()),
+            ("PREFETCH", prefetch.to_string()),
+            ("RUST_LOG", "warn".to_owned()),
+            ("LOG_FORMAT", "text".to_owned()),
+            (OWNER_VAR, std::process::id().to_string()),
+        ];
+        vars.extend(extra.iter().cloned());
+        Self::spawn(bin, "worker", &["run"], &vars, log)
     }
 }
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        // `kill_on_drop` ends a still-running child right after this.
-        untrack_process(self.pid);
-    }
-}
-
-/// The last lines of a log file, for error messages.
-pub fn tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
-}
-
-#[path = "../../tests/support/http.rs"]
-mod http;
 
 /// The status code of a GET (bounded to 2 s), `None` if there was no answer.
 pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    let (status, _) = http::get(addr, path, Duration::from_secs(2)).await;
+    let (status, _) = crate::http::get(addr, path, Duration::from_secs(2)).await;
     (status != 0).then_some(status)
 }
 

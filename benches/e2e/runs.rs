@@ -115,8 +115,8 @@ pub async fn throughput(
     let suffix = if unix_db { "_unix" } else { "" };
     let batch = if extra.is_empty() { "" } else { "_b1" };
     let tag = format!("worker_s{shards}_p{prefetch}{batch}{suffix}");
-    let mut env = BenchEnv::new(&tag, true, true).await?;
-    env.unix_db = unix_db;
+    let mut env = BenchEnv::new(&tag).await?;
+    env.use_unix_socket(unix_db);
     let pool = env.pool(2).await?;
     let publish_rate = prepare_backlog(&env, shards, work).await?;
     let total = work.len();
@@ -143,7 +143,7 @@ pub async fn throughput(
         if started.elapsed() > limit {
             bail!(
                 "worker drain: {n} of {total} after {limit:?}; log tail:\n{}",
-                procfs::tail(&worker.log)
+                worker.tail()
             );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -154,7 +154,7 @@ pub async fn throughput(
         proc: ProcSample::default(),
         host: None,
     });
-    let stopped = worker.stop().await;
+    let stopped = worker.stop(Duration::from_secs(30)).await;
     let span: Option<f64> = sqlx::query_scalar(
         "SELECT extract(epoch FROM max(diproses_pada) - min(diproses_pada))::float8 FROM pesan_diproses",
     )
@@ -251,7 +251,7 @@ pub async fn latency(
     secs: f64,
 ) -> anyhow::Result<Vec<LatencyRow>> {
     let tag = format!("latency_s{shards}_p{prefetch}");
-    let env = BenchEnv::new(&tag, true, true).await?;
+    let env = BenchEnv::new(&tag).await?;
     let pool = env.pool(2).await?;
     let conn = load::connect(&env.amqp_url(), "urutan-bench latency").await?;
     topology::declare(&conn, &Names::new("pesanan"), shards, 5, false).await?;
@@ -296,7 +296,7 @@ pub async fn latency(
         });
     }
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
-    let _ = worker.stop().await;
+    let _ = worker.stop(Duration::from_secs(30)).await;
     pool.close().await;
     Ok(rows)
 }
@@ -379,7 +379,7 @@ pub async fn backlog(
 ) -> anyhow::Result<BacklogRun> {
     let scraped = scrape.map_or(String::new(), |d| format!("_scrape{}s", d.as_secs()));
     let tag = format!("backlog_s{shards}_p{prefetch}{scraped}");
-    let env = BenchEnv::new(&tag, true, true).await?;
+    let env = BenchEnv::new(&tag).await?;
     let pool = env.pool(2).await?;
     eprintln!("e2e: publishing {} messages", work.len());
     let publish_rate = prepare_backlog(&env, shards, work).await?;
@@ -428,7 +428,7 @@ pub async fn backlog(
     let end = samples.last().cloned().context("no sample")?;
     let (t0, c0, cpu0) = first_progress.unwrap_or((started, 0, 0));
     let drain_secs = t0.elapsed().as_secs_f64();
-    let stopped = worker.stop().await;
+    let stopped = worker.stop(Duration::from_secs(30)).await;
     let verified = verify(&pool, &env, total).await?;
     pool.close().await;
     let drained = (total - c0).max(1) as f64;

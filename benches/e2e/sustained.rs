@@ -169,7 +169,7 @@ pub async fn curve(
             batch_max,
         } => format!("sustained_p{prefetch}_b{batch_max}"),
     };
-    let env = BenchEnv::new(&tag, true, matches!(consumer, Consumer::Worker { .. })).await?;
+    let env = BenchEnv::new(&tag).await?;
     let conn = Arc::new(load::connect(&env.amqp_url(), "urutan-bench sustained").await?);
     topology::declare(&conn, &Names::new("pesanan"), plan.shards, 5, false).await?;
     let done: DoneTimes = Arc::default();
@@ -248,8 +248,8 @@ pub async fn curve(
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), watcher).await;
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
-    if let Some(w) = worker {
-        let _ = w.stop().await;
+    if let Some(mut w) = worker {
+        let _ = w.stop(Duration::from_secs(30)).await;
     }
     if let Some(db) = pool {
         db.close().await;

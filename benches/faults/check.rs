@@ -9,7 +9,8 @@ use lapin::options::{BasicAckOptions, BasicGetOptions};
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::services::RunEnv;
+use crate::scratch::Scratch;
+use crate::services::Services;
 use crate::workload::{DirectLedger, Ledger, direct_entity, direct_message_id};
 
 /// One invariant's result.
@@ -23,7 +24,12 @@ pub struct Check {
 
 /// Work still to do: unsent outbox rows, outbox rows not processed, parked
 /// messages, confirmed stale events not processed, queued messages.
-async fn outstanding(env: &RunEnv, db: &PgPool, stale: &[String]) -> anyhow::Result<i64> {
+async fn outstanding(
+    services: &Services,
+    env: &Scratch,
+    db: &PgPool,
+    stale: &[String],
+) -> anyhow::Result<i64> {
     let rows: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
               + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
@@ -35,13 +41,14 @@ async fn outstanding(env: &RunEnv, db: &PgPool, stale: &[String]) -> anyhow::Res
     .bind(stale)
     .fetch_one(db)
     .await?;
-    Ok(rows + crate::inject::queued(env).await? as i64)
+    Ok(rows + crate::inject::queued(services, &env.vhost).await? as i64)
 }
 
 /// Waits (at most `limit`) until nothing is outstanding; returns how long it
 /// took, or the amount left at the deadline.
 pub async fn drain(
-    env: &RunEnv,
+    services: &Services,
+    env: &Scratch,
     db: &PgPool,
     stale: &[String],
     limit: Duration,
@@ -49,7 +56,7 @@ pub async fn drain(
     let start = Instant::now();
     let mut left = -1;
     while start.elapsed() < limit {
-        match outstanding(env, db, stale).await {
+        match outstanding(services, env, db, stale).await {
             Ok(0) => return Ok(start.elapsed()),
             Ok(n) => left = n,
             Err(_) => {}
@@ -139,10 +146,10 @@ pub async fn database_checks(db: &PgPool, ledger: &Ledger) -> anyhow::Result<Vec
 }
 
 /// `urutan verify` (the binary) against the run: (passed, its output).
-pub async fn run_verify(env: &RunEnv) -> anyhow::Result<(bool, String)> {
+pub async fn run_verify(env: &Scratch) -> anyhow::Result<(bool, String)> {
     let out = tokio::process::Command::new(crate::procs::binary())
         .arg("verify")
-        .env("AMQP_URL", env.amqp_url())
+        .env("AMQP_URL", env.amqp_urls())
         .env("DATABASE_URL", env.database_url().expose())
         .env("NO_COLOR", "1")
         .kill_on_drop(true)
@@ -158,14 +165,18 @@ pub async fn run_verify(env: &RunEnv) -> anyhow::Result<(bool, String)> {
 
 /// The queue checks: every shard queue empty, and the DLQ (emptied here)
 /// held exactly the confirmed poison messages (plus possibly uncertain ones).
-pub async fn queue_checks(env: &RunEnv, ledger: &Ledger) -> anyhow::Result<Vec<Check>> {
-    let queued = crate::inject::queued(env).await?;
+pub async fn queue_checks(
+    services: &Services,
+    env: &Scratch,
+    ledger: &Ledger,
+) -> anyhow::Result<Vec<Check>> {
+    let queued = crate::inject::queued(services, &env.vhost).await?;
     let mut checks = vec![Check {
         name: "all shard queues empty".into(),
         violations: queued as i64,
         examples: Vec::new(),
     }];
-    let conn = crate::workload::connect_any(&env.amqp_url())
+    let conn = crate::workload::connect_any(&env.amqp_urls())
         .await
         .context("no broker node answers")?;
     let ch = conn.create_channel().await?;

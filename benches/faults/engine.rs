@@ -21,7 +21,8 @@ use crate::fleet::{Fleet, FleetConfig};
 use crate::inject::{Ctx, Kind, Then, inject};
 use crate::links::{DbName, Links};
 use crate::report::{DirectSummary, FaultRecord, MixSummary, RunReport, summarize};
-use crate::services::{RunEnv, Services};
+use crate::scratch::Scratch;
+use crate::services::Services;
 use crate::workload::{DirectLedger, Ledger, mix, produce, produce_direct};
 
 /// How a run goes.
@@ -87,7 +88,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     let _restarter = services.restarter();
     let _binary = crate::procs::freeze_binary()?;
     let tag = format!("{}_{:x}", std::process::id(), opts.seed & 0xff_ffff);
-    let env = RunEnv::create(services, &tag).await?;
+    let env: Scratch = services.scratch(&tag).await?;
     std::fs::create_dir_all(&opts.log_dir).context("create the log directory")?;
     let db = sqlx::postgres::PgPoolOptions::new()
         .max_connections(4)
@@ -95,13 +96,13 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         .connect_lazy(env.database_url().expose())?;
     let payee = crate::payee::Payee::start().await?;
     // One broker: the fleet's links go through proxies (the wire faults).
-    let links = match env.services.cluster {
-        None => Some(Links::start(&env.amqp_url(), env.database_url().expose()).await?),
+    let links = match services.cluster {
+        None => Some(Links::start(&env.amqp_urls(), env.database_url().expose()).await?),
         Some(_) => None,
     };
     let (amqp_url, database_url) = match &links {
-        Some(links) => links.urls(&env.amqp_url(), env.database_url().expose())?,
-        None => (env.amqp_url(), env.database_url().expose().to_owned()),
+        Some(links) => links.urls(&env.amqp_urls(), env.database_url().expose())?,
+        None => (env.amqp_urls(), env.database_url().expose().to_owned()),
     };
     let mut fleet = Fleet::new(FleetConfig {
         amqp_url,
@@ -126,7 +127,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         stop.clone(),
     ));
     let mixer = tokio::spawn(mix(
-        env.amqp_url(),
+        env.amqp_urls(),
         db.clone(),
         opts.entities,
         opts.seed ^ 2,
@@ -136,7 +137,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     let direct_ledger = Arc::new(Mutex::new(DirectLedger::default()));
     let direct = (opts.direct_rate > 0).then(|| {
         tokio::spawn(produce_direct(
-            env.amqp_url(),
+            env.amqp_urls(),
             opts.direct_entities,
             opts.direct_rate,
             opts.seed ^ 3,
@@ -155,11 +156,12 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         if let Err(e) = fleet.heal(&mut rng).await {
             violations.push(format!("fleet not healthy before the fault: {e:#}"));
         }
-        let settled = settle(&env.amqp_url(), &db, opts, SETTLE_LIMIT).await;
+        let settled = settle(&env.amqp_urls(), &db, opts, SETTLE_LIMIT).await;
         seq_marks.push(max_seq(&db).await);
         let fault_start = Utc::now();
         eprintln!("[faults] #{index} {} ...", kind.label());
         let cx = Ctx {
+            services,
             env: &env,
             fleet: &mut fleet,
             db: &db,
@@ -179,7 +181,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
                 (Utc::now(), "injection failed".into(), None)
             }
         };
-        let amqp = env.amqp_url();
+        let amqp = env.amqp_urls();
         let (recovery, e2e) = measure_recovery(
             &amqp,
             &db,
@@ -198,7 +200,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         match then {
             Some(Then::RestartNode(node)) => {
                 let t = Instant::now();
-                match env.services.cluster(&["restart", &node]).await {
+                match services.cluster(&["restart", &node]).await {
                     Ok(_) => {
                         detail += &format!(", {node} back in {:.0} s", t.elapsed().as_secs_f64());
                     }
@@ -207,7 +209,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
             }
             Some(Then::RejoinStandby) => {
                 let t = Instant::now();
-                match env.services.pair(&["rejoin"]).await {
+                match services.pair(&["rejoin"]).await {
                     Ok(out) => {
                         let how = if out.contains("(pg_basebackup)") {
                             "pg_basebackup"
@@ -271,10 +273,11 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
             .map_err(|_| anyhow::anyhow!("ledger poisoned"))?,
     );
     eprintln!("[faults] draining ...");
-    let drain = crate::check::drain(&env, &db, &ledger.stale, Duration::from_secs(300)).await;
+    let drain =
+        crate::check::drain(services, &env, &db, &ledger.stale, Duration::from_secs(300)).await;
     let (verify_passed, verify_output) = crate::check::run_verify(&env).await?;
     let mut checks = crate::check::database_checks(&db, &ledger).await?;
-    checks.extend(crate::check::queue_checks(&env, &ledger).await?);
+    checks.extend(crate::check::queue_checks(services, &env, &ledger).await?);
     if opts.direct_rate > 0 {
         checks.extend(crate::check::direct_checks(&db, &direct_ledger).await?);
     }

@@ -157,7 +157,7 @@ impl Fleet {
             .map(|(k, v)| (k.to_owned(), v)),
         );
         let name = format!("worker-{}-{consume}", self.started);
-        Proc::spawn(&name, "run", &env, &self.config.log_dir)
+        Proc::start(&name, "run", &env, &self.config.log_dir)
     }
 
     /// Starts a relay; `abort_batch: Some(n)` makes it publish one batch of
@@ -174,7 +174,7 @@ impl Fleet {
             self.started,
             if abort_batch.is_some() { "-abort" } else { "" }
         );
-        Proc::spawn(&name, "relay", &env, &self.config.log_dir)
+        Proc::start(&name, "relay", &env, &self.config.log_dir)
     }
 
     /// Starts an effects dispatcher routing every status to the run's
@@ -197,7 +197,7 @@ impl Fleet {
             .map(|(k, v)| (k.to_owned(), v)),
         );
         let name = format!("effects-{}", self.started);
-        Proc::spawn(&name, "effects", &env, &self.config.log_dir)
+        Proc::start(&name, "effects", &env, &self.config.log_dir)
     }
 
     /// Indices of the replicas that applied messages in the last second

@@ -15,7 +15,8 @@ use sqlx::PgPool;
 use crate::fleet::Fleet;
 use crate::links::{DbName, Links};
 use crate::payee::Payee;
-use crate::services::RunEnv;
+use crate::scratch::Scratch;
+use crate::services::Services;
 
 /// A fault the suite injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -214,7 +215,8 @@ pub enum Then {
 
 /// The run's handles an injection needs.
 pub struct Ctx<'a> {
-    pub env: &'a RunEnv,
+    pub services: &'a Services,
+    pub env: &'a Scratch,
     pub fleet: &'a mut Fleet,
     pub db: &'a PgPool,
     pub rng: &'a mut StdRng,
@@ -236,42 +238,42 @@ pub async fn inject(kind: Kind, cx: Ctx<'_>) -> anyhow::Result<Injection> {
         Kind::RelayPublishMark => relay_abort(cx).await,
         Kind::CloseConnections => {
             let vhost = cx.env.vhost.as_str();
-            let ctl = &cx.env.services;
+            let ctl = cx.services;
             ctl.rabbitmqctl(&["-q", "close_all_connections", "-p", vhost, "fault drill"])
                 .await?;
             Ok(done("closed every connection of the vhost".into(), None))
         }
         Kind::BrokerRestart => {
             let pause = cx.rng.random_range(0..3000);
-            restart_broker(cx.env, pause).await?;
+            restart_broker(cx.services, pause).await?;
             Ok(done(format!("broker down {pause} ms + restart"), None))
         }
         Kind::BrokerRestartBacklog => restart_with_backlog(cx).await,
         Kind::DbStop => {
             let (lo, hi) = cx.db_stop_secs;
             let secs = cx.rng.random_range(lo..=hi);
-            cx.env.services.pg_ctl("stop").await?;
+            cx.services.pg_ctl("stop").await?;
             tokio::time::sleep(Duration::from_secs(secs)).await;
-            cx.env.services.pg_ctl("start").await?;
+            cx.services.pg_ctl("start").await?;
             Ok(done(format!("database down {secs} s"), None))
         }
         Kind::DbRestart => {
-            cx.env.services.pg_ctl("restart").await?;
+            cx.services.pg_ctl("restart").await?;
             Ok(done("database restarted".into(), None))
         }
         Kind::RollingSigterm => rolling(cx).await,
         Kind::DispatcherKillMidRequest => dispatcher_kill(cx).await,
         Kind::BrokerBlackhole | Kind::DbBlackhole | Kind::WireLatency => wire(kind, cx).await,
         Kind::NodeKillBusiest => {
-            let node = busiest(cx.env).await?;
-            cx.env.services.cluster(&["kill", &node]).await?;
+            let node = busiest(cx.services, &cx.env.vhost).await?;
+            cx.services.cluster(&["kill", &node]).await?;
             let mut killed = done(format!("{node} SIGKILLed (led most shard queues)"), None);
             killed.then = Some(Then::RestartNode(node));
             Ok(killed)
         }
         Kind::NodeRolling => {
             let t = std::time::Instant::now();
-            cx.env.services.cluster(&["rolling"]).await?;
+            cx.services.cluster(&["rolling"]).await?;
             Ok(done(
                 format!(
                     "c1, c2, c3 restarted one by one in {:.0} s",
@@ -281,16 +283,16 @@ pub async fn inject(kind: Kind, cx: Ctx<'_>) -> anyhow::Result<Injection> {
             ))
         }
         Kind::NodeFreeze => {
-            let node = busiest(cx.env).await?;
-            cx.env.services.cluster(&["freeze", &node, "30"]).await?;
+            let node = busiest(cx.services, &cx.env.vhost).await?;
+            cx.services.cluster(&["freeze", &node, "30"]).await?;
             Ok(done(
                 format!("{node} (led most shard queues) frozen 30 s"),
                 None,
             ))
         }
         Kind::NodePartition => {
-            let node = busiest(cx.env).await?;
-            cx.env.services.cluster(&["partition", &node, "30"]).await?;
+            let node = busiest(cx.services, &cx.env.vhost).await?;
+            cx.services.cluster(&["partition", &node, "30"]).await?;
             Ok(done(
                 format!(
                     "{node} (led most shard queues) cut off from the other two nodes 30 s, \
@@ -300,10 +302,10 @@ pub async fn inject(kind: Kind, cx: Ctx<'_>) -> anyhow::Result<Injection> {
             ))
         }
         Kind::ClusterFullRestartBacklog => {
-            let env = cx.env;
+            let services = cx.services;
             stop_workers_then(cx, async {
                 let t = std::time::Instant::now();
-                env.services.cluster(&["full-restart"]).await?;
+                services.cluster(&["full-restart"]).await?;
                 Ok(format!(
                     "cluster stopped and started in {:.0} s",
                     t.elapsed().as_secs_f64()
@@ -334,7 +336,7 @@ async fn failover(cx: Ctx<'_>) -> anyhow::Result<Injection> {
             format!("database failover not injected: no synchronous standby streams ({sync:?})");
         return Ok(done(v.clone(), Some(v)));
     }
-    let services = &cx.env.services;
+    let services = cx.services;
     let old = crate::links::primary(services).await?;
     let killed = std::time::Instant::now();
     services.pair(&["kill-primary"]).await?;
@@ -354,8 +356,8 @@ async fn failover(cx: Ctx<'_>) -> anyhow::Result<Injection> {
 }
 
 /// The cluster node (c1, c2 or c3) that leads most of the run's shard queues.
-async fn busiest(env: &RunEnv) -> anyhow::Result<String> {
-    let node = env.services.cluster(&["busiest", &env.vhost]).await?;
+async fn busiest(services: &Services, vhost: &str) -> anyhow::Result<String> {
+    let node = services.cluster(&["busiest", vhost]).await?;
     let node = node.trim().to_owned();
     anyhow::ensure!(!node.is_empty(), "no shard queue leader found");
     Ok(node)
@@ -552,8 +554,7 @@ async fn relay_abort(cx: Ctx<'_>) -> anyhow::Result<Injection> {
     Ok(done(detail, violation))
 }
 
-async fn restart_broker(env: &RunEnv, pause_ms: u64) -> anyhow::Result<()> {
-    let ctl = &env.services;
+async fn restart_broker(ctl: &Services, pause_ms: u64) -> anyhow::Result<()> {
     ctl.rabbitmqctl(&["-q", "stop_app"]).await?;
     tokio::time::sleep(Duration::from_millis(pause_ms)).await;
     ctl.rabbitmqctl(&["-q", "start_app"]).await?;
@@ -563,10 +564,10 @@ async fn restart_broker(env: &RunEnv, pause_ms: u64) -> anyhow::Result<()> {
 }
 
 async fn restart_with_backlog(cx: Ctx<'_>) -> anyhow::Result<Injection> {
-    let env = cx.env;
+    let services = cx.services;
     let pause = cx.rng.random_range(0..2000);
     stop_workers_then(cx, async move {
-        restart_broker(env, pause).await?;
+        restart_broker(services, pause).await?;
         Ok("broker restarted".to_owned())
     })
     .await
@@ -593,9 +594,13 @@ async fn stop_workers_then(
     }
     cx.fleet.workers.clear();
     tokio::time::sleep(Duration::from_millis(cx.rng.random_range(2000..4000))).await;
-    let backlog = queued(cx.env).await.context("count the backlog")?;
+    let backlog = queued(cx.services, &cx.env.vhost)
+        .await
+        .context("count the backlog")?;
     let what = restart.await?;
-    let after = queued(cx.env).await.context("count the backlog")?;
+    let after = queued(cx.services, &cx.env.vhost)
+        .await
+        .context("count the backlog")?;
     let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL")
         .fetch_one(cx.db)
         .await
@@ -614,10 +619,9 @@ async fn stop_workers_then(
 }
 
 /// Messages (ready + unacked) in the run's shard queues.
-pub async fn queued(env: &RunEnv) -> anyhow::Result<u64> {
-    let out = env
-        .services
-        .rabbitmqctl(&["-q", "list_queues", "-p", &env.vhost, "name", "messages"])
+pub async fn queued(services: &Services, vhost: &str) -> anyhow::Result<u64> {
+    let out = services
+        .rabbitmqctl(&["-q", "list_queues", "-p", vhost, "name", "messages"])
         .await?;
     Ok(out
         .lines()

@@ -30,7 +30,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use urutan::config::SecretUrl;
+
+use crate::scratch::{Keep, Place, Scratch};
 
 /// Where the services are and the command lines that control them.
 #[derive(Debug, Clone)]
@@ -195,87 +196,29 @@ impl Drop for Restarter {
     }
 }
 
-/// One run's own vhost and database, deleted when dropped.
-pub struct RunEnv {
-    pub services: Services,
-    pub vhost: String,
-    pub database: String,
-}
+impl Services {
+    /// Where a run's own vhost and database are made.
+    pub fn place(&self) -> Place {
+        Place {
+            amqp_bases: self.amqp_bases.clone(),
+            pg_base: self.pg_base.clone(),
+            rabbitmqctl: self.rabbitmqctl.clone(),
+            pg_socket_dir: None,
+        }
+    }
 
-impl RunEnv {
-    /// Creates `urutan-faults-<tag>` (vhost, guest may do anything in it) and
-    /// `urutan_faults_<tag>` (database, migrated by the first worker).
-    pub async fn create(services: &Services, tag: &str) -> anyhow::Result<Self> {
-        let env = Self {
-            services: services.clone(),
-            vhost: format!("urutan-faults-{tag}"),
-            database: format!("urutan_faults_{tag}"),
+    /// Creates the run's own vhost `urutan-faults-<tag>` (guest may do
+    /// anything in it) and database `urutan_faults_<tag>` (migrated by the
+    /// first worker): the shared scratch type (`tests/support/scratch.rs`),
+    /// deleted when dropped unless `FAULTS_KEEP` is set (to look into a
+    /// run's history; then dropped by hand).
+    pub async fn scratch(&self, tag: &str) -> anyhow::Result<Scratch> {
+        let keep = Keep {
+            var: "FAULTS_KEEP",
+            only_on_panic: false,
         };
-        services
-            .rabbitmqctl(&["-q", "add_vhost", &env.vhost])
-            .await?;
-        services
-            .rabbitmqctl(&[
-                "-q",
-                "set_permissions",
-                "-p",
-                &env.vhost,
-                "guest",
-                ".*",
-                ".*",
-                ".*",
-            ])
-            .await?;
-        urutan::store::ensure_database(&env.database_url())
+        Scratch::create(self.place(), "faults", tag, Some(keep))
             .await
-            .context("create the run's database")?;
-        Ok(env)
-    }
-
-    /// The run's vhost on every node, comma-separated (one URL off a single
-    /// broker): `AMQP_URL` as `urutan` takes it. Plain text: a list is not
-    /// one URL, and the suite's brokers have no secret password.
-    pub fn amqp_url(&self) -> String {
-        let urls: Vec<String> = (self.services.amqp_bases.iter())
-            .map(|base| format!("{base}/{}", self.vhost))
-            .collect();
-        urls.join(",")
-    }
-
-    pub fn database_url(&self) -> SecretUrl {
-        format!("{}/{}", self.services.pg_base, self.database)
-            .parse()
-            .expect("a valid database URL")
-    }
-}
-
-impl Drop for RunEnv {
-    /// Deletes the vhost and the database, unless `FAULTS_KEEP` is set (to
-    /// look into a failed run's history; then dropped by hand).
-    fn drop(&mut self) {
-        if std::env::var_os("FAULTS_KEEP").is_some() {
-            eprintln!(
-                "FAULTS_KEEP: kept vhost {} and database {}",
-                self.vhost, self.database
-            );
-            return;
-        }
-        let ctl = &self.services.rabbitmqctl;
-        if let Some((program, first)) = ctl.split_first() {
-            let _ = Command::new(program)
-                .args(first)
-                .args(["-q", "-t", "60", "delete_vhost", &self.vhost])
-                .output();
-        }
-        // psql reads the server from the base URL (it accepts a URI).
-        let _ = Command::new("psql")
-            .env("PGCONNECT_TIMEOUT", "10")
-            .arg(format!("{}/postgres", self.services.pg_base))
-            .args(["-q", "-c"])
-            .arg(format!(
-                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
-                self.database
-            ))
-            .output();
+            .context("create the run's vhost and database")
     }
 }

@@ -204,12 +204,11 @@ pub fn sh(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// A vhost and a database of one's own.
-pub struct TestEnv {
-    pub name: String,
-    pub vhost: String,
-    pub database: String,
-}
+/// A vhost and a database of one's own, dropped at the end (even on
+/// panic; kept for inspection when a test fails with `URUTAN_TEST_KEEP`
+/// set): the shared scratch type (`tests/support/scratch.rs`), with the
+/// tests' conveniences below.
+pub use crate::scratch::Scratch as TestEnv;
 
 /// Fails once, with what to do, when the services every integration test
 /// needs are not there (instead of a refused connection deep in a test).
@@ -252,49 +251,27 @@ fn require_services() {
 }
 
 impl TestEnv {
-    /// A vhost and a database of one's own; panics with what to do if the
-    /// live services are missing.
+    /// A vhost and a database of one's own on the broker and database
+    /// under test; panics with what to do if the live services are missing.
     pub async fn new(test: &str) -> Self {
         require_services();
-        let name = format!("{test}_{:08x}", rand::random::<u32>());
-        let vhost = format!("urutan-test-{name}");
-        sh("rabbitmqctl", &["-q", "add_vhost", &vhost]);
-        sh(
-            "rabbitmqctl",
-            &[
-                "-q",
-                "set_permissions",
-                "-p",
-                &vhost,
-                "guest",
-                ".*",
-                ".*",
-                ".*",
-            ],
-        );
-        let database = format!("urutan_test_{name}");
-        let env = Self {
-            name,
-            vhost,
-            database,
+        let place = crate::scratch::Place {
+            amqp_bases: vec![amqp_base()],
+            pg_base: PG_BASE.to_owned(),
+            rabbitmqctl: cli_line("rabbitmqctl")
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+            pg_socket_dir: None,
         };
-        urutan::store::ensure_database(&env.database_url())
+        let name = format!("{test}_{:08x}", rand::random::<u32>());
+        let keep = crate::scratch::Keep {
+            var: "URUTAN_TEST_KEEP",
+            only_on_panic: true,
+        };
+        Self::create(place, "test", &name, Some(keep))
             .await
-            .expect("create test database");
-        env
-    }
-
-    pub fn amqp_url(&self) -> SecretUrl {
-        let vhost = self.vhost.replace('/', "%2f");
-        format!("{}/{vhost}", amqp_base())
-            .parse()
-            .expect("amqp url")
-    }
-
-    pub fn database_url(&self) -> SecretUrl {
-        format!("{PG_BASE}/{}", self.database)
-            .parse()
-            .expect("db url")
+            .expect("create the test's vhost and database")
     }
 
     /// Default settings pointed at this environment, HTTP on a free port.
@@ -341,34 +318,6 @@ impl TestEnv {
             _conn: conn,
             channel,
         }
-    }
-}
-
-impl Drop for TestEnv {
-    fn drop(&mut self) {
-        if std::thread::panicking() && std::env::var_os("URUTAN_TEST_KEEP").is_some() {
-            eprintln!(
-                "kept for inspection: vhost {} and database {}",
-                self.vhost, self.database
-            );
-            return;
-        }
-        let _ = command("rabbitmqctl")
-            .args(["-q", "delete_vhost", &self.vhost])
-            .output();
-        let _ = Command::new("psql")
-            .args([
-                "-q",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                &format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.database),
-            ])
-            .output();
     }
 }
 
@@ -592,12 +541,82 @@ impl RunningPool {
     }
 }
 
-#[path = "../support/http.rs"]
-mod http;
+/// `urutan run` as a child process (the shared child-process type,
+/// `tests/support/process.rs`; SIGKILLed when dropped, so no test leaves
+/// one behind), `LOG_FORMAT=text`, its log in a temporary directory. Its
+/// waits are bounded and panic with the log.
+pub struct UrutanRun {
+    pub process: crate::process::Urutan,
+    _logs: tempfile::TempDir,
+}
+
+impl UrutanRun {
+    /// Starts `urutan run` with `vars` on top of the inherited environment.
+    pub fn start<K: AsRef<str>, V: AsRef<str>>(vars: &[(K, V)]) -> Self {
+        let logs = tempfile::tempdir().expect("a log directory");
+        let mut all: Vec<(String, String)> = vec![("LOG_FORMAT".into(), "text".into())];
+        all.extend(
+            vars.iter()
+                .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())),
+        );
+        let process = crate::process::Urutan::spawn(
+            std::path::Path::new(env!("CARGO_BIN_EXE_urutan")),
+            "urutan run",
+            &["run"],
+            &all,
+            logs.path().join("run.log"),
+        )
+        .expect("spawn urutan run");
+        Self {
+            process,
+            _logs: logs,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.process.log).unwrap_or_default()
+    }
+
+    /// Waits (30 s at most) until `/readyz` answers 200.
+    pub async fn wait_ready(&mut self) {
+        if let Err(e) = self.process.wait_ready(Duration::from_secs(30)).await {
+            panic!("{e:#}\n{}", self.log());
+        }
+    }
+
+    pub fn sigterm(&self) {
+        self.process.signal("TERM").expect("SIGTERM urutan run");
+    }
+
+    /// SIGKILL, and reap it.
+    pub async fn kill(&mut self) {
+        self.process.kill().await;
+    }
+
+    /// Waits (at most `limit`) for it to exit by itself.
+    pub async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        match self.process.wait_exit(limit).await {
+            Some(status) => status,
+            None => panic!("urutan run still running after {limit:?}:\n{}", self.log()),
+        }
+    }
+
+    /// SIGTERM and a clean exit (within 30 s); the log.
+    pub async fn stop(mut self) -> String {
+        self.sigterm();
+        let status = self.wait_exit(Duration::from_secs(30)).await;
+        assert!(
+            status.success(),
+            "urutan run did not stop cleanly ({status}):\n{}",
+            self.log()
+        );
+        self.log()
+    }
+}
 
 /// A tiny HTTP/1.0 GET, bounded by 5 s: (status, body); status 0 on failure.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    http::get(addr, path, Duration::from_secs(5)).await
+    crate::http::get(addr, path, Duration::from_secs(5)).await
 }
 
 /// The value of one sample line of a Prometheus scrape, summed over lines

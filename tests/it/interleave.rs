@@ -1470,19 +1470,7 @@ impl ModelDb {
 
 impl Drop for ModelDb {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .args([
-                "-q",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                &format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name),
-            ])
-            .output();
+        super::scratch::drop_database(PG_BASE, &self.name);
     }
 }
 

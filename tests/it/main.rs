@@ -10,12 +10,16 @@ mod dlq;
 mod effects;
 mod failover;
 mod handoff;
+#[path = "../support/http.rs"]
+mod http;
 mod interleave;
 mod nodes;
 mod ops;
 mod pipeline;
 mod poison;
 mod privilege;
+#[path = "../support/process.rs"]
+mod process;
 mod proxy;
 mod raw_amqp;
 mod recovery;
@@ -23,6 +27,8 @@ mod relay;
 mod replicas;
 mod ring;
 mod schema;
+#[path = "../support/scratch.rs"]
+mod scratch;
 mod secrets;
 mod shrink_race;
 mod silence;

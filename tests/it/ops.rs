@@ -4,9 +4,8 @@
 //! back to the passive check, a first start without ERROR lines, and the
 //! demo's quiet screen.
 
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -48,87 +47,6 @@ fn codes(status: &Value) -> Vec<String> {
         .iter()
         .map(|a| a["code"].as_str().expect("code").to_owned())
         .collect()
-}
-
-/// `urutan run` as a child process, its stderr in a file; killed on drop.
-struct Worker {
-    child: Child,
-    stderr: tempfile::NamedTempFile,
-    http: SocketAddr,
-}
-
-impl Worker {
-    fn start(vars: &[(&str, String)]) -> Self {
-        let http = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port");
-        let stderr = tempfile::NamedTempFile::new().expect("stderr file");
-        let child = Command::new(env!("CARGO_BIN_EXE_urutan"))
-            .arg("run")
-            .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
-            .env("METRICS_ADDR", http.to_string())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(stderr.reopen().expect("reopen")))
-            .spawn()
-            .expect("spawn urutan run");
-        Self {
-            child,
-            stderr,
-            http,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
-    }
-
-    async fn wait_ready(&mut self) {
-        let start = Instant::now();
-        while http_get(self.http, "/readyz").await.0 != 200 {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                panic!("urutan run exited ({status}):\n{}", self.log());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "not ready after 30 s:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Waits (bounded) for the process to end by itself; its exit code.
-    async fn wait_exit(&mut self) -> i32 {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "urutan run still running after 30 s:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// SIGTERM and a clean exit (bounded); the log.
-    async fn stop(mut self) -> String {
-        sh("kill", &["-TERM", &self.child.id().to_string()]);
-        let code = self.wait_exit().await;
-        assert_eq!(code, 0, "urutan run did not stop cleanly:\n{}", self.log());
-        self.log()
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Log lines at `level` (text format).
@@ -549,8 +467,12 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     let fallback = "this broker user may not declare the topology: checking it passively";
 
     // Nothing declared: one WARN, then one ERROR line naming the fix, exit 1.
-    let mut run = Worker::start(&worker);
-    let code = run.wait_exit().await;
+    let mut run = UrutanRun::start(&worker);
+    let code = run
+        .wait_exit(Duration::from_secs(30))
+        .await
+        .code()
+        .unwrap_or(-1);
     let log = run.log();
     assert_eq!(code, 1, "{log}");
     assert_eq!(lines_at(&log, "WARN").len(), 1, "{log}");
@@ -574,7 +496,7 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     let (code, _, stderr) = urutan(&["topology"], &as_user(&topology_user, "t0pology-pw")).await;
     assert_eq!(code, 0, "{stderr}");
     for (user, password) in [(&worker_user, "w0rker-pw"), (&bare_user, "b4re-pw")] {
-        let mut run = Worker::start(&as_user(user, password));
+        let mut run = UrutanRun::start(&as_user(user, password));
         run.wait_ready().await;
         env.publisher().await.send(&Msg::event(user, 1)).await;
         let db = env.db().await;
@@ -598,8 +520,12 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
 
     // No write on amq.default: the check passes, the epoch cannot be
     // opened; it stops (not retries) with the missing permission named.
-    let mut run = Worker::start(&as_user(&mute_user, "mu7e-pw"));
-    let code = run.wait_exit().await;
+    let mut run = UrutanRun::start(&as_user(&mute_user, "mu7e-pw"));
+    let code = run
+        .wait_exit(Duration::from_secs(30))
+        .await
+        .code()
+        .unwrap_or(-1);
     let log = run.log();
     assert_eq!(code, 1, "{log}");
     let last = log.lines().last().unwrap_or_default();
@@ -620,7 +546,7 @@ async fn a_first_start_logs_no_error_and_real_errors_still_show() {
         if let Some(level) = rust_log {
             vars.push(("RUST_LOG", level.to_owned()));
         }
-        let mut run = Worker::start(&vars);
+        let mut run = UrutanRun::start(&vars);
         run.wait_ready().await;
         let log = run.stop().await;
         assert!(log.contains("consuming"), "{log}");
@@ -678,7 +604,7 @@ async fn the_demo_keeps_its_screen_for_the_person() {
         &log_path,
     ];
     let (code, stdout, stderr) = urutan(&args, &vars).await;
-    psql_drop(&format!("{}_demo", env.database));
+    crate::scratch::drop_database(crate::common::PG_BASE, &format!("{}_demo", env.database));
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     assert!(stdout.contains("verification PASSED"), "{stdout}");
     assert!(stdout.contains(&format!("logs: {log_path}")), "{stdout}");
@@ -688,22 +614,4 @@ async fn the_demo_keeps_its_screen_for_the_person() {
     assert!(!log.contains("slow statement"), "{log}");
     assert!(!log.contains('\u{1b}'), "no colour codes in the file");
     assert_eq!(lines_at(&log, "ERROR"), Vec::<&str>::new(), "{log}");
-}
-
-fn psql_drop(database: &str) {
-    let _ = Command::new("psql")
-        .args([
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-c",
-        ])
-        .arg(format!(
-            "DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)"
-        ))
-        .output();
 }

@@ -5,8 +5,8 @@
 //! seconds; deploy/local/test.sh runs them alone. Each of them restarts the
 //! service from a `Drop` guard, so a failing assertion never leaves it down.
 
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::net::SocketAddr;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
@@ -82,96 +82,6 @@ async fn sh_blocking(program: &'static str, args: &[&str]) -> String {
     .expect("command task panicked")
 }
 
-/// A port that was free a moment ago (for a child process's METRICS_ADDR).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
-}
-
-/// The `urutan run` binary as a child process, stderr captured in a file.
-/// Dropping it kills it (SIGKILL) and reaps it, so no test leaves one behind.
-struct Worker {
-    child: Child,
-    log: tempfile::NamedTempFile,
-    http: SocketAddr,
-}
-
-impl Worker {
-    fn start(env: &TestEnv, shards: u16) -> Self {
-        let http = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let log = tempfile::NamedTempFile::new().expect("log file");
-        let stderr = log.reopen().expect("open log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_urutan"))
-            .arg("run")
-            .envs(env.process_env(shards))
-            .env("METRICS_ADDR", http.to_string())
-            .env("LOG_FORMAT", "text")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(stderr))
-            .spawn()
-            .expect("spawn urutan run");
-        Self { child, log, http }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.log.path()).unwrap_or_default()
-    }
-
-    async fn wait_ready(&mut self) {
-        let start = Instant::now();
-        loop {
-            if http_get(self.http, "/readyz").await.0 == 200 {
-                return;
-            }
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                panic!("urutan run exited early ({status}):\n{}", self.log());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "urutan run not ready after 30 s:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// SIGKILL, and reap it.
-    fn kill(&mut self) {
-        self.child.kill().expect("SIGKILL urutan run");
-        self.child.wait().expect("reap urutan run");
-    }
-
-    fn sigterm(&self) {
-        sh("kill", &["-TERM", &self.child.id().to_string()]);
-    }
-
-    async fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "urutan run still running {limit:?} after SIGTERM:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Declares the topology with the binary itself (`urutan topology`), so a
 /// backlog can be queued before any worker runs.
 fn declare_topology(env: &TestEnv, shards: u16) {
@@ -234,16 +144,16 @@ async fn worker_killed_with_sigkill_mid_stream_loses_nothing_and_applies_nothing
         .await;
     let db = env.db().await;
 
-    let mut first = Worker::start(&env, 4);
+    let mut first = UrutanRun::start(&env.process_env(4));
     let seen = wait_applied_at_least(&db, 100, Duration::from_secs(60)).await;
-    first.kill();
+    first.kill().await;
     let at_kill = applied(&db).await;
     assert!(
         at_kill < total,
         "the worker finished before the kill ({seen} seen, {at_kill} after); nothing was tested"
     );
 
-    let mut second = Worker::start(&env, 4);
+    let mut second = UrutanRun::start(&env.process_env(4));
     second.wait_ready().await;
     wait_for(
         &format!("{total} versions applied after the restart"),
@@ -252,7 +162,7 @@ async fn worker_killed_with_sigkill_mid_stream_loses_nothing_and_applies_nothing
     )
     .await;
     assert_all_applied_once(&env, &db, entities, versions).await;
-    second.kill();
+    second.kill().await;
     eprintln!("sigkill: killed at {at_kill} of {total} applied");
 }
 
@@ -524,7 +434,7 @@ async fn sigterm_under_load_exits_zero_and_leaves_nothing_unacked() {
         .await;
     let db = env.db().await;
 
-    let mut first = Worker::start(&env, 4);
+    let mut first = UrutanRun::start(&env.process_env(4));
     wait_applied_at_least(&db, 100, Duration::from_secs(60)).await;
     first.sigterm();
     let term = Instant::now();
@@ -543,7 +453,7 @@ async fn sigterm_under_load_exits_zero_and_leaves_nothing_unacked() {
     );
 
     // A message committed but not acked would come back to this one as a duplicate.
-    let mut second = Worker::start(&env, 4);
+    let mut second = UrutanRun::start(&env.process_env(4));
     second.wait_ready().await;
     wait_for(
         &format!("{total} versions applied by the second worker"),
@@ -552,7 +462,7 @@ async fn sigterm_under_load_exits_zero_and_leaves_nothing_unacked() {
     )
     .await;
     assert_all_applied_once(&env, &db, entities, versions).await;
-    let metrics = scrape(second.http).await;
+    let metrics = scrape(second.process.http).await;
     let outcome = |o: &str| {
         metric_sum(
             &metrics,
@@ -571,7 +481,7 @@ async fn sigterm_under_load_exits_zero_and_leaves_nothing_unacked() {
         (total - at_exit) as f64,
         "the second worker applies exactly the rest"
     );
-    second.kill();
+    second.kill().await;
     eprintln!("sigterm: stopped in {stop_took:?} with {at_exit} of {total} applied");
 }
 

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -327,19 +327,7 @@ struct DropDatabase(String);
 
 impl Drop for DropDatabase {
     fn drop(&mut self) {
-        let _ = Command::new("psql")
-            .args([
-                "-q",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                &format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.0),
-            ])
-            .output();
+        crate::scratch::drop_database(crate::common::PG_BASE, &self.0);
     }
 }
 

@@ -84,15 +84,11 @@ impl Drop for Credentials {
         let _ = command("rabbitmqctl")
             .args(["-q", "delete_user", &self.rabbit_user])
             .output();
-        for sql in [
-            format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.database),
-            format!("DROP ROLE IF EXISTS \"{}\"", self.pg_role),
-        ] {
-            let _ = Command::new("psql")
-                .args(["-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"])
-                .args(["-c", &sql])
-                .output();
-        }
+        crate::scratch::drop_database(crate::common::PG_BASE, &self.database);
+        let _ = Command::new("psql")
+            .args(["-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"])
+            .args(["-c", &format!("DROP ROLE IF EXISTS \"{}\"", self.pg_role)])
+            .output();
     }
 }
 
