@@ -541,40 +541,72 @@ impl RunningPool {
     }
 }
 
-/// `urutan run` as a child process (the shared child-process type,
+/// A `urutan` command as a child process (the shared child-process type,
 /// `tests/support/process.rs`; SIGKILLed when dropped, so no test leaves
-/// one behind), `LOG_FORMAT=text`, its log in a temporary directory. Its
+/// one behind), its own HTTP port, its log in a temporary directory. Its
 /// waits are bounded and panic with the log.
-pub struct UrutanRun {
+pub struct UrutanProcess {
     pub process: crate::process::Urutan,
     _logs: tempfile::TempDir,
 }
 
-impl UrutanRun {
-    /// Starts `urutan run` with `vars` on top of the inherited environment.
-    pub fn start<K: AsRef<str>, V: AsRef<str>>(vars: &[(K, V)]) -> Self {
+impl UrutanProcess {
+    /// Starts `urutan <command>` with `vars` on top of the inherited
+    /// environment.
+    pub fn start<K: AsRef<str>, V: AsRef<str>>(command: &str, vars: &[(K, V)]) -> Self {
         let logs = tempfile::tempdir().expect("a log directory");
-        let mut all: Vec<(String, String)> = vec![("LOG_FORMAT".into(), "text".into())];
-        all.extend(
-            vars.iter()
-                .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())),
-        );
         let process = crate::process::Urutan::spawn(
             std::path::Path::new(env!("CARGO_BIN_EXE_urutan")),
-            "urutan run",
-            &["run"],
-            &all,
-            logs.path().join("run.log"),
+            &format!("urutan {command}"),
+            &[command],
+            vars,
+            logs.path().join(format!("{command}.log")),
         )
-        .expect("spawn urutan run");
+        .unwrap_or_else(|e| panic!("spawn urutan {command}: {e:#}"));
         Self {
             process,
             _logs: logs,
         }
     }
 
+    /// Where its `/metrics`, `/healthz` and `/readyz` are.
+    pub fn http(&self) -> SocketAddr {
+        self.process.http
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.process.log).unwrap_or_default()
+    }
+
+    /// The body of `/metrics`, empty if it did not answer 200.
+    pub async fn scrape(&self) -> String {
+        let (status, body) = http_get(self.http(), "/metrics").await;
+        if status == 200 { body } else { String::new() }
+    }
+
+    /// Waits (at most `limit`) until `cond` holds on a scrape of
+    /// `/metrics`; returns that scrape.
+    pub async fn wait_scrape(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        cond: impl Fn(&str) -> bool,
+    ) -> String {
+        let start = Instant::now();
+        loop {
+            let scrape = self.scrape().await;
+            if cond(&scrape) {
+                return scrape;
+            }
+            self.assert_running();
+            assert!(
+                start.elapsed() < limit,
+                "{}: timed out after {limit:?} waiting for {what}\nlast scrape:\n{scrape}\nlog:\n{}",
+                self.process.name,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// Waits (30 s at most) until `/readyz` answers 200.
@@ -584,8 +616,15 @@ impl UrutanRun {
         }
     }
 
+    /// Panics with the log if it has exited.
+    pub fn assert_running(&mut self) {
+        if let Some(status) = self.process.exited() {
+            panic!("{} exited ({status}):\n{}", self.process.name, self.log());
+        }
+    }
+
     pub fn sigterm(&self) {
-        self.process.signal("TERM").expect("SIGTERM urutan run");
+        self.process.signal("TERM").expect("SIGTERM");
     }
 
     /// SIGKILL, and reap it.
@@ -597,7 +636,11 @@ impl UrutanRun {
     pub async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
         match self.process.wait_exit(limit).await {
             Some(status) => status,
-            None => panic!("urutan run still running after {limit:?}:\n{}", self.log()),
+            None => panic!(
+                "{} still running after {limit:?}:\n{}",
+                self.process.name,
+                self.log()
+            ),
         }
     }
 
@@ -607,7 +650,8 @@ impl UrutanRun {
         let status = self.wait_exit(Duration::from_secs(30)).await;
         assert!(
             status.success(),
-            "urutan run did not stop cleanly ({status}):\n{}",
+            "{} did not stop cleanly ({status}):\n{}",
+            self.process.name,
             self.log()
         );
         self.log()

@@ -6,11 +6,11 @@
 //! `/metrics/per-object`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{Msg, TestEnv, enqueue_tx, http_get, metric_sum, sh};
+use crate::common::{Msg, TestEnv, UrutanProcess, enqueue_tx, http_get, metric_sum, sh};
 
 const DASHBOARD: &str = include_str!("../../deploy/grafana/urutan.json");
 const ALERTS: &str = include_str!("../../deploy/prometheus/alerts.yaml");
@@ -186,88 +186,17 @@ fn the_dashboard_and_alerts_use_only_metrics_the_code_names() {
     }
 }
 
-/// A `urutan` child process (`run` or `relay`) with its own HTTP port and a
-/// log file; dropping it kills (SIGKILL) and reaps it.
-struct Process {
-    what: &'static str,
-    child: Child,
-    http: SocketAddr,
-    log: tempfile::NamedTempFile,
-}
-
-impl Process {
-    fn start(env: &TestEnv, command: &'static str) -> Self {
-        Self::start_with(env, command, &[])
-    }
-
-    fn start_with(env: &TestEnv, command: &'static str, extra: &[(&str, &str)]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let http = SocketAddr::from(([127, 0, 0, 1], port));
-        let log = tempfile::NamedTempFile::new().expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_urutan"))
-            .arg(command)
-            .envs(env.process_env(2))
-            .env("METRICS_ADDR", http.to_string())
-            .env("NO_COLOR", "1")
-            .envs(extra.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log.reopen().expect("open log file")))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn urutan {command}: {e}"));
-        Self {
-            what: command,
-            child,
-            http,
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.log.path()).unwrap_or_default()
-    }
-
-    async fn scrape(&self) -> String {
-        let (status, body) = http_get(self.http, "/metrics").await;
-        if status == 200 { body } else { String::new() }
-    }
-
-    /// Waits (at most `limit`) until `cond` holds on a scrape of `/metrics`;
-    /// returns that scrape.
-    async fn wait_scrape(
-        &mut self,
-        what: &str,
-        limit: Duration,
-        cond: impl Fn(&str) -> bool,
-    ) -> String {
-        let start = Instant::now();
-        loop {
-            let scrape = self.scrape().await;
-            if cond(&scrape) {
-                return scrape;
-            }
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                panic!("urutan {} exited ({status}):\n{}", self.what, self.log());
-            }
-            assert!(
-                start.elapsed() < limit,
-                "urutan {}: timed out after {limit:?} waiting for {what}\nlast scrape:\n{scrape}\nlog:\n{}",
-                self.what,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `urutan <command>` pointed at `env` (2 shards), with `extra` variables.
+fn start(env: &TestEnv, command: &str, extra: &[(&str, &str)]) -> UrutanProcess {
+    let mut vars: Vec<(String, String)> = (env.process_env(2).into_iter())
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    vars.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    UrutanProcess::start(command, &vars)
 }
 
 /// The metric names of a Prometheus text scrape (histograms by base name).
@@ -291,7 +220,7 @@ fn has_series(scrape: &str, name: &str, labels: &[&str]) -> bool {
 async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
     let used = used_names();
     let env = TestEnv::new("deploy").await;
-    let mut worker = Process::start(&env, "run");
+    let mut worker = start(&env, "run", &[]);
     let ready = |s: &str| metric_sum(s, "urutan_ready", &["role=\"worker\""]) == 1.0;
     let first = worker
         .wait_scrape(
@@ -300,7 +229,7 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
             ready,
         )
         .await;
-    assert_eq!(http_get(worker.http, "/readyz").await.0, 200);
+    assert_eq!(http_get(worker.http(), "/readyz").await.0, 200);
 
     // Zero-initialised from the first scrape: every bounded counter series.
     for shard in ["0", "1"] {
@@ -329,7 +258,7 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
     }
     assert!(has_series(&first, "urutan_broker_reconnects_total", &[]));
 
-    let mut relay = Process::start(&env, "relay");
+    let mut relay = start(&env, "relay", &[]);
     relay
         .wait_scrape(
             "urutan_ready{role=\"relay\"} 1",
@@ -388,18 +317,18 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
 
     // A second relay stands by (the first holds the outbox lock): not ready,
     // and its gauge says so as /readyz does.
-    let mut standby = Process::start(&env, "relay");
+    let mut standby = start(&env, "relay", &[]);
     standby
         .wait_scrape("a standby relay's urutan_ready 0", limit, |s| {
             has_series(s, "urutan_ready", &["role=\"relay\""])
                 && metric_sum(s, "urutan_ready", &["role=\"relay\""]) == 0.0
         })
         .await;
-    assert_eq!(http_get(standby.http, "/readyz").await.0, 503);
+    assert_eq!(http_get(standby.http(), "/readyz").await.0, 503);
     drop(standby);
 
     // The effects dispatcher (an endpoint nobody listens on: it retries).
-    let mut effects = Process::start_with(
+    let mut effects = start(
         &env,
         "effects",
         &[

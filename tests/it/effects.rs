@@ -10,9 +10,8 @@
 //! and nothing is lost.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use urutan::effects::Secret;
 
 use crate::common::{
-    Msg, PgRoles, RunningPool, TestEnv, http_get, metric_sum, urutan as run_urutan, wait_for,
+    Msg, PgRoles, RunningPool, TestEnv, UrutanProcess, metric_sum, urutan as run_urutan, wait_for,
 };
 
 /// The Standard Webhooks specification's example secret.
@@ -291,14 +290,6 @@ impl PayServer {
 
 // ------------------------------------------------------------ the dispatcher
 
-/// A `urutan effects` process with its own HTTP port and log file (killed
-/// with SIGKILL when dropped).
-struct Dispatcher {
-    child: tokio::process::Child,
-    http: SocketAddr,
-    log: tempfile::NamedTempFile,
-}
-
 /// Settings that keep the tests short: 1 s timeout (lease 7 s), fast retries.
 const FAST: &[(&str, &str)] = &[
     ("EFFECTS_TIMEOUT", "1s"),
@@ -308,70 +299,17 @@ const FAST: &[(&str, &str)] = &[
     ("EFFECTS_POLL", "50ms"),
 ];
 
-impl Dispatcher {
-    fn start(env: &TestEnv, effects: &str, extra: &[(&str, &str)]) -> Self {
-        let port = StdListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let http = SocketAddr::from(([127, 0, 0, 1], port));
-        let log = tempfile::NamedTempFile::new().expect("log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
-            .arg("effects")
-            .envs(env.process_env(2))
-            .env("METRICS_ADDR", http.to_string())
-            .env("EFFECTS", effects)
-            .env("EFFECTS_SECRET", SECRET)
-            .envs(FAST.iter().copied())
-            .envs(extra.iter().copied())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log.reopen().expect("open log file")))
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn urutan effects");
-        Self { child, http, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.log.path()).unwrap_or_default()
-    }
-
-    /// Waits until `/readyz` answers 200 (routes written, claiming).
-    async fn wait_ready(&mut self) {
-        let start = Instant::now();
-        while http_get(self.http, "/readyz").await.0 != 200 {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("urutan effects exited ({status}):\n{}", self.log());
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "urutan effects not ready after 30 s:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn scrape(&self) -> String {
-        http_get(self.http, "/metrics").await.1
-    }
-
-    /// SIGTERM, then a clean exit within 30 s.
-    async fn stop(mut self) {
-        let pid = self.child.id().expect("running");
-        crate::common::sh("kill", &["-TERM", &pid.to_string()]);
-        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .expect("urutan effects did not stop within 30 s")
-            .expect("wait");
-        assert!(
-            status.success(),
-            "urutan effects exited {status}:\n{}",
-            self.log()
-        );
-    }
+/// `urutan effects` on `env`, sending to `effects` (`EFFECTS`) with the
+/// tests' secret, [`FAST`] and `extra`: the shared child process (killed
+/// when dropped).
+fn dispatcher(env: &TestEnv, effects: &str, extra: &[(&str, &str)]) -> UrutanProcess {
+    let mut vars: Vec<(String, String)> = (env.process_env(2).into_iter())
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    vars.push(("EFFECTS".into(), effects.into()));
+    vars.push(("EFFECTS_SECRET".into(), SECRET.into()));
+    vars.extend((FAST.iter().chain(extra)).map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    UrutanProcess::start("effects", &vars)
 }
 
 // -------------------------------------------------------------- the workload
@@ -636,7 +574,7 @@ async fn a_dispatcher_killed_before_recording_only_resends_with_the_same_key() {
     let effects = format!("*={}", server.url("/charge"));
     let pool = pipeline(&env, 1).await;
     let db = env.db().await;
-    let mut first = Dispatcher::start(
+    let mut first = dispatcher(
         &env,
         &effects,
         &[("URUTAN_FAULT_ABORT_AFTER_EFFECT_SENT", "7")],
@@ -645,10 +583,7 @@ async fn a_dispatcher_killed_before_recording_only_resends_with_the_same_key() {
 
     let (msgs, names) = workload("K", 5, 1, 4);
     env.publisher().await.send_all(&msgs).await;
-    let died = tokio::time::timeout(Duration::from_secs(60), first.child.wait())
-        .await
-        .expect("the dispatcher did not die at its 7th answer within 60 s")
-        .expect("wait");
+    let died = first.wait_exit(Duration::from_secs(60)).await;
     assert_eq!(died.signal(), Some(6), "SIGABRT: {}", first.log());
     let answered = server.book(|b| b.requests.len());
     assert!(
@@ -667,7 +602,7 @@ async fn a_dispatcher_killed_before_recording_only_resends_with_the_same_key() {
     );
 
     // A new dispatcher takes over once the dead one's leases expire.
-    let mut second = Dispatcher::start(&env, &effects, &[]);
+    let mut second = dispatcher(&env, &effects, &[]);
     second.wait_ready().await;
     wait_settled(&db, 20, Duration::from_secs(60)).await;
     server.assert_exactly_once_in_order("/charge", &expect_all(&names, 4, |_| true));
@@ -694,7 +629,7 @@ async fn the_endpoint_down_for_30_s_loses_nothing() {
     let effects = format!("dibayar={}", server.url("/charge"));
     let pool = pipeline(&env, 1).await;
     let db = env.db().await;
-    let mut dispatcher = Dispatcher::start(&env, &effects, &[("EFFECTS_BACKOFF_MAX", "3s")]);
+    let mut dispatcher = dispatcher(&env, &effects, &[("EFFECTS_BACKOFF_MAX", "3s")]);
     dispatcher.wait_ready().await;
     let publisher = env.publisher().await;
 
@@ -757,7 +692,7 @@ async fn a_failing_order_waits_while_others_flow() {
     server.set("R0", Behaviour::Reject);
     server.set("H0", Behaviour::Hang(Duration::from_secs(2)));
     server.set("S0", Behaviour::Slow(Duration::from_millis(300)));
-    let mut dispatcher = Dispatcher::start(&env, &effects, &[]);
+    let mut dispatcher = dispatcher(&env, &effects, &[]);
     dispatcher.wait_ready().await;
 
     let (flowing, names) = workload("N", 10, 1, 3);
@@ -897,8 +832,8 @@ async fn two_dispatchers_never_send_an_effect_twice() {
         server.set(name, Behaviour::Slow(Duration::from_millis(20)));
     }
     let slow = [("EFFECTS_CONCURRENCY", "8")];
-    let mut a = Dispatcher::start(&env, &effects, &slow);
-    let mut b = Dispatcher::start(&env, &effects, &slow);
+    let mut a = dispatcher(&env, &effects, &slow);
+    let mut b = dispatcher(&env, &effects, &slow);
     a.wait_ready().await;
     b.wait_ready().await;
     env.publisher().await.send_all(&msgs).await;
@@ -940,7 +875,7 @@ async fn a_wrong_signature_is_refused_by_the_server_and_dead_lettered() {
     let effects = format!("*={}", server.url("/charge"));
     let pool = pipeline(&env, 1).await;
     let db = env.db().await;
-    let mut dispatcher = Dispatcher::start(
+    let mut dispatcher = dispatcher(
         &env,
         &effects,
         &[(
@@ -1027,7 +962,7 @@ async fn least_privilege_roles_apply_and_dispatch_effects() {
     let server = PayServer::start().await;
     let effects = format!("dibayar={}", server.url("/charge"));
     let dispatcher_url = roles.url("dispatcher");
-    let mut dispatcher = Dispatcher::start(&env, &effects, &[("DATABASE_URL", &dispatcher_url)]);
+    let mut dispatcher = dispatcher(&env, &effects, &[("DATABASE_URL", &dispatcher_url)]);
     dispatcher.wait_ready().await;
     let mut settings = env.settings(2);
     settings.database_url = roles.secret_url("worker");
@@ -1079,7 +1014,7 @@ async fn dead_lettered_effects_are_listed_and_replayed_with_urutan_dlq() {
     let pool = pipeline(&env, 1).await;
     server.set("F0", Behaviour::Fail);
     server.set("R0", Behaviour::Reject);
-    let mut dispatcher = Dispatcher::start(&env, &effects, &[("EFFECTS_MAX_ATTEMPTS", "2")]);
+    let mut dispatcher = dispatcher(&env, &effects, &[("EFFECTS_MAX_ATTEMPTS", "2")]);
     dispatcher.wait_ready().await;
     let msgs: Vec<Msg> = [("F0", 1), ("F0", 2), ("R0", 1), ("R0", 2), ("N0", 1)]
         .into_iter()

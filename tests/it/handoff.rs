@@ -446,16 +446,6 @@ async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones(
     eprintln!("{written} versions; {moved_off} of 200 entities moved off removed shards; in order");
 }
 
-/// A `urutan run` process, killed with SIGKILL when dropped.
-pub(crate) struct Process(pub(crate) std::process::Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_killed_in_the_middle_of_a_handoff_loses_no_order() {
     let env = TestEnv::new("handoff_kill").await;
@@ -481,15 +471,9 @@ async fn a_replica_killed_in_the_middle_of_a_handoff_loses_no_order() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // Two replicas grow the ring to 6: a process (first, so it is the active
     // consumer) and an in-process standby.
-    let process = Process(
-        std::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
-            .arg("run")
-            .envs(env.process_env(6))
-            .env("RUST_LOG", "warn")
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn urutan run"),
-    );
+    let mut vars = env.process_env(6);
+    vars.push(("RUST_LOG", "warn".to_owned()));
+    let process = UrutanProcess::start("run", &vars);
     wait_for("a handoff in progress", Duration::from_secs(30), || {
         let db = db.clone();
         async move { count(&db, "SELECT count(*) FROM urutan_parkir").await > 0 }

@@ -467,7 +467,7 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     let fallback = "this broker user may not declare the topology: checking it passively";
 
     // Nothing declared: one WARN, then one ERROR line naming the fix, exit 1.
-    let mut run = UrutanRun::start(&worker);
+    let mut run = UrutanProcess::start("run", &worker);
     let code = run
         .wait_exit(Duration::from_secs(30))
         .await
@@ -496,7 +496,7 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     let (code, _, stderr) = urutan(&["topology"], &as_user(&topology_user, "t0pology-pw")).await;
     assert_eq!(code, 0, "{stderr}");
     for (user, password) in [(&worker_user, "w0rker-pw"), (&bare_user, "b4re-pw")] {
-        let mut run = UrutanRun::start(&as_user(user, password));
+        let mut run = UrutanProcess::start("run", &as_user(user, password));
         run.wait_ready().await;
         env.publisher().await.send(&Msg::event(user, 1)).await;
         let db = env.db().await;
@@ -520,7 +520,7 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
 
     // No write on amq.default: the check passes, the epoch cannot be
     // opened; it stops (not retries) with the missing permission named.
-    let mut run = UrutanRun::start(&as_user(&mute_user, "mu7e-pw"));
+    let mut run = UrutanProcess::start("run", &as_user(&mute_user, "mu7e-pw"));
     let code = run
         .wait_exit(Duration::from_secs(30))
         .await
@@ -546,7 +546,7 @@ async fn a_first_start_logs_no_error_and_real_errors_still_show() {
         if let Some(level) = rust_log {
             vars.push(("RUST_LOG", level.to_owned()));
         }
-        let mut run = UrutanRun::start(&vars);
+        let mut run = UrutanProcess::start("run", &vars);
         run.wait_ready().await;
         let log = run.stop().await;
         assert!(log.contains("consuming"), "{log}");

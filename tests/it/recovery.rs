@@ -144,7 +144,7 @@ async fn worker_killed_with_sigkill_mid_stream_loses_nothing_and_applies_nothing
         .await;
     let db = env.db().await;
 
-    let mut first = UrutanRun::start(&env.process_env(4));
+    let mut first = UrutanProcess::start("run", &env.process_env(4));
     let seen = wait_applied_at_least(&db, 100, Duration::from_secs(60)).await;
     first.kill().await;
     let at_kill = applied(&db).await;
@@ -153,7 +153,7 @@ async fn worker_killed_with_sigkill_mid_stream_loses_nothing_and_applies_nothing
         "the worker finished before the kill ({seen} seen, {at_kill} after); nothing was tested"
     );
 
-    let mut second = UrutanRun::start(&env.process_env(4));
+    let mut second = UrutanProcess::start("run", &env.process_env(4));
     second.wait_ready().await;
     wait_for(
         &format!("{total} versions applied after the restart"),
@@ -434,7 +434,7 @@ async fn sigterm_under_load_exits_zero_and_leaves_nothing_unacked() {
         .await;
     let db = env.db().await;
 
-    let mut first = UrutanRun::start(&env.process_env(4));
+    let mut first = UrutanProcess::start("run", &env.process_env(4));
     wait_applied_at_least(&db, 100, Duration::from_secs(60)).await;
     first.sigterm();
     let term = Instant::now();
@@ -453,7 +453,7 @@ async fn sigterm_under_load_exits_zero_and_leaves_nothing_unacked() {
     );
 
     // A message committed but not acked would come back to this one as a duplicate.
-    let mut second = UrutanRun::start(&env.process_env(4));
+    let mut second = UrutanProcess::start("run", &env.process_env(4));
     second.wait_ready().await;
     wait_for(
         &format!("{total} versions applied by the second worker"),

@@ -13,7 +13,7 @@ use sqlx::PgPool;
 use urutan::broker::{Names, topology};
 
 use crate::common::*;
-use crate::handoff::{Process, drain_and_check, produce, start_relay, wait_until_all_applied};
+use crate::handoff::{drain_and_check, produce, start_relay, wait_until_all_applied};
 use crate::topology::hash_bindings;
 
 /// (shard_count, complete) of every recorded change, oldest first.
@@ -130,17 +130,13 @@ async fn replicas_with_different_shard_counts_follow_one_ring_through_grows_and_
         Duration::from_secs(60),
     )
     .await;
-    let shrinker = Process(
-        std::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
-            .arg("run")
-            .envs(env.process_env(5))
-            .env("ALLOW_SHRINK", "true")
-            .env("DATABASE_POOL_SIZE", "3")
-            .env("RUST_LOG", "warn")
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn urutan run"),
-    );
+    let mut vars = env.process_env(5);
+    vars.extend([
+        ("ALLOW_SHRINK", "true".to_owned()),
+        ("DATABASE_POOL_SIZE", "3".to_owned()),
+        ("RUST_LOG", "warn".to_owned()),
+    ]);
+    let shrinker = UrutanProcess::start("run", &vars);
     wait_for("the shrink recorded", Duration::from_secs(30), || {
         let db = db.clone();
         async move { ring_history(&db).await.len() == 4 }
