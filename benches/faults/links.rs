@@ -87,10 +87,9 @@ impl DbName {
 
     /// `services` with the database base URL through this name.
     pub fn services(&self, services: &Services) -> Services {
-        Services {
-            pg_base: format!("postgres://postgres@{}", self.proxy.addr),
-            ..services.clone()
-        }
+        let mut through = services.clone();
+        through.place.pg_base = format!("postgres://postgres@{}", self.proxy.addr);
+        through
     }
 
     /// Points the name at the current primary and closes the connections

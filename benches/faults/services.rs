@@ -36,11 +36,10 @@ use crate::scratch::{Keep, Place, Scratch};
 /// Where the services are and the command lines that control them.
 #[derive(Debug, Clone)]
 pub struct Services {
-    /// One base URL (`amqp://user:pass@host:port`, no vhost) per broker node.
-    pub amqp_bases: Vec<String>,
-    pub pg_base: String,
-    /// `rabbitmqctl` and its node arguments, split on whitespace.
-    pub rabbitmqctl: Vec<String>,
+    /// The broker nodes (one base URL each, no vhost), the database base URL
+    /// and `rabbitmqctl` with its node arguments: where a run's scratch
+    /// vhost and database are made.
+    pub place: Place,
     /// The cluster control command, before `stop`/`start`/`restart`.
     pub pg_ctl: Vec<String>,
     /// `bash <cluster.sh>` in cluster mode (`FAULTS_CLUSTER`).
@@ -91,21 +90,29 @@ impl Services {
             let mut rabbitmqctl = cluster.clone();
             rabbitmqctl.push("ctl".into());
             return Ok(Self {
-                amqp_bases,
-                pg_base,
-                rabbitmqctl,
+                place: Place {
+                    amqp_bases,
+                    pg_base,
+                    rabbitmqctl,
+                    pg_socket_dir: None,
+                },
                 pg_ctl,
                 cluster: Some(cluster),
                 pair,
             });
         }
         Ok(Self {
-            amqp_bases: vec![
-                var("FAULTS_AMQP_BASE")
-                    .unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672".into()),
-            ],
-            pg_base,
-            rabbitmqctl: words(&var("FAULTS_RABBITMQCTL").unwrap_or_else(|| "rabbitmqctl".into())),
+            place: Place {
+                amqp_bases: vec![
+                    var("FAULTS_AMQP_BASE")
+                        .unwrap_or_else(|| "amqp://guest:guest@127.0.0.1:5672".into()),
+                ],
+                pg_base,
+                rabbitmqctl: words(
+                    &var("FAULTS_RABBITMQCTL").unwrap_or_else(|| "rabbitmqctl".into()),
+                ),
+                pg_socket_dir: None,
+            },
             pg_ctl,
             cluster: None,
             pair,
@@ -129,7 +136,7 @@ impl Services {
 
     /// `rabbitmqctl <args>`, bounded.
     pub async fn rabbitmqctl(&self, args: &[&str]) -> anyhow::Result<String> {
-        run(&self.rabbitmqctl, args).await
+        run(&self.place.rabbitmqctl, args).await
     }
 
     /// The database cluster's control command with `action` (stop/start/restart).
@@ -187,9 +194,9 @@ impl Drop for Restarter {
             blocking(cluster, &["start"]);
             return;
         }
-        blocking(&self.0.rabbitmqctl, &["-q", "start_app"]);
+        blocking(&self.0.place.rabbitmqctl, &["-q", "start_app"]);
         blocking(
-            &self.0.rabbitmqctl,
+            &self.0.place.rabbitmqctl,
             &["-q", "--timeout", "120", "await_startup"],
         );
         blocking(&self.0.pg_ctl, &["start"]);
@@ -197,16 +204,6 @@ impl Drop for Restarter {
 }
 
 impl Services {
-    /// Where a run's own vhost and database are made.
-    pub fn place(&self) -> Place {
-        Place {
-            amqp_bases: self.amqp_bases.clone(),
-            pg_base: self.pg_base.clone(),
-            rabbitmqctl: self.rabbitmqctl.clone(),
-            pg_socket_dir: None,
-        }
-    }
-
     /// Creates the run's own vhost `urutan-faults-<tag>` (guest may do
     /// anything in it) and database `urutan_faults_<tag>` (migrated by the
     /// first worker): the shared scratch type (`tests/support/scratch.rs`),
@@ -217,7 +214,7 @@ impl Services {
             var: "FAULTS_KEEP",
             only_on_panic: false,
         };
-        Scratch::create(self.place(), "faults", tag, Some(keep))
+        Scratch::create(self.place.clone(), "faults", tag, Some(keep))
             .await
             .context("create the run's vhost and database")
     }
