@@ -29,9 +29,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
-use crate::scratch::{Keep, Place, Scratch};
+use crate::scratch::{Keep, Place, Scratch, run_for};
 
 /// Where the services are and the command lines that control them.
 #[derive(Debug, Clone)]
@@ -154,28 +154,6 @@ impl Services {
 /// Runs `base + args`, bounded by 120 s; fails with its output.
 pub async fn run(base: &[String], args: &[&str]) -> anyhow::Result<String> {
     run_for(base, args, Duration::from_secs(120)).await
-}
-
-/// Runs `base + args`, bounded by `limit`; fails with its output.
-pub async fn run_for(base: &[String], args: &[&str], limit: Duration) -> anyhow::Result<String> {
-    let (program, first) = base.split_first().context("empty command")?;
-    let out = tokio::process::Command::new(program)
-        .args(first)
-        .args(args)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(limit, out)
-        .await
-        .with_context(|| format!("{base:?} {args:?} took over {limit:?}"))?
-        .with_context(|| format!("cannot run {program}"))?;
-    if !out.status.success() {
-        bail!(
-            "{base:?} {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// See [`Services::restarter`].

@@ -220,15 +220,21 @@ pub fn drop_database(pg_base: &str, name: &str) {
 
 /// Runs `base + args`, bounded by 90 s; fails with its output.
 pub async fn admin(base: &[String], args: &[&str]) -> anyhow::Result<String> {
+    run_for(base, args, Duration::from_secs(90)).await
+}
+
+/// Runs `base + args` (a command line and its arguments), bounded by
+/// `limit`; fails with its output.
+pub async fn run_for(base: &[String], args: &[&str], limit: Duration) -> anyhow::Result<String> {
     let (program, first) = base.split_first().context("empty command")?;
     let run = tokio::process::Command::new(program)
         .args(first)
         .args(args)
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(90), run)
+    let out = tokio::time::timeout(limit, run)
         .await
-        .with_context(|| format!("{base:?} {args:?} took over 90 s"))?
+        .with_context(|| format!("{base:?} {args:?} took over {limit:?}"))?
         .with_context(|| format!("cannot run {program}"))?;
     if !out.status.success() {
         bail!(
