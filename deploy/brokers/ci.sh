@@ -5,7 +5,7 @@
 # PostgreSQL cluster, one test at a time per version: two at once in all,
 # as in the machine's own run; their serial and fault-suite phases take
 # turns), then the three-node 4.3 cluster under node loss
-# (deploy/brokers/cluster-check.sh, 6-11 min; URUTAN_CI_CLUSTER=0 leaves it
+# (deploy/brokers/cluster-check.sh, 5-11 min; URUTAN_CI_CLUSTER=0 leaves it
 # out).
 #
 #   deploy/brokers/ci.sh
@@ -72,7 +72,7 @@ for v in 4.0 4.3; do
 done
 log "matrix: $((SECONDS - start))s"
 
-# The three-node cluster (deploy/brokers/cluster-check.sh, 6-11 min), after
+# The three-node cluster (deploy/brokers/cluster-check.sh, 5-11 min), after
 # the matrix: its nodes and the matrix's would share the 2 cores.
 # URUTAN_CI_CLUSTER=0 leaves it out (a quicker local run).
 if [[ ${URUTAN_CI_CLUSTER:-1} == 1 ]]; then
