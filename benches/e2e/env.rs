@@ -3,8 +3,6 @@
 //! killed — by the sweep at the start of the next run (names carry the pid
 //! of the bench process that made them).
 
-use std::process::Command;
-
 use anyhow::Context;
 use sqlx::PgPool;
 
@@ -16,12 +14,6 @@ const VHOST_PREFIX: &str = "urutan-bench-";
 const DB_PREFIX: &str = "urutan_bench_";
 /// Environment variable set on every worker process the bench starts.
 pub const OWNER_VAR: &str = "URUTAN_BENCH_OWNER";
-
-fn kill(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .output();
-}
 
 /// Stops every worker process still running, then deletes every
 /// scenario's vhost and database still alive (called at exit and on a
@@ -111,7 +103,7 @@ pub async fn sweep_stale() -> Vec<String> {
         if let Some(owner) = owner
             && !pid_alive(owner)
         {
-            kill(pid);
+            crate::process::sigkill(pid);
             removed.push(format!("orphan worker pid {pid}"));
         }
     }

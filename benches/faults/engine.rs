@@ -382,8 +382,8 @@ fn settings_line(o: &Options) -> String {
         o.rate,
         o.gap_ms.0,
         o.gap_ms.1,
-        o.rate.max(2) / 2,
-        o.rate.max(2) / 2,
+        settle_most(o),
+        settle_most(o),
         SETTLE_LIMIT.as_secs(),
         o.db_stop_secs.0,
         o.db_stop_secs.1
@@ -409,6 +409,12 @@ async fn max_seq(db: &PgPool) -> i64 {
 /// How long a fault waits at most for the backlog before it to drain.
 const SETTLE_LIMIT: Duration = Duration::from_secs(60);
 
+/// The backlog a fault may start over: half a second of the workload
+/// queued, and as many outbox rows unsent.
+fn settle_most(o: &Options) -> u32 {
+    o.rate.max(2) / 2
+}
+
 /// Waits (at most `limit`) until the workers and the relay have caught up
 /// with what the previous fault left behind: at most half a second of the
 /// workload (`rate / 2`) ready in the shard queues together, and as many
@@ -427,7 +433,7 @@ async fn settle(
     limit: Duration,
 ) -> Result<Duration, String> {
     let start = Instant::now();
-    let most = u64::from(opts.rate.max(2) / 2);
+    let most = u64::from(settle_most(opts));
     let names = urutan::broker::Names::new("pesanan");
     let queues: Vec<String> = (0..opts.shards).map(|i| names.shard_queue(i)).collect();
     let mut left = "unknown (neither the broker nor the database answered)".to_owned();
@@ -453,11 +459,7 @@ async fn settle(
             },
             None => None,
         };
-        let unsent: Option<i64> =
-            sqlx::query_scalar("SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL")
-                .fetch_one(db)
-                .await
-                .ok();
+        let unsent = crate::inject::unsent(db).await.ok();
         if let (Some(queued), Some(unsent)) = (queued, unsent) {
             if queued <= most && unsent <= most as i64 {
                 settled = Some(start.elapsed());

@@ -601,10 +601,7 @@ async fn stop_workers_then(
     let after = queued(cx.services, &cx.env.vhost)
         .await
         .context("count the backlog")?;
-    let unsent: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL")
-        .fetch_one(cx.db)
-        .await
-        .unwrap_or(-1);
+    let unsent = unsent(cx.db).await.unwrap_or(-1);
     for _ in 0..crate::fleet::REPLICAS {
         let w = cx.fleet.spawn_worker(cx.rng)?;
         cx.fleet.workers.push(w);
@@ -616,6 +613,14 @@ async fn stop_workers_then(
         ),
         violation,
     ))
+}
+
+/// Outbox rows the relay has not published yet (the outbox's partial
+/// index of unsent rows: cheap to poll).
+pub async fn unsent(db: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL")
+        .fetch_one(db)
+        .await
 }
 
 /// Messages (ready + unacked) in the run's shard queues.

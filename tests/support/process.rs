@@ -179,10 +179,15 @@ impl Drop for Urutan {
 pub fn kill_alive() {
     let alive = ALIVE.lock().map(|a| a.clone()).unwrap_or_default();
     for pid in alive {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .output();
+        sigkill(pid);
     }
+}
+
+/// SIGKILL to `pid` (with `kill`; a process already gone is fine).
+pub fn sigkill(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .output();
 }
 
 /// The last 15 lines of a log file, for error messages.
