@@ -83,7 +83,8 @@ const USAGE: &str =
 The broker and database: FAULTS_AMQP_BASE, FAULTS_PG_BASE, FAULTS_RABBITMQCTL, FAULTS_PG_CTL
 (benches/faults/services.rs); private ones, pair included, from
   eval \"$(bash benches/faults/private-services.sh [--pair])\"
-and gone again with `bash benches/faults/private-services.sh --down`.";
+and gone again with `bash benches/faults/private-services.sh --down`.
+FAULTS_BUDGET_MIN=M: no fault starts after M minutes (the run then drains and checks as usual).";
 
 /// How many times [`inject::Kind::PAIR`] is listed in pair mode.
 const PAIR_WEIGHT: usize = 3;

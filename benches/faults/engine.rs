@@ -149,7 +149,17 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
 
     let mut faults = Vec::new();
     let mut seq_marks = Vec::new();
+    let planned = plan.len();
+    let budget = time_budget()?;
+    let mut cut_short = None;
     for (index, kind) in plan.into_iter().enumerate() {
+        if budget.is_some_and(|b| clock.elapsed() >= b) {
+            eprintln!("[faults] time budget spent: {index} of {planned} faults injected");
+            cut_short = Some(format!(
+                " The run's time budget (FAULTS_BUDGET_MIN) ended it after {index} of the {planned} planned faults."
+            ));
+            break;
+        }
         let gap = rng.random_range(opts.gap_ms.0..=opts.gap_ms.1);
         tokio::time::sleep(Duration::from_millis(gap)).await;
         let mut violations = Vec::new();
@@ -309,7 +319,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     db.close().await;
     Ok(RunReport {
         seed: opts.seed,
-        settings: settings_line(opts),
+        settings: settings_line(opts) + cut_short.as_deref().unwrap_or(""),
         binary: crate::procs::binary().display().to_string(),
         git_commit: git_commit(),
         started,
@@ -338,6 +348,21 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         verify_output,
         unexpected_exits: fleet.unexpected.clone(),
     })
+}
+
+/// `FAULTS_BUDGET_MIN`: minutes after which no new fault starts (the run
+/// then drains and checks as usual), so a long soak on a machine lent for a
+/// fixed time still ends with its invariants checked. Unset: no budget.
+fn time_budget() -> anyhow::Result<Option<Duration>> {
+    match std::env::var("FAULTS_BUDGET_MIN") {
+        Ok(m) => {
+            let minutes: f64 = m
+                .parse()
+                .with_context(|| format!("FAULTS_BUDGET_MIN={m:?} is not a number of minutes"))?;
+            Ok(Some(Duration::from_secs_f64(minutes * 60.0)))
+        }
+        Err(_) => Ok(None),
+    }
 }
 
 fn settings_line(o: &Options) -> String {
