@@ -16,7 +16,11 @@ use axum::routing::post;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use urutan::effects::{Config, Dispatcher, EffectsSettings, Routes, Secret, sign};
+use urutan::effects::{self, Config, Dispatcher, EffectsSettings, Routes, Secret, sign};
+use urutan::store;
+
+/// The status the demo's payment endpoint is routed for.
+const PAID: &str = "dibayar";
 
 /// What the demo's payment endpoint saw.
 #[derive(Default)]
@@ -114,11 +118,11 @@ impl DemoEffects {
                 .await;
         });
         let mut settings = EffectsSettings::defaults();
-        settings.effects = Some(format!("dibayar={url}"));
+        settings.effects = Some(format!("{PAID}={url}"));
         settings.effects_secret = Some(raw_secret);
         settings.effects_poll = Duration::from_millis(50);
         let config = Config {
-            routes: Routes::parse(&format!("dibayar={url}"))?,
+            routes: Routes::parse(&format!("{PAID}={url}"))?,
             secret,
         };
         let dispatcher = Dispatcher::new(db.clone(), config, settings, None).await?;
@@ -133,23 +137,20 @@ impl DemoEffects {
     /// Waits (at most `limit`) until no effect is pending, stops, and reports.
     pub async fn finish(self, db: &PgPool, limit: Duration) -> anyhow::Result<DemoReport> {
         let start = Instant::now();
-        while start.elapsed() < limit && pending(db).await? > 0 {
+        while start.elapsed() < limit && effects::store::pending(db).await? > 0 {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         self.stop.cancel();
         for task in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
         }
-        let (paid_versions, recorded, sent, dead_lettered, pending): (i64, i64, i64, i64, i64) =
-            sqlx::query_as(
-                "SELECT (SELECT count(*) FROM pesanan_riwayat WHERE status = 'dibayar'),
-                        count(*), count(*) FILTER (WHERE keadaan = 'terkirim'),
-                        count(*) FILTER (WHERE keadaan = 'gagal'),
-                        count(*) FILTER (WHERE keadaan = 'menunggu')
-                 FROM urutan_efek",
-            )
-            .fetch_one(db)
-            .await?;
+        let paid_versions = store::applied_with_status(db, PAID).await?;
+        let effects::store::Tally {
+            recorded,
+            sent,
+            dead_lettered,
+            pending,
+        } = effects::store::tally(db).await?;
         let ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
         Ok(DemoReport {
             paid_versions,
@@ -163,12 +164,6 @@ impl DemoEffects {
             bad_signatures: ledger.bad_signatures,
         })
     }
-}
-
-async fn pending(db: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM urutan_efek WHERE keadaan = 'menunggu'")
-        .fetch_one(db)
-        .await
 }
 
 /// The payment endpoint: checks the signature, charges once per key.

@@ -33,8 +33,9 @@ use tokio_util::sync::CancellationToken;
 use urutan::broker::{self, Names, call, topology};
 use urutan::config::Settings;
 use urutan::outbox::relay::{Relay, RelaySettings};
-use urutan::outbox::{self, NewEvent};
+use urutan::outbox::{self, NewEvent, SentRow};
 use urutan::outcome::Outcome;
+use urutan::reshard::ring;
 use urutan::shard::{Hooks, Observed};
 use urutan::supervisor::Supervisor;
 use urutan::{store, verify};
@@ -282,11 +283,7 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
 async fn topology_prepared(db: &PgPool, limit: Duration) {
     let started = Instant::now();
     while started.elapsed() < limit {
-        let recorded: Result<bool, _> =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM urutan_ring)")
-                .fetch_one(db)
-                .await;
-        if matches!(recorded, Ok(true)) {
+        if matches!(ring::recorded(db).await, Ok(true)) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -443,21 +440,22 @@ async fn inject(
     let exchange = names.entry_exchange();
     let key = format!("{}.injected", names.entry_exchange());
     let mut duplicates = 0;
-    for (id, entity, payload, _) in &dup_rows {
+    for row in &dup_rows {
         send(
             &ch,
             &exchange,
             &key,
-            Some(&id.to_string()),
-            Some(text(entity)),
-            payload.as_bytes(),
+            Some(&row.id.to_string()),
+            Some(text(&row.aggregate_id)),
+            row.payload.as_bytes(),
         )
         .await?;
         duplicates += 1;
     }
     let mut stale = 0;
-    for (n, (_, entity, _, versi)) in stale_rows.iter().enumerate() {
-        let body = serde_json::json!({"id": entity, "status": "basi", "versi": versi - 1});
+    for (n, row) in stale_rows.iter().enumerate() {
+        let entity = &row.aggregate_id;
+        let body = serde_json::json!({"id": entity, "status": "basi", "versi": row.versi - 1});
         let id = format!("stale-{n}");
         send(
             &ch,
@@ -510,22 +508,10 @@ async fn inject(
 
 /// Up to `n` random outbox rows the relay has confirmed, with `versi >=
 /// min_versi` (waiting up to a minute for enough of them to be sent).
-async fn sent_rows(
-    db: &PgPool,
-    n: usize,
-    min_versi: i64,
-) -> anyhow::Result<Vec<(i64, String, String, i64)>> {
+async fn sent_rows(db: &PgPool, n: usize, min_versi: i64) -> anyhow::Result<Vec<SentRow>> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
-            "SELECT id, agregat_id, payload::text, (payload->>'versi')::bigint FROM outbox
-             WHERE dikirim_pada IS NOT NULL AND (payload->>'versi')::bigint >= $2
-             ORDER BY random() LIMIT $1",
-        )
-        .bind(n as i64)
-        .bind(min_versi)
-        .fetch_all(db)
-        .await?;
+        let rows = outbox::sample_sent(db, n, min_versi).await?;
         if rows.len() >= n || Instant::now() > deadline {
             return Ok(rows);
         }

@@ -179,6 +179,43 @@ pub async fn record(
         .await
 }
 
+/// Every effect recorded so far, by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub recorded: i64,
+    /// `terkirim`: the endpoint answered 2xx.
+    pub sent: i64,
+    /// `gagal`: dead-lettered after its attempts.
+    pub dead_lettered: i64,
+    /// `menunggu`: still to be sent.
+    pub pending: i64,
+}
+
+/// Counts every effect by state (a full scan: for demos and checks).
+pub async fn tally(pool: &PgPool) -> Result<Tally, sqlx::Error> {
+    let (recorded, sent, dead_lettered, pending) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE keadaan = 'terkirim'),
+                count(*) FILTER (WHERE keadaan = 'gagal'),
+                count(*) FILTER (WHERE keadaan = 'menunggu')
+         FROM urutan_efek",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(Tally {
+        recorded,
+        sent,
+        dead_lettered,
+        pending,
+    })
+}
+
+/// How many effects are still to be sent.
+pub async fn pending(pool: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM urutan_efek WHERE keadaan = 'menunggu'")
+        .fetch_one(pool)
+        .await
+}
+
 /// Per endpoint URL: (pending effects, age of the oldest pending in
 /// seconds, dead-lettered effects held).
 pub async fn backlog(pool: &PgPool) -> Result<Vec<(String, i64, f64, i64)>, sqlx::Error> {

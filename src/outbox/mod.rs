@@ -5,7 +5,7 @@
 pub mod relay;
 
 use serde_json::Value;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
 /// Channel the relay LISTENs on; [`enqueue`] notifies it (delivered at commit).
 pub const NOTIFY_CHANNEL: &str = "urutan_outbox";
@@ -72,6 +72,44 @@ pub async fn enqueue(conn: &mut PgConnection, event: &NewEvent<'_>) -> Result<i6
         .execute(&mut *conn)
         .await?;
     Ok(id)
+}
+
+/// An outbox row the relay has published (broker-confirmed).
+#[derive(Debug, Clone)]
+pub struct SentRow {
+    /// `outbox.id`, the message id it was published with.
+    pub id: i64,
+    pub aggregate_id: String,
+    /// The published body (`outbox.payload` as JSON text).
+    pub payload: String,
+    pub versi: i64,
+}
+
+/// Up to `n` random published rows with `versi >= min_versi` (a full scan:
+/// for the demo's injected duplicates and stale events, and checks).
+pub async fn sample_sent(
+    db: &PgPool,
+    n: usize,
+    min_versi: i64,
+) -> Result<Vec<SentRow>, sqlx::Error> {
+    let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(
+        "SELECT id, agregat_id, payload::text, (payload->>'versi')::bigint FROM outbox
+         WHERE dikirim_pada IS NOT NULL AND (payload->>'versi')::bigint >= $2
+         ORDER BY random() LIMIT $1",
+    )
+    .bind(i64::try_from(n).unwrap_or(i64::MAX))
+    .bind(min_versi)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, aggregate_id, payload, versi)| SentRow {
+            id,
+            aggregate_id,
+            payload,
+            versi,
+        })
+        .collect())
 }
 
 /// The contract rules a producer can break (docs/contract.md, section 2), checked

@@ -56,12 +56,13 @@ pub use crate::broker::delivery::MARKER_HEADER;
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Released {
     pub message_id: String,
-    /// `applied` or `stale`.
-    pub hasil: String,
-    /// Seconds it waited.
-    pub tunggu: f64,
-    /// The first released message of its entity in this call (one handoff).
-    pub pertama: bool,
+    /// `applied` or `stale` (`urutan_lepas`'s `hasil`).
+    pub result: String,
+    /// Seconds it waited (`tunggu`).
+    pub waited_s: f64,
+    /// The first released message of its entity in this call: one handoff
+    /// (`pertama`).
+    pub first_of_order: bool,
 }
 
 /// Why opening an epoch failed (retried by the caller).
@@ -271,11 +272,14 @@ pub async fn release(
     shard: u16,
     entities: i32,
 ) -> Result<Vec<Released>, sqlx::Error> {
-    sqlx::query_as("SELECT message_id, hasil, tunggu, pertama FROM urutan_lepas($1, $2)")
-        .bind(i32::from(shard))
-        .bind(entities)
-        .fetch_all(db)
-        .await
+    sqlx::query_as(
+        "SELECT message_id, hasil AS result, tunggu AS waited_s, pertama AS first_of_order
+         FROM urutan_lepas($1, $2)",
+    )
+    .bind(i32::from(shard))
+    .bind(entities)
+    .fetch_all(db)
+    .await
 }
 
 /// Messages parked by `shard`.

@@ -170,7 +170,7 @@ async fn resolve_plan(
             let follow = Plan::Follow {
                 recorded: current.shard_count,
                 configured: settings.shard_count,
-                versi: current.versi,
+                version: current.version,
             };
             Ok((follow, true))
         }
@@ -273,13 +273,13 @@ async fn start_epoch(
     let ring = match decision {
         Plan::Change { from, to } => {
             let who = ring::requester(if explicit { "topology" } else { "run" });
-            let versi = ring::record_change(db, (from, to), epoch, &who).await?;
+            let version = ring::record_change(db, (from, to), epoch, &who).await?;
             if let Some(from) = from {
                 info!(from, to, epoch, "resharding started");
             }
-            versi
+            version
         }
-        Plan::Keep { versi, .. } | Plan::Follow { versi, .. } => versi,
+        Plan::Keep { version, .. } | Plan::Follow { version, .. } => version,
     };
     Ok((epoch, ring))
 }

@@ -37,16 +37,16 @@ use crate::metrics as m;
 /// The current row of `urutan_ring`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
-    pub versi: i64,
+    pub version: i64,
     pub shard_count: u16,
     /// The count before this change (`None`: the first record).
-    pub dari: Option<u16>,
+    pub from: Option<u16>,
     /// Epoch opened right after the bindings changed.
     pub epoch: i64,
-    pub oleh: String,
-    pub mulai: DateTime<Utc>,
+    pub by: String,
+    pub started: DateTime<Utc>,
     /// `None` while the resharding is in progress.
-    pub selesai: Option<DateTime<Utc>>,
+    pub completed: Option<DateTime<Utc>>,
 }
 
 /// What a replica asks for.
@@ -65,14 +65,14 @@ pub struct Request {
 pub enum Plan {
     /// Record `to` (after the bindings changed): a first record or a resharding.
     Change { from: Option<u16>, to: u16 },
-    /// The record (`versi`) already says what this replica wants.
-    Keep { count: u16, versi: i64 },
+    /// The record (its `version`) already says what this replica wants.
+    Keep { count: u16, version: i64 },
     /// This replica's count is one the ring had before the current record
-    /// (`versi`): it predates the change, so it follows the record.
+    /// (`version`): it predates the change, so it follows the record.
     Follow {
         recorded: u16,
         configured: u16,
-        versi: i64,
+        version: i64,
     },
 }
 
@@ -139,28 +139,28 @@ pub fn resolve(
         });
     };
     let recorded = current.shard_count;
-    let versi = current.versi;
+    let version = current.version;
     if request.wanted == recorded {
         return Ok(Plan::Keep {
             count: recorded,
-            versi,
+            version,
         });
     }
     if !request.explicit && earlier.contains(&request.wanted) {
         return Ok(Plan::Follow {
             recorded,
             configured: request.wanted,
-            versi,
+            version,
         });
     }
-    let since = current.mulai.format("%Y-%m-%d %H:%M:%S UTC").to_string();
-    if current.selesai.is_none() {
+    let since = current.started.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+    if current.completed.is_none() {
         return Err(RingError::InProgress {
             wanted: request.wanted,
-            from: current.dari.unwrap_or(recorded),
+            from: current.from.unwrap_or(recorded),
             to: recorded,
             since,
-            by: current.oleh.clone(),
+            by: current.by.clone(),
         });
     }
     if request.wanted < recorded && !request.allow_shrink {
@@ -168,7 +168,7 @@ pub fn resolve(
             recorded,
             wanted: request.wanted,
             since,
-            by: current.oleh.clone(),
+            by: current.by.clone(),
         });
     }
     Ok(Plan::Change {
@@ -187,16 +187,16 @@ type Row = (
     Option<DateTime<Utc>>,
 );
 
-fn from_row((versi, count, dari, epoch, oleh, mulai, selesai): Row) -> Record {
+fn from_row((version, count, from, epoch, by, started, completed): Row) -> Record {
     let shards = |n: i32| u16::try_from(n).unwrap_or(u16::MAX);
     Record {
-        versi,
+        version,
         shard_count: shards(count),
-        dari: dari.map(shards),
+        from: from.map(shards),
         epoch,
-        oleh,
-        mulai,
-        selesai,
+        by,
+        started,
+        completed,
     }
 }
 
@@ -209,6 +209,13 @@ pub async fn current(db: &mut PgConnection) -> Result<Option<Record>, sqlx::Erro
     .fetch_optional(db)
     .await?;
     Ok(row.map(from_row))
+}
+
+/// Whether any ring is recorded yet: the topology was prepared once.
+pub async fn recorded(db: &PgPool) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM urutan_ring)")
+        .fetch_one(db)
+        .await
 }
 
 /// The counts the ring had before the current record.
@@ -226,13 +233,13 @@ pub async fn earlier_counts(db: &mut PgConnection) -> Result<Vec<u16>, sqlx::Err
 }
 
 /// Records a change whose bindings are in place and whose epoch is open;
-/// returns its `versi`. A first record is complete at once (there is no old
+/// returns its version (`urutan_ring.versi`). A first record is complete at once (there is no old
 /// ring to drain).
 pub async fn record_change(
     db: &mut PgConnection,
     (from, to): (Option<u16>, u16),
     epoch: i64,
-    oleh: &str,
+    by: &str,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "INSERT INTO urutan_ring (shard_count, dari, epoch, oleh, selesai)
@@ -242,7 +249,7 @@ pub async fn record_change(
     .bind(i32::from(to))
     .bind(from.map(i32::from))
     .bind(epoch)
-    .bind(oleh)
+    .bind(by)
     .fetch_one(db)
     .await
 }
@@ -277,7 +284,7 @@ async fn complete(pool: &PgPool, record: &Record) -> Result<Option<f64>, sqlx::E
         "UPDATE urutan_ring SET selesai = now() WHERE versi = $1 AND selesai IS NULL
          RETURNING extract(epoch FROM selesai - mulai)::float8",
     )
-    .bind(record.versi)
+    .bind(record.version)
     .fetch_optional(pool)
     .await
 }
@@ -289,11 +296,11 @@ async fn complete(pool: &PgPool, record: &Record) -> Result<Option<f64>, sqlx::E
 /// another count) and the resharding in progress completed, it cancels
 /// `stop` and returns true: the supervisor then stops the workers and
 /// prepares again.
-pub async fn watch(pool: PgPool, (versi, waiting): (i64, bool), stop: CancellationToken) -> bool {
+pub async fn watch(pool: PgPool, (version, waiting): (i64, bool), stop: CancellationToken) -> bool {
     loop {
         // Cancellable: on a silent database link the query may never answer.
         let Some(looked) = stop
-            .run_until_cancelled(watch_once(&pool, versi, waiting))
+            .run_until_cancelled(watch_once(&pool, version, waiting))
             .await
         else {
             return false;
@@ -314,14 +321,14 @@ pub async fn watch(pool: PgPool, (versi, waiting): (i64, bool), stop: Cancellati
 }
 
 /// One look at the record; true if this replica should prepare again.
-async fn watch_once(pool: &PgPool, versi: i64, waiting: bool) -> Result<bool, sqlx::Error> {
+async fn watch_once(pool: &PgPool, version: i64, waiting: bool) -> Result<bool, sqlx::Error> {
     let Some(record) = current(&mut *pool.acquire().await?).await? else {
         return Ok(false);
     };
-    if record.versi != versi {
+    if record.version != version {
         info!(
             shards = record.shard_count,
-            by = %record.oleh,
+            by = %record.by,
             "the recorded ring changed; re-preparing the topology"
         );
         return Ok(true);
@@ -333,7 +340,7 @@ async fn watch_once(pool: &PgPool, versi: i64, waiting: bool) -> Result<bool, sq
         );
         return Ok(true);
     }
-    if record.selesai.is_some() {
+    if record.completed.is_some() {
         metrics::gauge!(m::RESHARDING).set(0.0);
         return Ok(waiting);
     }
@@ -342,7 +349,7 @@ async fn watch_once(pool: &PgPool, versi: i64, waiting: bool) -> Result<bool, sq
         if let Some(seconds) = complete(pool, &record).await? {
             metrics::histogram!(m::RESHARDING_DURATION_SECONDS).record(seconds);
             info!(
-                from = record.dari,
+                from = record.from,
                 to = record.shard_count,
                 seconds,
                 "resharding complete: nothing routed by the old ring is left"
@@ -358,15 +365,15 @@ async fn watch_once(pool: &PgPool, versi: i64, waiting: bool) -> Result<bool, sq
 mod tests {
     use super::*;
 
-    fn record(count: u16, dari: Option<u16>, done: bool) -> Record {
+    fn record(count: u16, from: Option<u16>, done: bool) -> Record {
         Record {
-            versi: 3,
+            version: 3,
             shard_count: count,
-            dari,
+            from,
             epoch: 7,
-            oleh: "`urutan run` on a (pid 1)".into(),
-            mulai: DateTime::UNIX_EPOCH,
-            selesai: done.then_some(DateTime::UNIX_EPOCH),
+            by: "`urutan run` on a (pid 1)".into(),
+            started: DateTime::UNIX_EPOCH,
+            completed: done.then_some(DateTime::UNIX_EPOCH),
         }
     }
 
@@ -389,7 +396,10 @@ mod tests {
         let current = record(6, Some(4), true);
         assert_eq!(
             resolve(Some(&current), &[4], run(6, false)),
-            Ok(Plan::Keep { count: 6, versi: 3 })
+            Ok(Plan::Keep {
+                count: 6,
+                version: 3
+            })
         );
     }
 
@@ -402,7 +412,7 @@ mod tests {
             Ok(Plan::Follow {
                 recorded: 6,
                 configured: 4,
-                versi: 3
+                version: 3
             })
         );
     }
@@ -472,12 +482,18 @@ mod tests {
     #[test]
     fn only_a_first_record_needs_the_replicas_own_allow_shrink() {
         assert!(!Plan::Change { from: None, to: 4 }.allows_shrink(false));
-        assert!(Plan::Keep { count: 4, versi: 1 }.allows_shrink(false));
+        assert!(
+            Plan::Keep {
+                count: 4,
+                version: 1
+            }
+            .allows_shrink(false)
+        );
         assert!(
             Plan::Follow {
                 recorded: 4,
                 configured: 9,
-                versi: 1
+                version: 1
             }
             .allows_shrink(false)
         );

@@ -282,13 +282,13 @@ impl ShardWorker {
                 return true;
             }
         };
-        let handoffs = released.iter().filter(|r| r.pertama).count();
+        let handoffs = released.iter().filter(|r| r.first_of_order).count();
         for r in &released {
-            let outcome = store::parse_result(&r.hasil);
+            let outcome = store::parse_result(&r.result);
             if let Applied::Done(outcome) = outcome {
                 self.record(session, outcome, Some(&r.message_id));
             }
-            metrics::histogram!(m::HANDOFF_DURATION_SECONDS).record(r.tunggu);
+            metrics::histogram!(m::HANDOFF_DURATION_SECONDS).record(r.waited_s);
         }
         if !released.is_empty() {
             metrics::counter!(m::HANDOFFS_TOTAL).increment(handoffs as u64);

@@ -3,7 +3,7 @@
 //! parking while older messages of the entity may wait on another shard
 //! (see [`crate::reshard::handoff`]). One statement: one transaction, one round trip.
 
-use sqlx::{Connection, PgConnection};
+use sqlx::{Connection, PgConnection, PgPool};
 
 use super::StoreError;
 use crate::message::Event;
@@ -206,6 +206,15 @@ where
             other => BatchResult::Event(parse_result(other)),
         })
         .collect())
+}
+
+/// How many applied versions had `status` (history rows; a full scan, for
+/// demos and checks).
+pub async fn applied_with_status(db: &PgPool, status: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM pesanan_riwayat WHERE status = $1")
+        .bind(status)
+        .fetch_one(db)
+        .await
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@ use crate::config::SecretUrl;
 use crate::metrics::RetryReason;
 
 pub use apply::{
-    Applied, BatchItem, BatchResult, apply, apply_batch, parse_result, record_returned,
+    Applied, BatchItem, BatchResult, applied_with_status, apply, apply_batch, parse_result,
+    record_returned,
 };
 pub use dead_letter::{
     NewDeadLetter, insert_dead_letter, purge_resolved_dead_letters, record_dead_letters,

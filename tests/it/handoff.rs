@@ -91,7 +91,7 @@ async fn a_moved_entity_waits_for_its_old_shard_and_keeps_order() {
     let released = handoff::release(&db, 1, 100).await.expect("release");
     let ids: Vec<_> = released.iter().map(|r| r.message_id.as_str()).collect();
     assert_eq!(ids, ["K-v4", "K-v5"], "K's next versions, in version order");
-    assert!(released.iter().all(|r| r.hasil == "applied"));
+    assert!(released.iter().all(|r| r.result == "applied"));
     assert_eq!(versions(&db, "K").await, vec![1, 2, 3, 4, 5]);
     // M's v2 waits for every shard to pass the epoch.
     handoff::pass_marker(&db, 0, 1).await.expect("marker");
@@ -100,7 +100,7 @@ async fn a_moved_entity_waits_for_its_old_shard_and_keeps_order() {
         .expect("a late marker never moves back");
     let released = handoff::release(&db, 1, 100).await.expect("release");
     assert_eq!(released.len(), 1);
-    assert!(released[0].pertama && released[0].hasil == "applied");
+    assert!(released[0].first_of_order && released[0].result == "applied");
     assert_eq!(versions(&db, "M").await, vec![2]);
     assert_eq!(versions(&db, "N").await, vec![1]);
     assert_eq!(handoff::parked(&db, 1).await.expect("parked"), 0);

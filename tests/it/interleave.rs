@@ -860,12 +860,12 @@ impl<'a> Sim<'a> {
         .await??;
         for r in &released {
             self.stats.released += 1;
-            let (id, hasil) = (r.message_id.clone(), r.hasil.clone());
-            self.log(|| format!("shard {shard}: released {id} -> {hasil}"));
-            if r.hasil != "applied" {
+            let (id, result) = (r.message_id.clone(), r.result.clone());
+            self.log(|| format!("shard {shard}: released {id} -> {result}"));
+            if r.result != "applied" {
                 self.violation(
                     "stale",
-                    format!("released {} came out {}", r.message_id, r.hasil),
+                    format!("released {} came out {}", r.message_id, r.result),
                 );
             }
         }

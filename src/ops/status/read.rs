@@ -65,14 +65,14 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
     read.ring = crate::reshard::ring::current(&mut *db.acquire().await?)
         .await?
         .map(|r| Ring {
-            versi: r.versi,
+            versi: r.version,
             shard_count: r.shard_count,
-            from: r.dari,
+            from: r.from,
             epoch: r.epoch,
-            by: r.oleh,
-            since: r.mulai,
-            completed_at: r.selesai,
-            resharding: r.selesai.is_none(),
+            by: r.by,
+            since: r.started,
+            completed_at: r.completed,
+            resharding: r.completed.is_none(),
         });
     let latest: Option<(i64, String, DateTime<Utc>, Option<i64>)> = sqlx::query_as(
         "SELECT epoch, alasan, dibuka_pada, urutan_epoch_selesai() FROM urutan_epoch
