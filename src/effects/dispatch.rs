@@ -28,6 +28,21 @@ use super::{Config, EffectsSettings};
 /// is recorded (a crash there must only cause a resend with the same key).
 pub type AfterSend = Arc<dyn Fn() + Send + Sync>;
 
+/// Fault injection for `urutan effects` (crash drills): with
+/// `URUTAN_FAULT_ABORT_AFTER_EFFECT_SENT=<n>`, the process aborts once the
+/// n-th answer came back, before it is recorded. Unset: no hook.
+pub fn after_send_from_env() -> Result<Option<AfterSend>, crate::shard::HookError> {
+    let Some(n) = crate::shard::env_number("URUTAN_FAULT_ABORT_AFTER_EFFECT_SENT")? else {
+        return Ok(None);
+    };
+    let answers = std::sync::atomic::AtomicU64::new(0);
+    Ok(Some(Arc::new(move || {
+        if answers.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 >= n {
+            std::process::abort();
+        }
+    })))
+}
+
 /// How often the backlog gauges are refreshed and the routes compared.
 const GAUGES_EVERY: Duration = Duration::from_secs(2);
 /// How often sent effects past their retention are purged.

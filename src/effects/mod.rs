@@ -31,7 +31,7 @@ pub mod store;
 use std::fmt;
 use std::time::Duration;
 
-pub use dispatch::{AfterSend, Dispatcher, StartError};
+pub use dispatch::{AfterSend, Dispatcher, StartError, after_send_from_env};
 pub use routes::{ConfigError, Route, Routes, Secret, StatusMatch};
 
 /// Settings of `urutan effects` (the shared ones come from [`crate::config::Settings`]).

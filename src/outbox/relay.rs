@@ -67,6 +67,16 @@ impl Default for RelaySettings {
 /// is marked sent (a crash there must only cause duplicates).
 pub type AfterPublish = Arc<dyn Fn() + Send + Sync>;
 
+/// Fault injection for `urutan relay` (crash drills): with
+/// `URUTAN_FAULT_ABORT_AFTER_PUBLISH` set, the process aborts after the
+/// first confirmed batch, before marking it sent. Unset: no hook.
+pub fn after_publish_from_env() -> Option<AfterPublish> {
+    fn abort() {
+        std::process::abort()
+    }
+    std::env::var_os("URUTAN_FAULT_ABORT_AFTER_PUBLISH").map(|_| Arc::new(abort) as AfterPublish)
+}
+
 /// Why one relay session ended; all of them are retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {

@@ -48,6 +48,19 @@ pub enum HookError {
     Signal(std::io::Error),
 }
 
+/// A whole-number fault setting from the environment (`None`: unset).
+pub(crate) fn env_number(name: &str) -> Result<Option<u64>, HookError> {
+    let Some(value) = std::env::var_os(name) else {
+        return Ok(None);
+    };
+    let value = value.to_string_lossy();
+    let n = value.trim().parse().map_err(|_| HookError::NotANumber {
+        name: name.to_owned(),
+        value: value.to_string(),
+    })?;
+    Ok(Some(n))
+}
+
 impl Hooks {
     /// Fault injection for `urutan run` (crash drills: `tests/faults.rs`,
     /// `benches/faults.rs`); no hook is installed unless one of these is set:
@@ -62,17 +75,7 @@ impl Hooks {
     pub fn from_env() -> Result<Self, HookError> {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-        let number = |name: &str| -> Result<Option<u64>, HookError> {
-            let Some(value) = std::env::var_os(name) else {
-                return Ok(None);
-            };
-            let value = value.to_string_lossy();
-            let n = value.trim().parse().map_err(|_| HookError::NotANumber {
-                name: name.to_owned(),
-                value: value.to_string(),
-            })?;
-            Ok(Some(n))
-        };
+        let number = env_number;
         let mut hooks = Hooks::default();
         if let Some(ms) = number("URUTAN_FAULT_HANDLER_DELAY_MS")?.filter(|ms| *ms > 0) {
             let delay = std::time::Duration::from_millis(ms);

@@ -31,6 +31,7 @@ use lease::Session;
 use settle::InHand;
 use steps::Held;
 
+pub(crate) use hooks::env_number;
 pub use hooks::{EventHook, HookError, Hooks, Observed, OutcomeHook};
 
 use std::panic::AssertUnwindSafe;
