@@ -39,6 +39,7 @@ pub mod ops;
 pub mod outbox;
 pub mod outcome;
 pub mod reshard;
+pub(crate) mod rfc3339;
 pub mod shard;
 pub mod store;
 pub mod supervisor;

@@ -16,35 +16,11 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::json;
 
 use super::{Ctx, ListArgs, ReplayArgs};
-
-/// One dead-lettered effect as `list --effects` shows it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
-pub(super) struct DeadEffect {
-    /// The effect's id (`replay --effects ID`).
-    pub effect: i64,
-    pub order_id: String,
-    pub versi: i64,
-    /// The applied message's id: the effect's idempotency key.
-    pub message_id: String,
-    pub endpoint: String,
-    pub attempts: i32,
-    /// The endpoint's last HTTP status (None: no answer).
-    pub http_status: Option<i32>,
-    /// The endpoint's last answer, or the error.
-    pub answer: Option<String>,
-    #[serde(serialize_with = "super::rfc3339::option")]
-    pub dead_lettered_at: Option<DateTime<Utc>>,
-}
-
-const SELECT: &str = "SELECT e.efek AS effect, e.pesanan_id AS order_id, e.versi, e.message_id,
-        t.url AS endpoint, e.percobaan AS attempts, e.kode AS http_status,
-        e.jawaban AS answer, e.selesai_pada AS dead_lettered_at
-    FROM urutan_efek e JOIN urutan_efek_tujuan t USING (tujuan)";
+use crate::effects::store::{self, DeadEffect};
 
 /// `urutan dlq list --effects`.
 pub(super) async fn list(ctx: &Ctx, args: &ListArgs) -> anyhow::Result<()> {
@@ -53,17 +29,12 @@ pub(super) async fn list(ctx: &Ctx, args: &ListArgs) -> anyhow::Result<()> {
             "--reason names why a message was dead-lettered; an effect's reason is its answer (see the list)"
         );
     }
-    // SELECT is a constant: nothing of the caller's is in the text.
-    let rows: Vec<DeadEffect> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{SELECT} WHERE e.keadaan = 'gagal'
-           AND ($1::text IS NULL OR e.pesanan_id = $1)
-           AND ($2::timestamptz IS NULL OR e.selesai_pada >= $2)
-         ORDER BY e.selesai_pada, e.efek LIMIT $3"
-    )))
-    .bind(&args.order)
-    .bind(args.since)
-    .bind(i64::from(args.limit))
-    .fetch_all(&ctx.db)
+    let rows = store::dead_effects(
+        &ctx.db,
+        args.order.as_deref(),
+        args.since,
+        i64::from(args.limit),
+    )
     .await?;
     if args.json {
         println!("{}", json!({ "effects": rows }));
@@ -129,14 +100,7 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
             })
         })
         .collect::<anyhow::Result<_>>()?;
-    let chosen: Vec<DeadEffect> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "{SELECT} WHERE e.keadaan = 'gagal' AND ($1 OR e.efek = ANY($2))
-         ORDER BY e.pesanan_id, e.versi, e.efek"
-    )))
-    .bind(args.all)
-    .bind(&ids)
-    .fetch_all(&ctx.db)
-    .await?;
+    let chosen = store::dead_effects_by_id(&ctx.db, args.all, &ids).await?;
     let missing: Vec<String> = ids
         .iter()
         .filter(|id| !chosen.iter().any(|c| c.effect == **id))
@@ -160,15 +124,7 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
     }
     let chosen_ids: Vec<i64> = chosen.iter().map(|c| c.effect).collect();
     // Pending again, as if new: a fresh attempt budget, due now.
-    sqlx::query(
-        "UPDATE urutan_efek
-         SET keadaan = 'menunggu', percobaan = 0, coba_pada = now(),
-             sewa_sampai = NULL, sewa_oleh = NULL, selesai_pada = NULL
-         WHERE keadaan = 'gagal' AND efek = ANY($1)",
-    )
-    .bind(&chosen_ids)
-    .execute(&ctx.db)
-    .await?;
+    store::revive_dead(&ctx.db, &chosen_ids).await?;
     let states = wait_settled(ctx, &chosen_ids, args.wait).await?;
     let report: Vec<Replayed> = chosen
         .into_iter()
@@ -201,12 +157,7 @@ async fn wait_settled(
 ) -> Result<BTreeMap<i64, String>, sqlx::Error> {
     let start = Instant::now();
     loop {
-        let rows: Vec<(i64, String)> =
-            sqlx::query_as("SELECT efek, keadaan FROM urutan_efek WHERE efek = ANY($1)")
-                .bind(ids)
-                .fetch_all(&ctx.db)
-                .await?;
-        let states: BTreeMap<i64, String> = rows.into_iter().collect();
+        let states = store::states(&ctx.db, ids).await?;
         let pending = states.values().any(|s| s == "menunggu");
         if !pending || start.elapsed() >= wait {
             return Ok(states);
@@ -231,4 +182,40 @@ fn print_report(report: &[Replayed], json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::DateTime;
+
+    use super::*;
+
+    #[test]
+    fn a_dead_effect_prints_its_fields_in_order_and_its_time_in_rfc3339() {
+        let mut effect = DeadEffect {
+            effect: 8812,
+            order_id: "A-1".into(),
+            versi: 3,
+            message_id: "m-3".into(),
+            endpoint: "http://hook".into(),
+            attempts: 5,
+            http_status: Some(503),
+            answer: None,
+            dead_lettered_at: DateTime::from_timestamp(1_800_000_000, 0),
+        };
+        let text = serde_json::to_string(&effect).expect("json");
+        assert_eq!(
+            text,
+            r#"{"effect":8812,"order_id":"A-1","versi":3,"message_id":"m-3","endpoint":"http://hook","attempts":5,"http_status":503,"answer":null,"dead_lettered_at":"2027-01-15T08:00:00.000Z"}"#
+        );
+        effect.dead_lettered_at = None;
+        let replayed = Replayed {
+            effect,
+            result: "sent",
+        };
+        let value = serde_json::to_value(&replayed).expect("json");
+        assert_eq!(value["dead_lettered_at"], serde_json::Value::Null);
+        assert_eq!(value["result"], "sent");
+        assert_eq!(value["effect"], 8812);
+    }
 }

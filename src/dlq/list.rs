@@ -4,28 +4,10 @@
 
 use std::fmt::Write as _;
 
-use chrono::{DateTime, Utc};
-use serde::Serialize;
 use serde_json::json;
 
+use super::rows::{self, Listed};
 use super::{Ctx, ListArgs};
-
-/// One record as `list` shows it.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-pub(super) struct Listed {
-    pub id: i64,
-    pub delivery_key: String,
-    pub message_id: Option<String>,
-    pub pesanan_id: Option<String>,
-    pub versi: Option<i64>,
-    pub shard: i32,
-    pub reason: String,
-    pub detail: String,
-    pub last_error: Option<String>,
-    #[serde(serialize_with = "super::rfc3339::one")]
-    pub dead_lettered_at: DateTime<Utc>,
-    pub recorded_by: String,
-}
 
 /// `urutan dlq list`.
 pub(super) async fn list(ctx: &Ctx, args: &ListArgs) -> anyhow::Result<()> {
@@ -49,22 +31,13 @@ pub(super) async fn list(ctx: &Ctx, args: &ListArgs) -> anyhow::Result<()> {
             None
         }
     };
-    let rows: Vec<Listed> = sqlx::query_as(
-        "SELECT id, delivery_key, message_id, pesanan_id, versi, shard, reason, detail,
-                last_error, dead_lettered_at, recorded_by
-         FROM urutan_dead_letter
-         WHERE resolved_at IS NULL
-           AND ($1::text IS NULL OR reason = $1)
-           AND ($2::text IS NULL OR pesanan_id = $2)
-           AND ($3::timestamptz IS NULL OR dead_lettered_at >= $3)
-         ORDER BY dead_lettered_at, id
-         LIMIT $4",
+    let rows = rows::list_unresolved(
+        &ctx.db,
+        args.reason.as_deref(),
+        args.order.as_deref(),
+        args.since,
+        args.limit,
     )
-    .bind(&args.reason)
-    .bind(&args.order)
-    .bind(args.since)
-    .bind(i64::from(args.limit))
-    .fetch_all(&ctx.db)
     .await?;
     let recorded = ctx.recorded().await?;
     if args.json {
@@ -165,6 +138,8 @@ fn shorten(s: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use chrono::DateTime;
+
     use super::*;
 
     #[test]

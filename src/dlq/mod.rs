@@ -268,9 +268,7 @@ impl Ctx {
 
     /// Records in the DLQ now (unresolved rows).
     async fn recorded(&self) -> Result<i64, sqlx::Error> {
-        sqlx::query_scalar("SELECT count(*) FROM urutan_dead_letter WHERE resolved_at IS NULL")
-            .fetch_one(&self.db)
-            .await
+        rows::unresolved_count(&self.db).await
     }
 
     /// If the DLQ holds more messages than there are records, walks it once
@@ -321,41 +319,11 @@ async fn full_key(db: &PgPool, id: &str) -> Result<String, sqlx::Error> {
     if !id.starts_with("sha256:") || id.len() < KEY_PREFIX || id.len() >= 71 {
         return Ok(id.to_owned());
     }
-    let keys: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT delivery_key FROM urutan_dead_letter
-         WHERE starts_with(delivery_key, $1) LIMIT 2",
-    )
-    .bind(id)
-    .fetch_all(db)
-    .await?;
+    let keys = rows::keys_with_prefix(db, id).await?;
     Ok(match keys.as_slice() {
         [one] => one.clone(),
         _ => id.to_owned(),
     })
-}
-
-/// Times in JSON output: RFC 3339, UTC.
-mod rfc3339 {
-    use chrono::{DateTime, SecondsFormat, Utc};
-    use serde::Serializer;
-
-    pub(super) fn text(t: &DateTime<Utc>) -> String {
-        t.to_rfc3339_opts(SecondsFormat::Millis, true)
-    }
-
-    pub(super) fn one<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&text(t))
-    }
-
-    pub(super) fn option<S: Serializer>(
-        t: &Option<DateTime<Utc>>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        match t {
-            Some(t) => s.serialize_str(&text(t)),
-            None => s.serialize_none(),
-        }
-    }
 }
 
 /// `2h` (that long ago) or an RFC 3339 time.

@@ -5,47 +5,26 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::rows::{self, Candidate};
 use super::{Ctx, ReplayArgs, walk};
 use crate::message::{self, EntityHeader, Envelope};
+use crate::store;
 
 /// A record a replay would take, and the likely outcome.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-struct Candidate {
-    delivery_key: String,
-    message_id: Option<String>,
-    pesanan_id: Option<String>,
-    versi: Option<i64>,
-    reason: String,
-    last_error: Option<String>,
-    #[serde(skip)]
-    properties: sqlx::types::Json<Value>,
-    #[serde(skip)]
-    headers: sqlx::types::Json<Value>,
-    #[serde(skip)]
-    body: Vec<u8>,
-    #[serde(skip)]
-    body_bytes: i32,
-    #[sqlx(skip)]
+#[derive(Debug, Serialize)]
+struct Predicted {
+    #[serde(flatten)]
+    record: Candidate,
     prediction: String,
 }
 
 /// `ids`: the message ids asked for, abbreviated keys completed.
 pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, ids: &[String]) -> anyhow::Result<()> {
-    let mut candidates: Vec<Candidate> = sqlx::query_as(
-        "SELECT delivery_key, message_id, pesanan_id, versi, reason, last_error, properties,
-                headers, body, body_bytes
-         FROM urutan_dead_letter
-         WHERE resolved_at IS NULL
-           AND ($1 OR reason = $2 OR message_id = ANY($3) OR delivery_key = ANY($3))
-         ORDER BY dead_lettered_at, id",
-    )
-    .bind(args.all)
-    .bind(&args.reason)
-    .bind(ids)
-    .fetch_all(&ctx.db)
-    .await?;
-    for c in &mut candidates {
-        c.prediction = predict(ctx, c).await?;
+    let records = rows::candidates(&ctx.db, args.all, args.reason.as_deref(), ids).await?;
+    let mut candidates = Vec::with_capacity(records.len());
+    for record in records {
+        let prediction = predict(ctx, &record).await?;
+        candidates.push(Predicted { record, prediction });
     }
     let unrecorded = unrecorded(ctx).await;
     if args.json {
@@ -58,14 +37,14 @@ pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, ids: &[String]) -> any
         "dry run (nothing changed): a replay would publish {} recorded message(s) to `{entry}`",
         candidates.len()
     );
-    for c in &candidates {
-        let who = c.message_id.as_deref().unwrap_or(&c.delivery_key);
-        println!("  {who} [{}]: {}", c.reason, c.prediction);
+    for Predicted { record, prediction } in &candidates {
+        let who = record.message_id.as_deref().unwrap_or(&record.delivery_key);
+        println!("  {who} [{}]: {prediction}", record.reason);
     }
     for id in ids {
-        let found = candidates
-            .iter()
-            .any(|c| c.delivery_key == *id || c.message_id.as_deref() == Some(id.as_str()));
+        let found = candidates.iter().any(|p| {
+            p.record.delivery_key == *id || p.record.message_id.as_deref() == Some(id.as_str())
+        });
         if !found {
             println!("  {id}: no record in the DLQ");
         }
@@ -124,15 +103,8 @@ async fn predict(ctx: &Ctx, c: &Candidate) -> Result<String, sqlx::Error> {
             ));
         }
     };
-    let processed: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pesan_diproses WHERE message_id = $1)")
-            .bind(&event.message_id)
-            .fetch_one(&ctx.db)
-            .await?;
-    let stored: Option<i64> = sqlx::query_scalar("SELECT versi FROM pesanan WHERE id = $1")
-        .bind(&event.entity_id)
-        .fetch_optional(&ctx.db)
-        .await?;
+    let processed = store::is_processed(&ctx.db, &event.message_id).await?;
+    let stored = store::stored_version(&ctx.db, &event.entity_id).await?;
     let fence = if processed {
         "duplicate: its message id was already processed".to_owned()
     } else {

@@ -10,8 +10,10 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use super::rows::{self, Reason, Resolved};
 use super::walk::{self, Published, Taken, Walker};
 use super::{Ctx, PurgeArgs, ReplayArgs};
+use crate::store::{self, Standing};
 
 /// How often the database is asked what became of replayed messages.
 const POLL: Duration = Duration::from_millis(200);
@@ -30,7 +32,7 @@ pub(super) enum Became {
     },
     /// Its message id was processed before the replay.
     Duplicate {
-        #[serde(serialize_with = "super::rfc3339::one")]
+        #[serde(serialize_with = "crate::rfc3339::one")]
         processed_at: DateTime<Utc>,
     },
     /// Dead-lettered again, with a new record.
@@ -67,7 +69,7 @@ impl Became {
                 format!("stale: v{stored} is newer (v{versi} not written)")
             }
             Self::Duplicate { processed_at } => {
-                let at = super::rfc3339::text(processed_at);
+                let at = crate::rfc3339::text(processed_at);
                 format!("duplicate: its message id was already processed at {at}")
             }
             Self::DeadLettered { reason, detail } => {
@@ -173,13 +175,8 @@ async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Res
     let message_id = row.as_ref().and_then(|r| r.message_id.clone());
     // A message whose id is already processed ends `duplicate`: nothing in
     // the database would show it afterwards, so ask before.
-    let processed_at: Option<DateTime<Utc>> = match &message_id {
-        Some(id) => {
-            sqlx::query_scalar("SELECT diproses_pada FROM pesan_diproses WHERE message_id = $1")
-                .bind(id)
-                .fetch_optional(&ctx.db)
-                .await?
-        }
+    let processed_at = match &message_id {
+        Some(id) => store::processed_at(&ctx.db, id).await?,
         None => None,
     };
     let key = taken.key.clone();
@@ -204,17 +201,15 @@ async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Res
 
 /// An id asked for that the walk did not meet.
 async fn not_found(ctx: &Ctx, id: &str) -> anyhow::Result<Replayed> {
-    let resolved: Option<(String, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT resolution, resolved_at FROM urutan_dead_letter
-         WHERE (message_id = $1 OR delivery_key = $1) AND resolved_at IS NOT NULL
-         ORDER BY id DESC LIMIT 1",
-    )
-    .bind(id)
-    .fetch_optional(&ctx.db)
-    .await?;
     let queue = ctx.names.dead_letter_queue();
-    let note = match resolved {
-        Some((how, at)) => format!("not in {queue}: {how} at {}", super::rfc3339::text(&at)),
+    let note = match rows::last_resolution(&ctx.db, id).await? {
+        Some(Resolved {
+            resolution,
+            resolved_at,
+        }) => {
+            let at = crate::rfc3339::text(&resolved_at);
+            format!("not in {queue}: {resolution} at {at}")
+        }
         None => format!("not in {queue}: no dead-lettered message has this id"),
     };
     Ok(Replayed {
@@ -253,32 +248,19 @@ async fn wait_for_outcomes(
 
 /// What the database says about one replayed message now.
 async fn outcome(ctx: &Ctx, r: &Replayed) -> Result<Became, sqlx::Error> {
-    let dead: Option<(String, String)> = sqlx::query_as(
-        "SELECT reason, detail FROM urutan_dead_letter
-         WHERE delivery_key = $1 AND resolved_at IS NULL AND id > $2",
-    )
-    .bind(&r.key)
-    .bind(r.old_row)
-    .fetch_optional(&ctx.db)
-    .await?;
-    if let Some((reason, detail)) = dead {
+    let dead = rows::dead_lettered_again(&ctx.db, &r.key, r.old_row).await?;
+    if let Some(Reason { reason, detail }) = dead {
         return Ok(Became::DeadLettered { reason, detail });
     }
     let (Some(id), Some(order), Some(versi)) = (&r.message_id, &r.pesanan_id, r.versi) else {
         return Ok(Became::Pending);
     };
-    let (applied_by, parked, processed, stored): (Option<String>, bool, bool, Option<i64>) =
-        sqlx::query_as(
-            "SELECT (SELECT message_id FROM pesanan_riwayat WHERE pesanan_id = $2 AND versi = $3),
-                    EXISTS (SELECT 1 FROM urutan_parkir WHERE pesanan_id = $2 AND message_id = $1),
-                    EXISTS (SELECT 1 FROM pesan_diproses WHERE message_id = $1),
-                    (SELECT versi FROM pesanan WHERE id = $2)",
-        )
-        .bind(id)
-        .bind(order)
-        .bind(versi)
-        .fetch_one(&ctx.db)
-        .await?;
+    let Standing {
+        applied_by,
+        parked,
+        processed,
+        stored,
+    } = store::standing(&ctx.db, id, order, versi).await?;
     Ok(if applied_by.as_deref() == Some(id.as_str()) {
         Became::Applied { versi }
     } else if parked {
@@ -338,9 +320,7 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
             "Remove the {depth} message(s) in {queue} for good ({recorded} recorded)? [y/N] "
         ))?;
     }
-    let started: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
-        .fetch_one(&ctx.db)
-        .await?;
+    let started = rows::now(&ctx.db).await?;
     let mut walker = Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
     let mut removed = 0u64;
     while let Some(taken) = walker.take().await? {
@@ -353,14 +333,7 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
     // crashed between its record and its reject, and then got the message
     // through): resolved too, once old enough that their message cannot
     // still be on its way into the DLQ (dead-lettering is asynchronous).
-    let ghosts = sqlx::query(
-        "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
-         WHERE resolved_at IS NULL AND dead_lettered_at < $1 - interval '1 minute'",
-    )
-    .bind(started)
-    .execute(&ctx.db)
-    .await?
-    .rows_affected();
+    let ghosts = rows::resolve_ghosts(&ctx.db, started).await?;
     println!("purged {removed} message(s) from {queue}; their records are marked purged");
     if ghosts > 0 {
         println!("{ghosts} record(s) whose message was no longer in {queue} marked purged too");

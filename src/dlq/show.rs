@@ -6,56 +6,16 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::rows::{self, Shown};
 use super::{Ctx, ShowArgs, walk};
-use crate::dead_letter::Death;
-
-/// Everything `show` prints.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-pub(super) struct Shown {
-    pub id: i64,
-    pub delivery_key: String,
-    pub message_id: Option<String>,
-    pub pesanan_id: Option<String>,
-    pub versi: Option<i64>,
-    pub shard: i32,
-    pub reason: String,
-    pub detail: String,
-    pub last_error: Option<String>,
-    #[serde(serialize_with = "super::rfc3339::one")]
-    pub dead_lettered_at: DateTime<Utc>,
-    #[serde(serialize_with = "super::rfc3339::option")]
-    pub resolved_at: Option<DateTime<Utc>>,
-    pub resolution: Option<String>,
-    pub recorded_by: String,
-    pub exchange: Option<String>,
-    pub routing_key: Option<String>,
-    pub properties: sqlx::types::Json<Value>,
-    pub headers: sqlx::types::Json<Value>,
-    #[serde(skip)]
-    pub body: Vec<u8>,
-    pub body_bytes: i32,
-    pub x_death: Option<sqlx::types::Json<Vec<Death>>>,
-}
 
 /// The newest record of `id` (a message id or a delivery key), the one
 /// still in the DLQ first.
 async fn find(ctx: &Ctx, id: &str) -> Result<Option<Shown>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, delivery_key, message_id, pesanan_id, versi, shard, reason, detail,
-                last_error, dead_lettered_at, resolved_at, resolution, recorded_by, exchange,
-                routing_key, properties, headers, body, body_bytes, x_death
-         FROM urutan_dead_letter
-         WHERE message_id = $1 OR delivery_key = $2
-         ORDER BY resolved_at IS NULL DESC, id DESC
-         LIMIT 1",
-    )
-    .bind(id)
-    .bind(super::full_key(&ctx.db, id).await?)
-    .fetch_optional(&ctx.db)
-    .await
+    let key = super::full_key(&ctx.db, id).await?;
+    rows::newest(&ctx.db, id, &key).await
 }
 
 /// `urutan dlq show`.

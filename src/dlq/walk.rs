@@ -40,7 +40,6 @@ use lapin::options::QueueDeclareOptions;
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionStatus};
-use serde_json::json;
 use sqlx::PgPool;
 
 use super::DlqError;
@@ -200,13 +199,7 @@ impl<'a> Walker<'a> {
         }
         let deaths = dead_letter::deaths(&delivery.properties);
         if let Some(row) = row.as_ref().filter(|r| !r.has_death && !deaths.is_empty()) {
-            sqlx::query(
-                "UPDATE urutan_dead_letter SET x_death = $2 WHERE id = $1 AND x_death IS NULL",
-            )
-            .bind(row.id)
-            .bind(sqlx::types::Json(json!(deaths)))
-            .execute(self.db)
-            .await?;
+            rows::store_x_death(self.db, row.id, &deaths).await?;
         }
         Ok(Taken {
             delivery,
@@ -317,14 +310,7 @@ impl<'a> Walker<'a> {
     pub async fn close(self) -> Result<(), DlqError> {
         let _ = call("channel.close", self.ch.close(200, "done".into())).await;
         if self.complete {
-            let key = rows::unreadable_key(self.names);
-            sqlx::query(
-                "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
-                 WHERE delivery_key = $1 AND resolved_at IS NULL",
-            )
-            .bind(key)
-            .execute(self.db)
-            .await?;
+            rows::resolve_unreadable(self.db, self.names).await?;
         }
         Ok(())
     }

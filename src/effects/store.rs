@@ -14,8 +14,10 @@
 //!   recorded: a crash anywhere leaves it to be claimed again once its lease
 //!   expires (its order is due again then), and sent again with the same key.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::{Acquire, PgPool};
 
 use super::routes::Routes;
@@ -246,4 +248,99 @@ pub async fn purge_sent(pool: &PgPool, retention: Duration) -> Result<u64, sqlx:
     .execute(pool)
     .await?;
     Ok(done.rows_affected())
+}
+
+/// One dead-lettered effect (`keadaan = 'gagal'`: the dispatcher gave up
+/// on it), as `urutan dlq list --effects` and `replay --effects` show it.
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+pub struct DeadEffect {
+    /// The effect's id (`replay --effects ID`).
+    pub effect: i64,
+    pub order_id: String,
+    pub versi: i64,
+    /// The applied message's id: the effect's idempotency key.
+    pub message_id: String,
+    pub endpoint: String,
+    pub attempts: i32,
+    /// The endpoint's last HTTP status (None: no answer).
+    pub http_status: Option<i32>,
+    /// The endpoint's last answer, or the error.
+    pub answer: Option<String>,
+    #[serde(serialize_with = "crate::rfc3339::option")]
+    pub dead_lettered_at: Option<DateTime<Utc>>,
+}
+
+/// The columns of a [`DeadEffect`], before a `WHERE` clause.
+const DEAD_EFFECT: &str =
+    "SELECT e.efek AS effect, e.pesanan_id AS order_id, e.versi, e.message_id,
+        t.url AS endpoint, e.percobaan AS attempts, e.kode AS http_status,
+        e.jawaban AS answer, e.selesai_pada AS dead_lettered_at
+    FROM urutan_efek e JOIN urutan_efek_tujuan t USING (tujuan)";
+
+/// The dead-lettered effects, oldest dead letter first, at most `limit`:
+/// only those of order `order_id`, and dead-lettered at or after `since`,
+/// for each filter given.
+pub async fn dead_effects(
+    pool: &PgPool,
+    order_id: Option<&str>,
+    since: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<Vec<DeadEffect>, sqlx::Error> {
+    // DEAD_EFFECT is a constant: nothing of the caller's is in the text.
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{DEAD_EFFECT} WHERE e.keadaan = 'gagal'
+           AND ($1::text IS NULL OR e.pesanan_id = $1)
+           AND ($2::timestamptz IS NULL OR e.selesai_pada >= $2)
+         ORDER BY e.selesai_pada, e.efek LIMIT $3"
+    )))
+    .bind(order_id)
+    .bind(since)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// The dead-lettered effects whose id is in `ids` (every one with `all`),
+/// in the order a replay sends them: by order, version, effect.
+pub async fn dead_effects_by_id(
+    pool: &PgPool,
+    all: bool,
+    ids: &[i64],
+) -> Result<Vec<DeadEffect>, sqlx::Error> {
+    // DEAD_EFFECT is a constant: nothing of the caller's is in the text.
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{DEAD_EFFECT} WHERE e.keadaan = 'gagal' AND ($1 OR e.efek = ANY($2))
+         ORDER BY e.pesanan_id, e.versi, e.efek"
+    )))
+    .bind(all)
+    .bind(ids)
+    .fetch_all(pool)
+    .await
+}
+
+/// Sets the dead-lettered effects among `ids` pending again, as if new: a
+/// fresh attempt budget, due now, no lease (effects not dead-lettered are
+/// left as they are).
+pub async fn revive_dead(pool: &PgPool, ids: &[i64]) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE urutan_efek
+         SET keadaan = 'menunggu', percobaan = 0, coba_pada = now(),
+             sewa_sampai = NULL, sewa_oleh = NULL, selesai_pada = NULL
+         WHERE keadaan = 'gagal' AND efek = ANY($1)",
+    )
+    .bind(ids)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The state (`keadaan`: `menunggu`, `terkirim` or `gagal`) of each effect
+/// in `ids`, by effect id; an id without an effect is left out.
+pub async fn states(pool: &PgPool, ids: &[i64]) -> Result<BTreeMap<i64, String>, sqlx::Error> {
+    let rows: Vec<(i64, String)> =
+        sqlx::query_as("SELECT efek, keadaan FROM urutan_efek WHERE efek = ANY($1)")
+            .bind(ids)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().collect())
 }

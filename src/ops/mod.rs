@@ -20,7 +20,6 @@ mod view;
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use lapin::Connection;
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
@@ -222,16 +221,3 @@ impl Tables {
 
 /// What to say when the dead-letter records cannot be read.
 pub const NO_DEAD_LETTER_RECORDS: &str = "dead-letter records: not available (run urutan migrate)";
-
-/// A timestamp in JSON: RFC 3339, UTC.
-fn rfc3339<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-}
-
-/// An optional timestamp in JSON: RFC 3339, UTC, or null.
-fn rfc3339_opt<S: serde::Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
-    match t {
-        Some(t) => rfc3339(t, s),
-        None => s.serialize_none(),
-    }
-}

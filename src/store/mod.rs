@@ -1,9 +1,10 @@
 //! PostgreSQL: connecting (and creating the database), migrations, the apply
-//! transaction, dead-letter records and retention. Errors say whether to
-//! retry or give up.
+//! transaction, dead-letter records, retention, and reads for operator
+//! tools. Errors say whether to retry or give up.
 
 mod apply;
 mod dead_letter;
+mod read;
 mod retention;
 
 use std::time::Duration;
@@ -22,6 +23,7 @@ pub use apply::{
 pub use dead_letter::{
     NewDeadLetter, insert_dead_letter, purge_resolved_dead_letters, record_dead_letters,
 };
+pub use read::{Standing, is_processed, processed_at, standing, stored_version};
 pub use retention::{Retention, purge_expired, run_retention};
 
 /// The embedded migrations of `migrations/`.

@@ -22,7 +22,6 @@ mod read;
 pub use assess::assess;
 use read::{FromBroker, FromDatabase};
 
-use super::{rfc3339, rfc3339_opt};
 use crate::broker::Names;
 use crate::config::Settings;
 
@@ -72,7 +71,7 @@ pub struct StatusOptions {
 /// Everything `urutan status` found. Field names are the JSON output's.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
-    #[serde(serialize_with = "rfc3339")]
+    #[serde(serialize_with = "crate::rfc3339::one")]
     pub checked_at: DateTime<Utc>,
     /// 0 healthy, 1 needs attention, 3 database or broker unreachable.
     pub exit_code: u8,
@@ -125,9 +124,9 @@ pub struct Ring {
     /// The epoch opened right after the bindings changed.
     pub epoch: i64,
     pub by: String,
-    #[serde(serialize_with = "rfc3339")]
+    #[serde(serialize_with = "crate::rfc3339::one")]
     pub since: DateTime<Utc>,
-    #[serde(serialize_with = "rfc3339_opt")]
+    #[serde(serialize_with = "crate::rfc3339::option")]
     pub completed_at: Option<DateTime<Utc>>,
     /// A resharding is in progress (old-ring messages may still be queued).
     pub resharding: bool,
@@ -137,7 +136,7 @@ pub struct Ring {
 pub struct Epochs {
     pub latest: i64,
     pub latest_reason: String,
-    #[serde(serialize_with = "rfc3339")]
+    #[serde(serialize_with = "crate::rfc3339::one")]
     pub latest_opened_at: DateTime<Utc>,
     /// The highest epoch every active shard has passed.
     pub passed_by_all: Option<i64>,
@@ -149,7 +148,7 @@ pub struct Window {
     pub reason: String,
     /// The epoch that closes it (`None`: not opened yet).
     pub epoch: Option<i64>,
-    #[serde(serialize_with = "rfc3339")]
+    #[serde(serialize_with = "crate::rfc3339::one")]
     pub opened_at: DateTime<Utc>,
 }
 
@@ -172,14 +171,14 @@ pub struct Shard {
     /// The highest epoch whose marker this shard's worker has passed.
     pub epoch_passed: Option<i64>,
     /// When the oldest epoch this shard has not passed yet was opened.
-    #[serde(serialize_with = "rfc3339_opt")]
+    #[serde(serialize_with = "crate::rfc3339::option")]
     pub epoch_waiting_since: Option<DateTime<Utc>>,
     pub parked: i64,
-    #[serde(serialize_with = "rfc3339_opt")]
+    #[serde(serialize_with = "crate::rfc3339::option")]
     pub oldest_parked_at: Option<DateTime<Utc>>,
     /// The order of the oldest parked message (for `urutan explain`).
     pub oldest_parked_order: Option<String>,
-    #[serde(serialize_with = "rfc3339_opt")]
+    #[serde(serialize_with = "crate::rfc3339::option")]
     pub last_applied_at: Option<DateTime<Utc>>,
 }
 
@@ -198,14 +197,14 @@ pub struct DeadLetters {
 pub struct ReasonCount {
     pub reason: String,
     pub count: i64,
-    #[serde(serialize_with = "rfc3339")]
+    #[serde(serialize_with = "crate::rfc3339::one")]
     pub last_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Outbox {
     pub unsent: i64,
-    #[serde(serialize_with = "rfc3339_opt")]
+    #[serde(serialize_with = "crate::rfc3339::option")]
     pub oldest_unsent_at: Option<DateTime<Utc>>,
     /// The session holding the relay's lock (`None`: no relay is active).
     pub relay: Option<Session>,
@@ -215,7 +214,7 @@ pub struct Outbox {
 #[derive(Debug, Clone, Serialize)]
 pub struct Session {
     pub pid: i32,
-    #[serde(serialize_with = "rfc3339_opt")]
+    #[serde(serialize_with = "crate::rfc3339::option")]
     pub since: Option<DateTime<Utc>>,
     pub client: Option<String>,
 }
