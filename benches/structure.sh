@@ -85,13 +85,13 @@ from collections import defaultdict
 # A top-level module missing from this list is reported as unplaced and its
 # references are not judged.
 LAYERS = [
-    ("core (pure)", ["message", "outcome", "config"]),
+    ("core (pure)", ["message", "outcome", "config", "rfc3339"]),
     ("vocabulary", ["metrics", "telemetry"]),
     ("edges (I/O)", ["store", "broker"]),
-    ("readiness", ["health"]),
+    ("readiness, records", ["health", "dead_letter"]),
     ("ordering", ["reshard", "ring", "handoff", "retire", "shard", "outbox", "effects"]),
     ("services and commands", ["supervisor", "dlq", "ops", "verify", "http"]),
-    ("binary", ["demo", "main"]),
+    ("binary", ["demo", "commands", "main"]),
 ]
 LAYER_OF = {m: i for i, (_, mods) in enumerate(LAYERS) for m in mods}
 
