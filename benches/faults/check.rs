@@ -335,11 +335,7 @@ pub async fn effects_checks(
     let start = Instant::now();
     let mut pending = -1;
     while start.elapsed() < limit {
-        let left: Result<i64, _> =
-            sqlx::query_scalar("SELECT count(*) FROM urutan_efek WHERE keadaan = 'menunggu'")
-                .fetch_one(db)
-                .await;
-        pending = left.unwrap_or(-1);
+        pending = urutan::effects::store::pending(db).await.unwrap_or(-1);
         if pending == 0 {
             break;
         }

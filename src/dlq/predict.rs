@@ -103,7 +103,9 @@ async fn predict(ctx: &Ctx, c: &Candidate) -> Result<String, sqlx::Error> {
             ));
         }
     };
-    let processed = store::is_processed(&ctx.db, &event.message_id).await?;
+    let processed = store::processed_at(&ctx.db, &event.message_id)
+        .await?
+        .is_some();
     let stored = store::stored_version(&ctx.db, &event.entity_id).await?;
     let fence = if processed {
         "duplicate: its message id was already processed".to_owned()

@@ -17,14 +17,6 @@ pub async fn processed_at(
         .await
 }
 
-/// Whether the message `message_id` was processed (`pesan_diproses`).
-pub async fn is_processed(db: &PgPool, message_id: &str) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pesan_diproses WHERE message_id = $1)")
-        .bind(message_id)
-        .fetch_one(db)
-        .await
-}
-
 /// The stored version (`versi`) of order `order_id`; `None` if it is not
 /// stored.
 pub async fn stored_version(db: &PgPool, order_id: &str) -> Result<Option<i64>, sqlx::Error> {
