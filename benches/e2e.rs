@@ -172,6 +172,10 @@ fn round_order(p: &Plan) -> Vec<Key> {
             shards: 4,
             prefetch: f,
         });
+        keys.push(Key::WorkerPipelinedBatch {
+            shards: 4,
+            batch: f,
+        });
         // The same over PostgreSQL's Unix socket: sqlx leaves Nagle on for
         // TCP, which can stall a large batch statement (see the README).
         keys.push(Key::DbOnlyUnix {
@@ -197,7 +201,7 @@ async fn run_once(key: Key, p: &Plan, bin: &Path, logs: &Path) -> anyhow::Result
     Ok(match key {
         Key::BrokerOnly { shards, prefetch } => {
             let m = ceilings::broker_only(work, shards, prefetch).await?;
-            Sample::plain(m.messages, m.secs, m.rate(), String::new())
+            Sample::measured(&m, String::new())
         }
         Key::DbOnly { tasks, batch, mode } => {
             let mode = match mode {
@@ -206,12 +210,12 @@ async fn run_once(key: Key, p: &Plan, bin: &Path, logs: &Path) -> anyhow::Result
                 DbKind::Statement => DbMode::Statement(batch),
             };
             let (m, note) = ceilings::db_only(work, tasks, mode, false).await?;
-            Sample::plain(m.messages, m.secs, m.rate(), note)
+            Sample::measured(&m, note)
         }
         Key::DbOnlyUnix { tasks, batch } => {
             let mode = DbMode::Statement(batch);
             let (m, note) = ceilings::db_only(work, tasks, mode, true).await?;
-            Sample::plain(m.messages, m.secs, m.rate(), note)
+            Sample::measured(&m, note)
         }
         Key::Worker { shards, prefetch } => {
             let r = runs::throughput(bin, logs, work, shards, prefetch, false, &[]).await?;
@@ -224,6 +228,11 @@ async fn run_once(key: Key, p: &Plan, bin: &Path, logs: &Path) -> anyhow::Result
         Key::WorkerPipelined { shards } => {
             let extra = [("BATCH_MAX", "1".to_owned())];
             let r = runs::throughput(bin, logs, work, shards, 2, false, &extra).await?;
+            Sample::worker(r)
+        }
+        Key::WorkerPipelinedBatch { shards, batch } => {
+            let extra = [("BATCH_MAX", batch.to_string())];
+            let r = runs::throughput(bin, logs, work, shards, 2 * batch, false, &extra).await?;
             Sample::worker(r)
         }
     })

@@ -18,12 +18,16 @@ use urutan::store::BatchItem;
 
 use crate::env::BenchEnv;
 use crate::load::{self, Workload};
+use crate::procfs::{CpuSplit, ServiceCpu, service_cpu};
 
 /// A drain: how many, how long, how fast.
 #[derive(Debug, Clone, Copy)]
 pub struct Measured {
     pub messages: usize,
     pub secs: f64,
+    /// CPU per message over the drain: the bench's consumers or apply
+    /// tasks, the broker, the database.
+    pub cpu: CpuSplit,
 }
 
 impl Measured {
@@ -65,9 +69,9 @@ pub async fn broker_only(work: Workload, shards: u16, prefetch: u16) -> anyhow::
     let total = work.len();
     let conn = load::connect(&env.amqp_url(), "urutan-bench ack-only").await?;
     let acked = Arc::new(AtomicUsize::new(0));
-    let first = Arc::new(OnceLock::<Instant>::new());
+    let first = Arc::new(OnceLock::<(Instant, ServiceCpu)>::new());
     let done = Arc::new(tokio::sync::Notify::new());
-    let last = Arc::new(OnceLock::<Instant>::new());
+    let last = Arc::new(OnceLock::<(Instant, ServiceCpu)>::new());
     let cancel = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
     let names = Names::new("pesanan");
@@ -101,7 +105,7 @@ pub async fn broker_only(work: Workload, shards: u16, prefetch: u16) -> anyhow::
                     Some(Err(e)) => return Err(e.into()),
                     None => bail!("consumer cancelled"),
                 };
-                first.get_or_init(Instant::now);
+                first.get_or_init(|| (Instant::now(), service_cpu()));
                 let mut n = 1;
                 let deadline = tokio::time::Instant::now() + BATCH_LINGER;
                 while n < usize::from(prefetch) {
@@ -118,7 +122,7 @@ pub async fn broker_only(work: Workload, shards: u16, prefetch: u16) -> anyhow::
                 let multiple = prefetch > 1;
                 newest.acker.ack(BasicAckOptions { multiple }).await?;
                 if acked.fetch_add(n, Ordering::SeqCst) + n >= total {
-                    last.get_or_init(Instant::now);
+                    last.get_or_init(|| (Instant::now(), service_cpu()));
                     done.notify_one();
                 }
             }
@@ -151,12 +155,13 @@ pub async fn broker_only(work: Workload, shards: u16, prefetch: u16) -> anyhow::
         )
     })??;
     let _ = urutan::broker::call("connection.close", conn.close(200, "drained".into())).await;
-    let (Some(t0), Some(t1)) = (first.get(), last.get()) else {
+    let (Some((t0, cpu0)), Some((t1, cpu1))) = (first.get(), last.get()) else {
         bail!("no delivery seen");
     };
     Ok(Measured {
         messages: total,
         secs: (*t1 - *t0).as_secs_f64(),
+        cpu: CpuSplit::between(*cpu0, *cpu1, None, total),
     })
 }
 
@@ -288,6 +293,7 @@ pub async fn db_only(
     }
     barrier.wait().await;
     let start = Instant::now();
+    let cpu_start = service_cpu();
     let mut end = start;
     let limit = drain_limit(work.len());
     let all = tokio::time::timeout(limit, async {
@@ -298,6 +304,7 @@ pub async fn db_only(
     })
     .await;
     all.with_context(|| format!("database-only drain not done after {limit:?}"))??;
+    let cpu_end = service_cpu();
     let applied: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pesanan_riwayat WHERE pesanan_id NOT LIKE 'warm-%'",
     )
@@ -316,6 +323,7 @@ pub async fn db_only(
         Measured {
             messages: work.len(),
             secs: (end - start).as_secs_f64(),
+            cpu: CpuSplit::between(cpu_start, cpu_end, None, work.len()),
         },
         note.to_owned(),
     ))

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{DbKind, Key, LatencySet, Report, fmt_rate, fmt_ratio, median, ratio};
-use crate::procfs::Machine;
+use crate::procfs::{CpuSplit, Machine};
 use crate::runs::BacklogRun;
 
 impl Report {
@@ -58,6 +58,7 @@ impl Report {
         }
         self.worker_table(&mut s);
         self.ceiling_table(&mut s);
+        self.cpu_table(&mut s);
         for set in &self.latency {
             latency_table(&mut s, set, p.latency_secs);
         }
@@ -116,7 +117,10 @@ impl Report {
                     format!("database only, {batch} msg/tx, one statement, via Unix socket"),
                     format!("{tasks} task(s)"),
                 ),
-                Key::Worker { .. } | Key::WorkerUnix { .. } | Key::WorkerPipelined { .. } => {
+                Key::Worker { .. }
+                | Key::WorkerUnix { .. }
+                | Key::WorkerPipelined { .. }
+                | Key::WorkerPipelinedBatch { .. } => {
                     continue;
                 }
             };
@@ -141,13 +145,68 @@ impl Report {
         }
     }
 
+    /// Where each drain's CPU went, and the rate the machine's cores would
+    /// allow at that cost: what separates a worker row from its ceilings
+    /// when both are measured on the same few cores.
+    fn cpu_table(&self, s: &mut String) {
+        let rows: Vec<_> = self
+            .scenarios
+            .iter()
+            .filter(|sc| sc.samples.iter().any(|x| x.cpu.is_some()))
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(s, "\n## CPU per message (µs, medians)\n");
+        let _ = writeln!(
+            s,
+            "| scenario | msg/s | consumer | broker | database | total | {} cores ÷ total (msg/s) | × msg/s |",
+            self.machine.nproc
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        for sc in rows {
+            let of = |f: fn(&CpuSplit) -> f64| {
+                median(
+                    sc.samples
+                        .iter()
+                        .filter_map(|x| x.cpu.as_ref())
+                        .map(f)
+                        .collect(),
+                )
+            };
+            let total = of(CpuSplit::total_us);
+            let bound = total.map(|t| self.machine.nproc as f64 * 1e6 / t);
+            let us = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.0}"));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                sc.label,
+                fmt_rate(sc.median_rate),
+                us(of(|c| c.consumer_us)),
+                us(of(|c| c.broker_us)),
+                us(of(|c| c.database_us)),
+                us(total),
+                fmt_rate(bound),
+                fmt_ratio(ratio(bound, sc.median_rate)),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n- Process CPU (utime + stime from `/proc`) between the drain's first and last progress, ÷ messages. Consumer: the worker process for `urutan run` rows; the bench itself (its ack-only consumers or apply tasks) for a ceiling. Broker: every `beam.smp`. Database: every `postgres` process, plus exited backends (the postmaster's children time).\n- {} cores ÷ total: the rate at which this drain's processes alone would keep every core busy; × msg/s: how far the drain was from that (1.00× = CPU-bound).",
+            self.machine.nproc
+        );
+    }
+
     fn worker_table(&self, s: &mut String) {
         let _ = writeln!(s, "\n## Worker pool: backlog drain (`urutan run`)\n");
         let _ = writeln!(
             s,
-            "| shards | PREFETCH | msg/s | range | × broker ceiling | × DB ceiling | × baseline | worker CPU µs/msg | peak RSS MiB | host CPU busy | check |"
+            "| shards | PREFETCH | msg/s | range | × broker ceiling | × DB ceiling | × baseline | batch | worker CPU µs/msg | peak RSS MiB | host CPU busy | check |"
         );
-        let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        let _ = writeln!(
+            s,
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        );
         let base = self.worker(1, 1);
         for sc in &self.scenarios {
             let (shards, prefetch, unix) = match sc.key {
@@ -155,12 +214,18 @@ impl Report {
                 Key::WorkerUnix { shards, prefetch } => (shards, prefetch, true),
                 // Its ceilings are strict mode's: one message per transaction.
                 Key::WorkerPipelined { shards } => (shards, 1, false),
+                // Compared with the ceilings of its batch size.
+                Key::WorkerPipelinedBatch { shards, batch } => (shards, batch, false),
                 _ => continue,
             };
-            let pipelined = matches!(sc.key, Key::WorkerPipelined { .. });
             let r = sc.median_rate;
-            let name = if pipelined {
+            let name = if matches!(sc.key, Key::WorkerPipelined { .. }) {
                 format!("{shards} (pipelined strict: PREFETCH=2, BATCH_MAX=1)")
+            } else if matches!(sc.key, Key::WorkerPipelinedBatch { .. }) {
+                format!(
+                    "{shards} (pipelined batches: PREFETCH={}, BATCH_MAX={prefetch})",
+                    2 * prefetch
+                )
             } else if shards == 1 && prefetch == 1 {
                 "1 (baseline: one queue, one consumer)".to_owned()
             } else if unix {
@@ -179,13 +244,19 @@ impl Report {
             };
             let _ = writeln!(
                 s,
-                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                if pipelined { 2 } else { prefetch },
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                match sc.key {
+                    Key::WorkerPipelined { .. } => 2,
+                    Key::WorkerPipelinedBatch { batch, .. } => 2 * batch,
+                    _ => prefetch,
+                },
                 fmt_rate(r),
                 sc.spread(),
                 fmt_ratio(ratio(r, self.broker_ceiling(shards, prefetch))),
                 fmt_ratio(ratio(r, db_ceiling)),
                 fmt_ratio(ratio(r, base)),
+                sc.median_of(|w| w.mean_batch)
+                    .map_or("—".into(), |v| format!("{v:.1}")),
                 sc.median_of(|w| Some(w.cpu_us_per_msg))
                     .map_or("—".into(), |v| format!("{v:.0}")),
                 sc.peak_rss().map_or("—".into(), |v| format!("{v:.1}")),
@@ -196,7 +267,7 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "\n- msg/s: messages drained after the first progress poll ÷ time to the poll that saw them all (50 ms polls of `count(*) FROM pesan_diproses`).\n- × broker ceiling: ÷ broker-only drain with the same shards and prefetch. × DB ceiling: ÷ database-only drain with one task per shard and the same transaction size (1 msg/tx at PREFETCH=1; the batch statement `urutan_terapkan_batch` with PREFETCH msgs/tx otherwise). × baseline: ÷ the 1-shard PREFETCH=1 row.\n- CPU: worker utime+stime over the drain ÷ messages. Peak RSS: worker `VmHWM`. Host CPU busy: whole machine; worker, RabbitMQ and PostgreSQL share its {} cores.\n- Check: every message applied once, versions in order per order, nothing parked or dead-lettered, clean exit on SIGTERM.",
+            "\n- msg/s: messages drained after the first progress poll ÷ time to the poll that saw them all (50 ms polls of the history's sequence, the end confirmed by `count(*) FROM pesan_diproses`). Batch: mean messages per apply transaction.\n- × broker ceiling: ÷ broker-only drain with the same shards and prefetch. × DB ceiling: ÷ database-only drain with one task per shard and the same transaction size (1 msg/tx at PREFETCH=1; the batch statement `urutan_terapkan_batch` with PREFETCH msgs/tx otherwise). × baseline: ÷ the 1-shard PREFETCH=1 row.\n- CPU: worker utime+stime over the drain ÷ messages. Peak RSS: worker `VmHWM`. Host CPU busy: whole machine; worker, RabbitMQ and PostgreSQL share its {} cores.\n- Check: every message applied once, versions in order per order, nothing parked or dead-lettered, clean exit on SIGTERM.",
             self.machine.nproc
         );
     }

@@ -43,6 +43,100 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
     })
 }
 
+/// CPU time used so far by the services the drains share the machine with,
+/// in clock ticks: the broker (every `beam.smp`) and the database (every
+/// `postgres` process, plus what the postmaster's exited children used).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServiceCpu {
+    pub broker: u64,
+    pub database: u64,
+    /// This process (the bench: the ceilings' consumers and apply tasks).
+    pub bench: u64,
+}
+
+/// utime + stime, and cutime + cstime (exited, waited-for children), of one
+/// process; `None` once it is gone.
+fn stat_ticks(stat: &str) -> Option<(String, u64, u64)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat[open + 1..close].to_owned();
+    let fields: Vec<u64> = stat[close + 2..]
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let [utime, stime, cutime, cstime] = fields[..] else {
+        return None;
+    };
+    Some((comm, utime + stime, cutime + cstime))
+}
+
+/// Reads every process's `/proc/<pid>/stat` once (a few milliseconds):
+/// call it at the edges of a drain, not in a poll loop.
+pub fn service_cpu() -> ServiceCpu {
+    let mut cpu = ServiceCpu::default();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return cpu;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Some((comm, own, children)) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| stat_ticks(&s))
+        else {
+            continue;
+        };
+        if pid == std::process::id() {
+            cpu.bench += own;
+        } else if comm == "beam.smp" {
+            cpu.broker += own;
+        } else if comm == "postgres" {
+            // The postmaster's children are the backends: count the ones
+            // that exited during the drain through its cumulative fields.
+            cpu.database += own + children;
+        }
+    }
+    cpu
+}
+
+/// CPU per message drained, in µs, split by process: the consumer (the
+/// worker, or the bench itself for a ceiling), the broker and the database.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct CpuSplit {
+    pub consumer_us: f64,
+    pub broker_us: f64,
+    pub database_us: f64,
+}
+
+impl CpuSplit {
+    /// Between two readings, over `messages`; `consumer` ticks come from
+    /// the worker process (`Some`) or else from the bench's own.
+    pub fn between(
+        a: ServiceCpu,
+        b: ServiceCpu,
+        consumer: Option<(u64, u64)>,
+        messages: usize,
+    ) -> Self {
+        let hz = clock_ticks();
+        let per =
+            |t0: u64, t1: u64| t1.saturating_sub(t0) as f64 / hz * 1e6 / messages.max(1) as f64;
+        let (c0, c1) = consumer.unwrap_or((a.bench, b.bench));
+        Self {
+            consumer_us: per(c0, c1),
+            broker_us: per(a.broker, b.broker),
+            database_us: per(a.database, b.database),
+        }
+    }
+
+    pub fn total_us(&self) -> f64 {
+        self.consumer_us + self.broker_us + self.database_us
+    }
+}
+
 /// Clock ticks per second (`getconf CLK_TCK`, 100 on Linux).
 pub fn clock_ticks() -> f64 {
     std::process::Command::new("getconf")

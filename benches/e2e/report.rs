@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::procfs::Machine;
+use crate::ceilings::Measured;
+use crate::procfs::{CpuSplit, Machine};
 use crate::runs::{LatencyRow, WorkerRun};
 
 #[path = "markdown.rs"]
@@ -56,6 +57,12 @@ pub enum Key {
     WorkerPipelined {
         shards: u16,
     },
+    /// Pipelined batches: `PREFETCH` = 2 × `BATCH_MAX` = 2 × `batch` (the
+    /// next batch on hand while the current one commits).
+    WorkerPipelinedBatch {
+        shards: u16,
+        batch: u16,
+    },
 }
 
 impl Key {
@@ -83,6 +90,10 @@ impl Key {
             Key::WorkerPipelined { shards } => {
                 format!("worker, {shards} shard(s), pipelined strict (prefetch 2, batch max 1)")
             }
+            Key::WorkerPipelinedBatch { shards, batch } => format!(
+                "worker, {shards} shard(s), pipelined batches (prefetch {}, batch max {batch})",
+                2 * batch
+            ),
         }
     }
 }
@@ -113,9 +124,10 @@ impl Plan {
             Key::BrokerOnly { prefetch: 1, .. }
             | Key::Worker { prefetch: 1, .. }
             | Key::WorkerPipelined { .. } => self.messages,
-            Key::BrokerOnly { .. } | Key::Worker { .. } | Key::WorkerUnix { .. } => {
-                self.messages * self.batch_scale
-            }
+            Key::BrokerOnly { .. }
+            | Key::Worker { .. }
+            | Key::WorkerUnix { .. }
+            | Key::WorkerPipelinedBatch { .. } => self.messages * self.batch_scale,
             Key::DbOnly { batch: 1, .. } => self.db_messages,
             Key::DbOnly { .. } | Key::DbOnlyUnix { .. } => self.db_messages * self.batch_scale,
         }
@@ -145,17 +157,22 @@ pub struct Sample {
     pub note: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worker: Option<WorkerRun>,
+    /// A ceiling's CPU per message (a worker row's is in `worker`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuSplit>,
 }
 
 impl Sample {
-    pub fn plain(messages: usize, secs: f64, rate: f64, note: String) -> Self {
+    /// A ceiling's drain.
+    pub fn measured(m: &Measured, note: String) -> Self {
         Self {
             round: 0,
-            messages,
-            secs,
-            rate,
+            messages: m.messages,
+            secs: m.secs,
+            rate: m.rate(),
             note,
             worker: None,
+            cpu: Some(m.cpu),
         }
     }
 
@@ -166,6 +183,7 @@ impl Sample {
             secs: run.secs,
             rate: run.rate,
             note: String::new(),
+            cpu: run.cpu,
             worker: Some(run),
         }
     }
@@ -454,6 +472,19 @@ impl Report {
                 fmt_ratio(ratio(wp, w41)),
                 fmt_ratio(ratio(wp, base)),
             ));
+            let piped = self.rate(Key::WorkerPipelinedBatch {
+                shards: 4,
+                batch: p,
+            });
+            if piped.is_some() {
+                out.push(format!(
+                    "Pipelined batches (PREFETCH={}, BATCH_MAX={p}), 4 shards: {} msg/s = {} database-only batch ceiling ({p}/tx), {} PREFETCH={p}",
+                    2 * p,
+                    fmt_rate(piped),
+                    fmt_ratio(ratio(piped, self.db_ceiling(4, p))),
+                    fmt_ratio(ratio(piped, wp)),
+                ));
+            }
             let wu = self.rate(Key::WorkerUnix {
                 shards: 4,
                 prefetch: p,
