@@ -92,13 +92,6 @@ pub enum BatchResult {
     Event(Applied),
 }
 
-/// Most bytes of parameters per batch statement. A larger statement does
-/// not fit the socket's initial send buffer, is written in two pieces, and
-/// sqlx 0.9.0 leaves Nagle's algorithm on, so the second piece waits for the
-/// server's delayed ACK (about 40 ms). Larger batches are sent as several
-/// statements in one transaction.
-const STATEMENT_BYTES: usize = 8 * 1024;
-
 /// Applies `items` (one shard's deliveries, in arrival order) in ONE
 /// transaction with exactly the outcomes they would have one by one.
 /// `conn` must not be inside a transaction (a pooled connection: `&mut *pool.acquire().await?`).
@@ -107,7 +100,9 @@ pub async fn apply_batch(
     items: &[BatchItem<'_>],
     shard: u16,
 ) -> Result<Vec<BatchResult>, StoreError> {
-    let chunks = chunk_by_size(items, STATEMENT_BYTES);
+    // Larger batches go as several statements in one transaction where a
+    // connection may still have Nagle's algorithm on (see `nodelay`).
+    let chunks = chunk_by_size(items, super::nodelay::statement_limit());
     if chunks.len() == 1 {
         return apply_chunk(&mut *conn, items, shard).await;
     }
