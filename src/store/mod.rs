@@ -137,11 +137,13 @@ const RELEASE_CHECK: Duration = Duration::from_secs(5);
 /// slot forever (and `PgPool::close` would wait for it).
 pub async fn connect(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {
     use sqlx::Connection as _;
+    let options = options(url)?;
+    let port = options.get_port();
     PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(Duration::from_secs(5))
         .test_before_acquire(false)
-        .after_connect(|conn, _| Box::pin(nodelay::disable_nagle(conn)))
+        .after_connect(move |conn, _| Box::pin(nodelay::disable_nagle(conn, port)))
         .after_release(|conn, _| {
             Box::pin(async move {
                 // An error (not `Ok(false)`) makes sqlx close it without the
@@ -152,7 +154,7 @@ pub async fn connect(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> 
                 }
             })
         })
-        .connect_with(options(url)?)
+        .connect_with(options)
         .await
 }
 

@@ -6,9 +6,12 @@
 //! the server's delayed ACK, about 40 ms. sqlx does not hand out a
 //! connection's socket, so right after connecting [`disable_nagle`] asks the
 //! server which client port it sees (`inet_client_port()`), finds this
-//! process's socket with that local port and the server's port as its peer
-//! (through `/proc/self/fd`, working on a duplicate of the descriptor from
-//! `pidfd_getfd`, so no unsafe code), and sets `TCP_NODELAY` on it.
+//! process's socket with that local port whose peer is the port urutan
+//! connected to (through `/proc/self/fd`, working on a duplicate of the
+//! descriptor from `pidfd_getfd`, so no unsafe code), and sets `TCP_NODELAY`
+//! on it. Behind a proxy the server sees the proxy's port, and nothing
+//! matches (a proxy in this very process, as in the tests, has a socket
+//! with that local port, but its peer is the server, not the proxy).
 //!
 //! Where that cannot be done (not Linux, a proxy between urutan and the
 //! server, a sandbox that refuses `pidfd_getfd`), the connection works as
@@ -75,18 +78,18 @@ fn record(nagle_off: bool) {
 }
 
 /// Turns Nagle's algorithm off on `conn`'s socket, if it is a TCP socket
-/// this process can find. Fails only if the connection cannot answer a
-/// query (it is then useless anyway).
-pub async fn disable_nagle(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    let (client_port, server_port): (Option<i32>, Option<i32>) =
-        sqlx::query_as("SELECT inet_client_port(), inet_server_port()")
-            .fetch_one(&mut *conn)
-            .await?;
-    let (Some(local), Some(peer)) = (port(client_port), port(server_port)) else {
+/// this process can find; `port` is the one urutan connected to. Fails only
+/// if the connection cannot answer a query (it is then useless anyway).
+pub async fn disable_nagle(conn: &mut PgConnection, port: u16) -> Result<(), sqlx::Error> {
+    let client_port: Option<i32> = sqlx::query_scalar("SELECT inet_client_port()")
+        .fetch_one(&mut *conn)
+        .await?;
+    let Some(local) = client_port.and_then(|p| u16::try_from(p).ok()) else {
         // A Unix socket: no Nagle.
         record(true);
         return Ok(());
     };
+    let peer = port;
     match set_on_socket(local, peer) {
         Ok(true) => record(true),
         Ok(false) => {
@@ -102,10 +105,6 @@ pub async fn disable_nagle(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
         }
     }
     Ok(())
-}
-
-fn port(p: Option<i32>) -> Option<u16> {
-    p.and_then(|p| u16::try_from(p).ok())
 }
 
 /// Finds this process's TCP socket whose local port is `local` and whose
