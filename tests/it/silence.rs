@@ -112,8 +112,9 @@ async fn batch_mode_on_a_slow_database_link() {
     }
     let ratio = rates[1] / rates[0];
     eprintln!("batch mode with a 100 ms database round trip: {ratio:.2} of its rate without");
-    // A batch of up to 256 costs BEGIN, one statement per 8 KiB of events
-    // (about 20 of these; see `store::apply`'s STATEMENT_BYTES) and COMMIT:
+    // Behind this proxy sqlx's socket keeps Nagle on (`store::nodelay` finds
+    // no socket of its own to fix), so a batch of up to 256 costs BEGIN, one
+    // statement per 8 KiB of events (about 20 of these) and COMMIT:
     // about 15 round trips, 1.5 s at 100 ms, so 4 shards apply about 680
     // msg/s whatever the machine (measured 700-780). The rate without
     // latency is the machine's (6,000-7,500 here), so the ratio is not
