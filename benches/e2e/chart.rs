@@ -232,8 +232,8 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
     };
     panel(
         &panels[1],
-        "Throughput vs PREFETCH (4 shards; batch = PREFETCH)",
-        "PREFETCH",
+        "Throughput vs batch size (4 shards; PREFETCH = batch unless pipelined)",
+        "messages per transaction (BATCH_MAX)",
         "msg/s",
         Some(&pf_ticks),
         &[
@@ -269,6 +269,16 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
                     report.rate(Key::WorkerUnix {
                         shards: 4,
                         prefetch: pf,
+                    })
+                }),
+            },
+            Line {
+                label: "worker, pipelined (PREFETCH = 2 × x, BATCH_MAX = x)".into(),
+                color: GREY,
+                points: by_pf(&|pf| {
+                    report.rate(Key::WorkerPipelinedBatch {
+                        shards: 4,
+                        batch: pf,
                     })
                 }),
             },

@@ -55,11 +55,6 @@ pub fn statement_limit() -> usize {
     }
 }
 
-/// Whether every connection opened so far writes without Nagle's delay.
-pub fn off_everywhere() -> bool {
-    NAGLE.load(Ordering::Relaxed) == OFF_EVERYWHERE
-}
-
 fn record(nagle_off: bool) {
     if nagle_off {
         // Never upgrades a connection that kept Nagle on.

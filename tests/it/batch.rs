@@ -285,7 +285,8 @@ async fn in_a_batch_a_violation_and_a_poison_are_dead_lettered_alone() {
 async fn a_large_batch_split_into_several_statements_matches_one_by_one() {
     let env = TestEnv::new("batchsplit").await;
     let db = env.db().await;
-    let filler = "x".repeat(600);
+    // Over `store::nodelay`'s largest statement (512 KiB) even with Nagle off.
+    let filler = "x".repeat(4_000);
     let events: Vec<Event> = stream(11, 8, 150)
         .iter()
         .map(|m| {
@@ -301,7 +302,7 @@ async fn a_large_batch_split_into_several_statements_matches_one_by_one() {
     }
     let one_state = state(&db).await;
     reset(&db).await;
-    // ~100 KB of parameters: sent as many statements in one transaction.
+    // ~600 KB of parameters: sent as several statements in one transaction.
     let items: Vec<BatchItem<'_>> = events.iter().map(BatchItem::Event).collect();
     let mut conn = db.acquire().await.expect("conn");
     let batched: Vec<Applied> = store::apply_batch(&mut conn, &items, 0)
