@@ -23,11 +23,7 @@ pub struct ProcSample {
 /// Reads `/proc/<pid>/stat` and `/proc/<pid>/status`; `None` once it is gone.
 pub fn sample(pid: u32) -> Option<ProcSample> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces), from field 3 on.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let (_, cpu_ticks, _) = stat_ticks(&stat)?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib = |key: &str| -> u64 {
         status
@@ -37,7 +33,7 @@ pub fn sample(pid: u32) -> Option<ProcSample> {
             .unwrap_or(0)
     };
     Some(ProcSample {
-        cpu_ticks: utime + stime,
+        cpu_ticks,
         rss_kib: kib("VmRSS:"),
         hwm_kib: kib("VmHWM:"),
     })
@@ -54,8 +50,9 @@ pub struct ServiceCpu {
     pub bench: u64,
 }
 
-/// utime + stime, and cutime + cstime (exited, waited-for children), of one
-/// process; `None` once it is gone.
+/// The command name, utime + stime, and cutime + cstime (exited, waited-for
+/// children) from a `/proc/<pid>/stat` line (the name may hold spaces and
+/// parentheses, so the fields are read after its last `)`).
 fn stat_ticks(stat: &str) -> Option<(String, u64, u64)> {
     let open = stat.find('(')?;
     let close = stat.rfind(')')?;

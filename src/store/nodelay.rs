@@ -29,7 +29,7 @@ use tracing::{debug, warn};
 /// buffer, is written in two pieces, and the second waits for the server's
 /// delayed ACK. Larger batches are then sent as several statements in one
 /// transaction.
-const WITH_NAGLE: usize = 8 * 1024;
+pub const WITH_NAGLE: usize = 8 * 1024;
 
 /// Most bytes of parameters per batch statement once every connection has
 /// Nagle off: one statement per batch at any `BATCH_MAX` in practice
@@ -73,9 +73,9 @@ fn record(nagle_off: bool) {
 }
 
 /// Turns Nagle's algorithm off on `conn`'s socket, if it is a TCP socket
-/// this process can find; `port` is the one urutan connected to. Fails only
+/// this process can find; `peer` is the port urutan connected to. Fails only
 /// if the connection cannot answer a query (it is then useless anyway).
-pub async fn disable_nagle(conn: &mut PgConnection, port: u16) -> Result<(), sqlx::Error> {
+pub async fn disable_nagle(conn: &mut PgConnection, peer: u16) -> Result<(), sqlx::Error> {
     let client_port: Option<i32> = sqlx::query_scalar("SELECT inet_client_port()")
         .fetch_one(&mut *conn)
         .await?;
@@ -84,7 +84,6 @@ pub async fn disable_nagle(conn: &mut PgConnection, port: u16) -> Result<(), sql
         record(true);
         return Ok(());
     };
-    let peer = port;
     match set_on_socket(local, peer) {
         Ok(true) => record(true),
         Ok(false) => {

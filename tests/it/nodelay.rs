@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::TestEnv;
+use crate::proxy::Proxy;
 
 /// The pool's connection has `TCP_NODELAY` on its own socket.
 #[tokio::test]
@@ -56,5 +57,33 @@ async fn a_large_statement_is_not_held_back_by_nagle() {
         "a 64 KiB statement took {median:?} (median of 15): Nagle's algorithm holds it back"
     );
     drop(conn);
+    db.close().await;
+}
+
+/// Behind a proxy the server reports the proxy's port, no socket of ours
+/// matches, and batch statements stay small enough for a socket with Nagle
+/// on (the proxy's upstream socket, in this very process, must not be taken
+/// for ours).
+#[tokio::test]
+async fn behind_a_proxy_batch_statements_stay_small() {
+    let env = TestEnv::new("nodelay_proxy").await;
+    env.db().await.close().await;
+    let proxy = Proxy::start("127.0.0.1:5432".parse().expect("addr")).await;
+    let url = env.database_url().with(|u| {
+        let _ = u.set_port(Some(proxy.addr.port()));
+    });
+    let db = urutan::store::connect(&url, 1)
+        .await
+        .expect("connect through the proxy");
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&db)
+        .await
+        .expect("a statement through the proxy");
+    assert_eq!(one, 1);
+    assert_eq!(
+        urutan::store::nodelay::statement_limit(),
+        urutan::store::nodelay::WITH_NAGLE,
+        "a proxied connection (Nagle still on) must keep batch statements small"
+    );
     db.close().await;
 }
