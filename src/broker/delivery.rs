@@ -94,8 +94,43 @@ fn type_name(t: AMQPType) -> &'static str {
 /// put into every shard queue by [`crate::reshard::handoff`]).
 pub const MARKER_HEADER: &str = "x-urutan-epoch";
 
-/// The epoch of an epoch marker (see [`crate::reshard::handoff`]), or `None` for a
-/// normal message.
+/// What the reserved marker header says about a delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    /// No `x-urutan-epoch` header: a message like any other.
+    None,
+    /// It arrived the way urutan sends markers (the default exchange, this
+    /// queue's name as routing key, an integer epoch). Whether that epoch
+    /// was recorded is the database's to check (`urutan_lewati_penanda`).
+    Epoch(i64),
+    /// It carries the reserved header but did not come the way urutan
+    /// sends markers (through an exchange, to another routing key, or a
+    /// value of another type): a contract violation, never a position.
+    Forged,
+}
+
+/// Reads the reserved header of a delivery from `queue`. Only urutan
+/// publishes to the default exchange (a producer with write on the entry
+/// exchange alone cannot: it needs write on `amq.default`), so a header that
+/// came through any other exchange is someone else's.
+pub fn marker(delivery: &Delivery, queue: &str) -> Marker {
+    let carries = delivery
+        .properties
+        .headers()
+        .as_ref()
+        .is_some_and(|h| h.inner().contains_key(MARKER_HEADER));
+    if !carries {
+        return Marker::None;
+    }
+    let authentic = delivery.exchange.as_str().is_empty() && delivery.routing_key.as_str() == queue;
+    match epoch_marker(delivery) {
+        Some(epoch) if authentic => Marker::Epoch(epoch),
+        _ => Marker::Forged,
+    }
+}
+
+/// The value of the marker header when it is an integer (see [`marker`]
+/// for whether it counts), or `None`.
 pub fn epoch_marker(delivery: &Delivery) -> Option<i64> {
     let value = delivery
         .properties

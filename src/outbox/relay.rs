@@ -221,9 +221,11 @@ impl Relay {
         let mut tx = db.begin().await?;
         handoff::hold_publishing(&mut tx, names).await?;
         if handoff::ring_change_unfinished(&mut tx).await? {
-            let reason = "a ring change was cut short";
-            let epoch = handoff::open_epoch(&mut tx, conn, names, reason).await?;
-            handoff::close_windows(&mut tx, epoch).await?;
+            // Outside the transaction: the epoch is committed before its
+            // markers are published (a worker passes only recorded ones).
+            tx.rollback().await?;
+            handoff::finish_cut_short(db, conn, names).await?;
+            return Ok(Some(0));
         }
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, agregat_id, routing_key, payload::text AS payload, dibuat_pada

@@ -99,7 +99,10 @@ pub async fn register_shards(db: &mut PgConnection, count: u16) -> Result<(), sq
 }
 
 /// Records a new epoch and returns it with the active shards, whose queues
-/// must each get its marker (the database half of [`open_epoch`]).
+/// must each get its marker (the database half of [`open_epoch`]); prunes
+/// the oldest epochs every active shard has passed. `db` must commit the
+/// epoch before its markers are published (not inside a transaction): a
+/// worker passes only a marker of a recorded epoch.
 pub async fn record_epoch(
     db: &mut PgConnection,
     reason: &str,
@@ -109,12 +112,22 @@ pub async fn record_epoch(
             .bind(reason)
             .fetch_one(&mut *db)
             .await?;
+    sqlx::query("SELECT urutan_epoch_pangkas($1)")
+        .bind(EPOCHS_KEPT)
+        .execute(&mut *db)
+        .await?;
     let shards: Vec<i32> =
         sqlx::query_scalar("SELECT shard FROM urutan_shard WHERE aktif ORDER BY shard")
             .fetch_all(&mut *db)
             .await?;
     Ok((epoch, shards))
 }
+
+/// How many of the newest epochs [`record_epoch`] keeps when it prunes
+/// older ones (every (re)connect opens one; epochs some active shard has
+/// not passed are kept whatever their number: see
+/// `migrations/20261204000013_markers.sql`).
+pub const EPOCHS_KEPT: i32 = 1000;
 
 /// Opens a new epoch: records it, then puts its marker into every active
 /// shard queue and waits for the broker's confirms. Returns the epoch.
@@ -241,6 +254,37 @@ pub async fn window_abandoned(db: &PgPool) -> Result<bool, sqlx::Error> {
     .await
 }
 
+/// The relay's part in a ring change cut short (a window whose epoch is
+/// not open: its opener is gone): opens the epoch after it and closes the
+/// windows, holding the pause shared on `db`'s session (a ring change in
+/// progress holds it exclusively), not in a transaction, so the epoch is
+/// committed before its markers are published.
+pub async fn finish_cut_short(
+    db: &mut PgConnection,
+    conn: &Connection,
+    names: &Names,
+) -> Result<(), EpochError> {
+    sqlx::query("SELECT pg_advisory_lock_shared(hashtext($1))")
+        .bind(publish_lock(names))
+        .execute(&mut *db)
+        .await?;
+    let finished = async {
+        if ring_change_unfinished(db).await? {
+            let epoch = open_epoch(db, conn, names, "a ring change was cut short").await?;
+            close_windows(db, epoch).await?;
+        }
+        Ok::<(), EpochError>(())
+    }
+    .await;
+    let unlocked = sqlx::query("SELECT pg_advisory_unlock_shared(hashtext($1))")
+        .bind(publish_lock(names))
+        .execute(&mut *db)
+        .await;
+    finished?;
+    unlocked?;
+    Ok(())
+}
+
 /// Called by a relay batch inside its transaction: waits while a ring change
 /// is in progress (the lock is shared between batches, released at commit).
 pub async fn hold_publishing(tx: &mut PgConnection, names: &Names) -> Result<(), sqlx::Error> {
@@ -252,7 +296,9 @@ pub async fn hold_publishing(tx: &mut PgConnection, names: &Names) -> Result<(),
 }
 
 /// Records that `shard` reached the marker of `epoch` (idempotent; a late
-/// or repeated marker never moves the position back).
+/// or repeated marker never moves the position back), unchecked: for
+/// tests and tools that move positions by hand. A worker uses
+/// [`pass_recorded_marker`].
 pub async fn pass_marker(db: &sqlx::PgPool, shard: u16, epoch: i64) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO urutan_shard (shard, epoch) VALUES ($1, $2)
@@ -263,6 +309,23 @@ pub async fn pass_marker(db: &sqlx::PgPool, shard: u16, epoch: i64) -> Result<()
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// Records that `shard` reached a marker of `epoch` that a worker received
+/// the way urutan sends markers (`urutan_lewati_penanda`). False, and the
+/// position untouched: `epoch` was never recorded (above the highest epoch,
+/// or one that does not exist) and is not already behind the shard: a
+/// forged marker, to be dead-lettered.
+pub async fn pass_recorded_marker(
+    db: &sqlx::PgPool,
+    shard: u16,
+    epoch: i64,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT urutan_lewati_penanda($1, $2)")
+        .bind(i32::from(shard))
+        .bind(epoch)
+        .fetch_one(db)
+        .await
 }
 
 /// Applies the parked messages of `shard` that no longer need to wait (at

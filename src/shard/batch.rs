@@ -152,7 +152,7 @@ impl ShardWorker {
 
     /// The pure part of one delivery: marker, contract check, fault hook.
     fn prepare(&self, delivery: &Delivery) -> Checked {
-        let event = match decode::read(delivery, self.max_body_bytes) {
+        let event = match decode::read(delivery, &self.queue, self.max_body_bytes) {
             Read::Event(event) => event,
             Read::Marker(epoch) => return Checked::Marker(epoch),
             Read::Invalid(rejection) => {

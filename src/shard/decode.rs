@@ -15,16 +15,22 @@ pub(super) enum Read {
     Invalid(Rejection),
 }
 
-/// Reads one delivery. The current span (a strict-mode message span) gets
-/// the message id and, for a valid event, the entity id.
-pub(super) fn read(delivery: &Delivery, max_body_bytes: usize) -> Read {
-    if let Some(epoch) = delivery::epoch_marker(delivery) {
+/// Reads one delivery from `queue`. The current span (a strict-mode
+/// message span) gets the message id and, for a valid event, the entity id.
+/// The marker header counts only on a marker urutan sent (see
+/// [`delivery::marker`]); on anything else it is a contract violation.
+pub(super) fn read(delivery: &Delivery, queue: &str, max_body_bytes: usize) -> Read {
+    let marker = delivery::marker(delivery, queue);
+    if let delivery::Marker::Epoch(epoch) = marker {
         return Read::Marker(epoch);
     }
     let envelope = delivery::envelope(delivery);
     let span = tracing::Span::current();
     if let Some(id) = envelope.message_id {
         span.record("message_id", id);
+    }
+    if marker == delivery::Marker::Forged {
+        return Read::Invalid(Rejection::ReservedHeader);
     }
     match message::decode(&envelope, max_body_bytes) {
         Ok(event) => {

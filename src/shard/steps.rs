@@ -43,7 +43,7 @@ impl ShardWorker {
         delivery: &Delivery,
         shutdown: &CancellationToken,
     ) -> Decision {
-        let event = match decode::read(delivery, self.max_body_bytes) {
+        let event = match decode::read(delivery, &self.queue, self.max_body_bytes) {
             Read::Event(event) => event,
             Read::Invalid(rejection) => return Decision::Done(Outcome::DeadLettered(rejection)),
             Read::Marker(epoch) => {
@@ -53,12 +53,18 @@ impl ShardWorker {
                 session.give_back();
                 let passed = self
                     .held(ch, shutdown, || async {
-                        Ok(handoff::pass_marker(&self.pool, self.shard, epoch).await?)
+                        Ok(handoff::pass_recorded_marker(&self.pool, self.shard, epoch).await?)
                     })
                     .await;
-                debug!(epoch, "passed an epoch marker");
                 return match passed {
-                    Ok(()) => Decision::Ack,
+                    Ok(true) => {
+                        debug!(epoch, "passed an epoch marker");
+                        Decision::Ack
+                    }
+                    Ok(false) => {
+                        warn!(epoch, "a marker for an epoch urutan never recorded");
+                        Decision::Done(Outcome::DeadLettered(Rejection::ReservedHeader))
+                    }
                     Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
                     Err(Held::Refused(error)) => Decision::Requeue {
                         reason: RetryReason::Refused,

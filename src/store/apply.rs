@@ -198,6 +198,10 @@ where
         .iter()
         .map(|r| match r.as_str() {
             "marker" => BatchResult::Marker,
+            // A marker for an epoch never recorded: forged, dead-lettered.
+            "marker_forged" => BatchResult::Event(Applied::Done(Outcome::DeadLettered(
+                crate::message::Rejection::ReservedHeader,
+            ))),
             other => BatchResult::Event(parse_result(other)),
         })
         .collect())

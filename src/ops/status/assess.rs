@@ -96,6 +96,18 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
                 ),
             ));
         }
+        if s.epoch_unexplained {
+            found.push(attention(
+                "epoch_unexplained",
+                format!(
+                    "shard {:03} is at epoch {}, which urutan never recorded: its position was \
+                     not moved by a marker urutan sent (a forged marker, or a hand edit); \
+                     messages on it may overtake older ones of their order",
+                    s.shard,
+                    s.epoch_passed.unwrap_or(0)
+                ),
+            ));
+        }
         if let Some(since) = s.oldest_parked_at.filter(|t| stuck(*t)) {
             found.push(attention(
                 "parked_too_long",
@@ -177,6 +189,7 @@ mod tests {
             consumers_registered: None,
             epoch_passed: Some(3),
             epoch_waiting_since: None,
+            epoch_unexplained: false,
             parked: 0,
             oldest_parked_at: None,
             oldest_parked_order: None,
@@ -253,6 +266,14 @@ mod tests {
         assert_eq!(codes(&s), Vec::<&str>::new());
         s.shards[2].ready = Some(4);
         assert_eq!(codes(&s), ["shard_without_consumer"]);
+    }
+
+    #[test]
+    fn a_position_no_recorded_epoch_explains_needs_attention() {
+        let mut s = healthy();
+        s.shards[0].epoch_passed = Some(i64::MAX);
+        s.shards[0].epoch_unexplained = true;
+        assert_eq!(codes(&s), ["epoch_unexplained"]);
     }
 
     #[test]

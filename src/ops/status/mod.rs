@@ -35,8 +35,8 @@ Exit codes:
 
 Needs attention: the database or the broker unreachable; urutan's tables missing
 (not migrated); no ring recorded; a shard queue missing, or without a consumer;
-a shard that has not passed an epoch opened longer than --stuck-after ago; a
-window or a resharding open longer than that; a message parked longer than that;
+a shard that has not passed an epoch opened longer than --stuck-after ago, or
+whose position no recorded epoch explains (a forged marker); a window or a resharding open longer than that; a message parked longer than that;
 any message in the dead-letter queue; an unsent outbox row older than that.
 
 Reads only: passive declares on the broker (no permission beyond the vhost),
@@ -109,7 +109,7 @@ pub struct Reach {
 pub struct Attention {
     /// Stable: `database_unreachable`, `broker_unreachable`, `not_migrated`,
     /// `no_ring`, `resharding_stuck`, `window_stuck`, `shard_queue_missing`,
-    /// `shard_without_consumer`, `epoch_not_passed`, `parked_too_long`,
+    /// `shard_without_consumer`, `epoch_not_passed`, `epoch_unexplained`, `parked_too_long`,
     /// `dead_letter_queue_missing`, `dead_letters`, `outbox_backlog`.
     pub code: &'static str,
     pub message: String,
@@ -173,6 +173,9 @@ pub struct Shard {
     /// When the oldest epoch this shard has not passed yet was opened.
     #[serde(serialize_with = "crate::rfc3339::option")]
     pub epoch_waiting_since: Option<DateTime<Utc>>,
+    /// No recorded epoch explains `epoch_passed` (above the highest epoch,
+    /// or one never recorded): it was not moved by a marker urutan sent.
+    pub epoch_unexplained: bool,
     pub parked: i64,
     #[serde(serialize_with = "crate::rfc3339::option")]
     pub oldest_parked_at: Option<DateTime<Utc>>,
@@ -359,6 +362,7 @@ fn combine(status: &mut Status, names: &Names, db: FromDatabase, broker: Option<
             consumers_registered: None,
             epoch_passed: position.map(|p| p.0),
             epoch_waiting_since: position.and_then(|p| p.2),
+            epoch_unexplained: position.is_some_and(|p| p.3),
             parked: parked.map_or(0, |p| p.0),
             oldest_parked_at: parked.map(|p| p.1),
             oldest_parked_order: parked.map(|p| p.2.clone()),

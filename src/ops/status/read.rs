@@ -20,7 +20,9 @@ pub(super) struct FromDatabase {
     pub(super) epochs: Option<Epochs>,
     pub(super) windows: Vec<Window>,
     /// shard → (epoch passed, active, oldest epoch not passed opened at).
-    pub(super) positions: BTreeMap<u16, (i64, bool, Option<DateTime<Utc>>)>,
+    /// Position, active, waiting since, and whether no recorded epoch
+    /// explains the position.
+    pub(super) positions: BTreeMap<u16, (i64, bool, Option<DateTime<Utc>>, bool)>,
     /// shard → (count, oldest, its order).
     pub(super) parked: BTreeMap<u16, (i64, DateTime<Utc>, String)>,
     pub(super) last_applied: BTreeMap<u16, DateTime<Utc>>,
@@ -103,16 +105,27 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
         opened_at,
     })
     .collect();
-    let positions: Vec<(i32, i64, bool, Option<DateTime<Utc>>)> = sqlx::query_as(
+    // A position is explained by a recorded epoch, by 0 (no marker passed
+    // yet), or by lying below the oldest epoch kept (older ones are pruned,
+    // see `handoff::record_epoch`). Anything else was written by no marker
+    // urutan sent.
+    let positions: Vec<(i32, i64, bool, Option<DateTime<Utc>>, bool)> = sqlx::query_as(
         "SELECT s.shard, s.epoch, s.aktif,
-                (SELECT min(e.dibuka_pada) FROM urutan_epoch e WHERE e.epoch > s.epoch)
+                (SELECT min(e.dibuka_pada) FROM urutan_epoch e WHERE e.epoch > s.epoch),
+                s.epoch <> 0
+                AND (s.epoch > coalesce((SELECT max(epoch) FROM urutan_epoch), 0)
+                     OR (s.epoch >= (SELECT min(epoch) FROM urutan_epoch)
+                         AND NOT EXISTS (SELECT 1 FROM urutan_epoch e WHERE e.epoch = s.epoch)))
+                IS TRUE
          FROM urutan_shard s ORDER BY s.shard",
     )
     .fetch_all(db)
     .await?;
     read.positions = positions
         .into_iter()
-        .map(|(s, epoch, active, waiting)| (shard(s), (epoch, active, waiting)))
+        .map(|(s, epoch, active, waiting, unexplained)| {
+            (shard(s), (epoch, active, waiting, unexplained))
+        })
         .collect();
     let parked: Vec<(i32, i64, DateTime<Utc>, String)> = sqlx::query_as(
         "SELECT shard, count(*), min(diparkir_pada), (array_agg(pesanan_id ORDER BY seq))[1]
