@@ -9,6 +9,7 @@ mod direct;
 mod dlq;
 mod effects;
 mod failover;
+mod forged_marker;
 mod handoff;
 #[path = "../support/http.rs"]
 mod http;
