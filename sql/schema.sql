@@ -211,6 +211,26 @@ $$;
 
 
 --
+-- Name: urutan_epoch_pangkas(integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_epoch_pangkas(p_simpan integer) RETURNS bigint
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO '$user', 'public', 'pg_temp'
+    AS $$
+    WITH batas AS (
+        SELECT least(
+            coalesce((SELECT min(epoch) FROM urutan_shard WHERE aktif), 0),
+            coalesce((SELECT epoch FROM urutan_epoch
+                      ORDER BY epoch DESC OFFSET greatest(p_simpan, 1) - 1 LIMIT 1), 0)) AS b
+    ), hapus AS (
+        DELETE FROM urutan_epoch WHERE epoch < (SELECT b FROM batas) RETURNING 1
+    )
+    SELECT count(*) FROM hapus
+$$;
+
+
+--
 -- Name: urutan_epoch_selesai(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -281,6 +301,25 @@ BEGIN
             pertama := false;
         END LOOP;
     END LOOP;
+END
+$$;
+
+
+--
+-- Name: urutan_lewati_penanda(integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_lewati_penanda(p_shard integer, p_epoch bigint) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM urutan_epoch WHERE epoch = p_epoch)
+       AND p_epoch > coalesce((SELECT epoch FROM urutan_shard WHERE shard = p_shard), 0) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO urutan_shard (shard, epoch) VALUES (p_shard, p_epoch)
+    ON CONFLICT (shard) DO UPDATE SET epoch = greatest(urutan_shard.epoch, EXCLUDED.epoch);
+    RETURN true;
 END
 $$;
 
@@ -470,10 +509,8 @@ DECLARE
 BEGIN
     FOR i IN 1 .. coalesce(array_length(p_markers, 1), 0) LOOP
         IF p_markers[i] IS NOT NULL THEN
-            INSERT INTO urutan_shard (shard, epoch) VALUES (p_shard, p_markers[i])
-            ON CONFLICT (shard) DO UPDATE
-                SET epoch = greatest(urutan_shard.epoch, EXCLUDED.epoch);
-            v_hasil := v_hasil || 'marker'::text;
+            v_hasil := v_hasil || CASE WHEN urutan_lewati_penanda(p_shard, p_markers[i])
+                                       THEN 'marker' ELSE 'marker_forged' END;
         ELSE
             v_hasil := v_hasil || urutan_terapkan(p_message_ids[i], p_ids[i], p_statuses[i],
                                                   p_versis[i], p_datas[i]::jsonb, p_shard);

@@ -238,7 +238,11 @@ async fn forged_markers_then_a_resharding(name: &str, prefetch: u16, batch_max: 
     wait_until_at(&db, 3).await;
     let history = history(&db).await;
     assert_gapless_in_order(&history, ORDERS, 3);
-    let stale = count(&db, "SELECT count(*) FROM pesan_diproses WHERE message_id LIKE 'R-%'").await;
+    let stale = count(
+        &db,
+        "SELECT count(*) FROM pesan_diproses WHERE message_id LIKE 'R-%'",
+    )
+    .await;
     assert_eq!(stale, 3 * ORDERS as i64, "every version processed once");
 
     // Status: every position explained, until one is forged by hand.
@@ -312,7 +316,10 @@ async fn only_a_recorded_epoch_moves_a_position() {
         .execute(&db)
         .await
         .expect("delete");
-    assert!(pass(e1).await.expect("pass"), "a redelivery of a pruned one");
+    assert!(
+        pass(e1).await.expect("pass"),
+        "a redelivery of a pruned one"
+    );
     assert!(pass(0).await.expect("pass"), "below the position");
     assert_eq!(positions(&db).await, [(0, e1), (1, 0)]);
 }
@@ -328,10 +335,12 @@ async fn reconnects_do_not_grow_the_epoch_table_without_bound() {
     pool.wait_ready().await;
     pool.stop().await;
     // Many reconnects' worth of epochs, every shard past them.
-    sqlx::query("INSERT INTO urutan_epoch (alasan) SELECT 'relay connected' FROM generate_series(1, 1500)")
-        .execute(&db)
-        .await
-        .expect("epochs");
+    sqlx::query(
+        "INSERT INTO urutan_epoch (alasan) SELECT 'relay connected' FROM generate_series(1, 1500)",
+    )
+    .execute(&db)
+    .await
+    .expect("epochs");
     sqlx::query("UPDATE urutan_shard SET epoch = (SELECT max(epoch) FROM urutan_epoch)")
         .execute(&db)
         .await
@@ -340,35 +349,46 @@ async fn reconnects_do_not_grow_the_epoch_table_without_bound() {
     for _ in 0..3 {
         let pool = RunningPool::start(env.settings(2)).await;
         pool.wait_ready().await;
-        wait_for("every shard passed the newest epoch", Duration::from_secs(30), || {
-            let db = db.clone();
-            async move {
-                count(
-                    &db,
-                    "SELECT count(*) FROM urutan_shard
+        wait_for(
+            "every shard passed the newest epoch",
+            Duration::from_secs(30),
+            || {
+                let db = db.clone();
+                async move {
+                    count(
+                        &db,
+                        "SELECT count(*) FROM urutan_shard
                      WHERE epoch < (SELECT max(epoch) FROM urutan_epoch)",
-                )
-                .await
-                    == 0
-            }
-        })
+                    )
+                    .await
+                        == 0
+                }
+            },
+        )
         .await;
         pool.stop().await;
         let rows = count(&db, "SELECT count(*) FROM urutan_epoch").await;
         assert!(rows <= kept, "{rows} epochs kept (at most {kept})");
     }
     // An epoch some shard has not passed is never pruned.
-    sqlx::query("UPDATE urutan_shard SET epoch = (SELECT min(epoch) FROM urutan_epoch) WHERE shard = 1")
-        .execute(&db)
-        .await
-        .expect("behind");
+    sqlx::query(
+        "UPDATE urutan_shard SET epoch = (SELECT min(epoch) FROM urutan_epoch) WHERE shard = 1",
+    )
+    .execute(&db)
+    .await
+    .expect("behind");
     let oldest = count(&db, "SELECT min(epoch) FROM urutan_epoch").await;
     let mut conn = db.acquire().await.expect("conn");
     for _ in 0..5 {
-        handoff::record_epoch(&mut conn, "test").await.expect("epoch");
+        handoff::record_epoch(&mut conn, "test")
+            .await
+            .expect("epoch");
     }
     drop(conn);
-    assert_eq!(count(&db, "SELECT min(epoch) FROM urutan_epoch").await, oldest);
+    assert_eq!(
+        count(&db, "SELECT min(epoch) FROM urutan_epoch").await,
+        oldest
+    );
     let (_, codes) = status_codes(&env).await;
     assert!(!codes.iter().any(|c| c == "epoch_unexplained"), "{codes:?}");
 }
