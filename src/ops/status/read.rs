@@ -19,10 +19,8 @@ pub(super) struct FromDatabase {
     pub(super) ring: Option<Ring>,
     pub(super) epochs: Option<Epochs>,
     pub(super) windows: Vec<Window>,
-    /// shard → (epoch passed, active, oldest epoch not passed opened at).
-    /// Position, active, waiting since, and whether no recorded epoch
-    /// explains the position.
-    pub(super) positions: BTreeMap<u16, (i64, bool, Option<DateTime<Utc>>, bool)>,
+    /// shard → its position.
+    pub(super) positions: BTreeMap<u16, Position>,
     /// shard → (count, oldest, its order).
     pub(super) parked: BTreeMap<u16, (i64, DateTime<Utc>, String)>,
     pub(super) last_applied: BTreeMap<u16, DateTime<Utc>>,
@@ -35,6 +33,20 @@ pub(super) struct FromBroker {
     /// Queue of shard `i` at index `i`, `None` where it does not exist.
     pub(super) shards: Vec<Option<QueueInfo>>,
     pub(super) dead_letter_queue: Option<QueueInfo>,
+}
+
+/// One shard's row of `urutan_shard`, as status reads it.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct Position {
+    #[sqlx(rename = "shard")]
+    index: i32,
+    /// The highest epoch passed.
+    pub(super) epoch: i64,
+    pub(super) active: bool,
+    /// When the oldest epoch not passed yet was opened.
+    pub(super) waiting_since: Option<DateTime<Utc>>,
+    /// No recorded epoch explains `epoch`: not moved by a marker urutan sent.
+    pub(super) unexplained: bool,
 }
 
 fn shard(n: i32) -> u16 {
@@ -109,24 +121,20 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
     // yet), or by lying below the oldest epoch kept (older ones are pruned,
     // see `handoff::record_epoch`). Anything else was written by no marker
     // urutan sent.
-    let positions: Vec<(i32, i64, bool, Option<DateTime<Utc>>, bool)> = sqlx::query_as(
-        "SELECT s.shard, s.epoch, s.aktif,
-                (SELECT min(e.dibuka_pada) FROM urutan_epoch e WHERE e.epoch > s.epoch),
+    let positions: Vec<Position> = sqlx::query_as(
+        "SELECT s.shard, s.epoch, s.aktif AS active,
+                (SELECT min(e.dibuka_pada) FROM urutan_epoch e WHERE e.epoch > s.epoch)
+                    AS waiting_since,
                 s.epoch <> 0
                 AND (s.epoch > coalesce((SELECT max(epoch) FROM urutan_epoch), 0)
                      OR (s.epoch >= (SELECT min(epoch) FROM urutan_epoch)
                          AND NOT EXISTS (SELECT 1 FROM urutan_epoch e WHERE e.epoch = s.epoch)))
-                IS TRUE
+                IS TRUE AS unexplained
          FROM urutan_shard s ORDER BY s.shard",
     )
     .fetch_all(db)
     .await?;
-    read.positions = positions
-        .into_iter()
-        .map(|(s, epoch, active, waiting, unexplained)| {
-            (shard(s), (epoch, active, waiting, unexplained))
-        })
-        .collect();
+    read.positions = positions.into_iter().map(|p| (shard(p.index), p)).collect();
     let parked: Vec<(i32, i64, DateTime<Utc>, String)> = sqlx::query_as(
         "SELECT shard, count(*), min(diparkir_pada), (array_agg(pesanan_id ORDER BY seq))[1]
          FROM urutan_parkir GROUP BY shard",
