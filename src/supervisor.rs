@@ -1,6 +1,9 @@
 //! `urutan run`: prepares the database and the topology, then keeps one
-//! worker per shard consuming, reconnecting to the broker whenever the
-//! connection is lost, until shutdown.
+//! worker per shard consuming, each on a broker connection of its own that
+//! it reconnects alone when lost (see `shard::link`), until shutdown. The
+//! pool's own connection (`urutan run`) prepares the topology; when it is
+//! lost, or a shard finds the broker restarted, the workers stop cleanly
+//! and everything is prepared again.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +23,7 @@ use crate::health::{self, Health, Role};
 use crate::metrics as m;
 use crate::reshard::prepare::{PrepareError, Prepared, prepare_topology};
 use crate::reshard::ring;
-use crate::shard::{Hooks, ShardWorker};
+use crate::shard::{Hooks, Link, ShardWorker};
 use crate::store;
 
 /// Why `run` stopped with an error: only conditions a restart cannot fix.
@@ -125,7 +128,8 @@ impl Supervisor {
 }
 
 /// The broker loop: connect, declare, run one worker per shard; when the
-/// connection is lost, count it, back off and do it again. When the
+/// pool's connection is lost (or a shard saw a broker restart), count it,
+/// back off and do it again. When the
 /// recorded ring changes (another replica or `urutan topology` resharded),
 /// stop the workers gracefully and prepare again.
 async fn consume_until_shutdown(
@@ -195,25 +199,50 @@ async fn consume_until_shutdown(
             ));
         }
         side_tasks.close();
-        run_workers(settings, hooks, pool, health, &names, &conn, plan, &stop).await;
+        // Probed once more: whether the shards' connections can tell a
+        // restart by it (see `shard::link`).
+        let sentinel = !broker::restart::restarted(&conn, &names)
+            .await
+            .unwrap_or(true);
+        let link = Arc::new(Link {
+            broker: settings.broker(),
+            names: names.clone(),
+            sentinel,
+            restart_seen: CancellationToken::new(),
+        });
+        let workers = start_workers(settings, hooks, pool, health, &names, &link, plan, &stop);
+        tokio::select! {
+            () = workers.wait() => {}
+            () = stop.cancelled() => {}
+            () = link.restart_seen.cancelled() => {}
+            () = lost(&conn) => warn!("lost the pool's broker connection"),
+        }
         stop.cancel();
+        workers.wait().await;
         let ring_changed = watcher.await.unwrap_or(false);
         side_tasks.wait().await;
         health.broker_down();
-        if shutdown.is_cancelled() || ring_changed {
+        if conn.status().connected() {
             let _ = broker::call("connection.close", conn.close(200, "shutdown".into())).await;
         }
         if shutdown.is_cancelled() {
-            info!("all shards stopped; broker connection closed");
+            info!("all shards stopped; broker connections closed");
             return Ok(());
         }
         if ring_changed {
             info!("workers stopped for the new ring; preparing it");
             lost_before = false;
         } else {
-            warn!("lost the broker connection; reconnecting");
+            warn!("reconnecting to the broker and preparing the topology again");
             lost_before = true;
         }
+    }
+}
+
+/// Resolves once `conn` is no longer connected (looked at every 250 ms).
+async fn lost(conn: &lapin::Connection) {
+    while conn.status().connected() {
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
@@ -228,18 +257,19 @@ async fn connect_and_mark(
     Ok((conn, prepared))
 }
 
-/// Runs the workers of one connection until they all end (shutdown or loss).
+/// Starts one worker per consumed shard, each on a broker connection of its
+/// own (see `shard::link`), until `stop`.
 #[allow(clippy::too_many_arguments)]
-async fn run_workers(
+fn start_workers(
     settings: &Settings,
     hooks: &Hooks,
     pool: &PgPool,
     health: &Arc<Health>,
     names: &Names,
-    conn: &Arc<lapin::Connection>,
+    link: &Arc<Link>,
     plan: ShardPlan,
     stop: &CancellationToken,
-) {
+) -> TaskTracker {
     let workers = TaskTracker::new();
     for shard in 0..plan.consumed {
         let worker = ShardWorker {
@@ -255,10 +285,10 @@ async fn run_workers(
             health: health.clone(),
             hooks: hooks.clone(),
         };
-        workers.spawn(worker.run(conn.clone(), stop.clone()));
+        workers.spawn(worker.run_connected(link.clone(), stop.clone()));
     }
     workers.close();
-    workers.wait().await;
+    workers
 }
 
 /// Calls `attempt` with capped, jittered exponential backoff until it

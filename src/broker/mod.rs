@@ -61,8 +61,23 @@ static NEXT_NODE: std::sync::LazyLock<AtomicUsize> =
 /// No automatic recovery: the supervisor rebuilds connections itself, which
 /// keeps the recovery path one we test.
 pub async fn connect(nodes: &BrokerUrls, name: &str) -> Result<Connection, BrokerError> {
+    connect_from(nodes, name, NEXT_NODE.load(Ordering::Relaxed)).await
+}
+
+/// [`connect`], but starting at the node this process connected to last,
+/// so the connections of one pool stay on one node and move on together
+/// only when it fails.
+pub async fn connect_beside(nodes: &BrokerUrls, name: &str) -> Result<Connection, BrokerError> {
+    let last = NEXT_NODE.load(Ordering::Relaxed).wrapping_sub(1);
+    connect_from(nodes, name, last).await
+}
+
+async fn connect_from(
+    nodes: &BrokerUrls,
+    name: &str,
+    start: usize,
+) -> Result<Connection, BrokerError> {
     let urls = nodes.nodes();
-    let start = NEXT_NODE.load(Ordering::Relaxed);
     let limit = if urls.len() == 1 {
         CALL_TIMEOUT
     } else {
@@ -70,7 +85,7 @@ pub async fn connect(nodes: &BrokerUrls, name: &str) -> Result<Connection, Broke
     };
     let mut failure = None;
     for attempt in 0..urls.len() {
-        let index = (start + attempt) % urls.len();
+        let index = start.wrapping_add(attempt) % urls.len();
         let node = &urls[index];
         let props = ConnectionProperties::default().with_connection_name(name.into());
         let error =

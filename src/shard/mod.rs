@@ -24,6 +24,7 @@ mod batch;
 mod decode;
 mod hooks;
 mod lease;
+mod link;
 mod settle;
 mod steps;
 
@@ -33,6 +34,7 @@ use steps::Held;
 
 pub(crate) use hooks::env_number;
 pub use hooks::{EventHook, HookError, Hooks, Observed, OutcomeHook};
+pub use link::Link;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -95,27 +97,40 @@ enum Decision {
     Abandon,
 }
 
+/// Why [`ShardWorker::run`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// `shutdown` was cancelled: stopped cleanly.
+    Stopped,
+    /// The shard was retired (a shrink drained and deleted its queue).
+    Retired,
+    /// The connection was lost: connect again to go on.
+    ConnectionLost,
+}
+
 impl ShardWorker {
     /// Consumes the shard on `conn` until `shutdown`, or until the connection
-    /// is lost (the supervisor then reconnects and starts a new worker). A
+    /// is lost (the caller then reconnects and runs it again). A
     /// channel-level failure on a live connection reopens the channel.
-    pub async fn run(self, conn: Arc<Connection>, shutdown: CancellationToken) {
+    pub async fn run(self, conn: Arc<Connection>, shutdown: CancellationToken) -> Ended {
         loop {
             let result = self.consume(&conn, &shutdown).await;
             self.health.set_consumer(self.shard, false);
-            let Err(e) = result else { return };
+            let Err(e) = result else {
+                return Ended::Stopped;
+            };
             if crate::reshard::retire::is_retired(&self.pool, self.shard).await {
                 debug!(shard = self.shard, "shard retired; its worker stops");
                 self.health.retire(self.shard);
-                return;
+                return Ended::Retired;
             }
             if !conn.status().connected() {
                 debug!(shard = self.shard, error = %e, "connection lost");
-                return;
+                return Ended::ConnectionLost;
             }
             warn!(shard = self.shard, error = %e, "shard channel failed; reopening it");
             tokio::select! {
-                () = shutdown.cancelled() => return,
+                () = shutdown.cancelled() => return Ended::Stopped,
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }

@@ -32,6 +32,7 @@ mod schema;
 #[path = "../support/scratch.rs"]
 mod scratch;
 mod secrets;
+mod shard_isolation;
 mod shrink_race;
 mod silence;
 mod topology;
