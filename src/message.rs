@@ -92,12 +92,14 @@ pub enum Rejection {
     DeliveryLimit,
     #[error("the database refuses this message's data (a data or integrity error)")]
     DatabaseRefused,
+    #[error("the message_id was already processed for another order")]
+    MessageIdReused,
 }
 
 impl Rejection {
     /// Every rejection (a new variant belongs here too): the bounded label
     /// set `urutan_dead_letters_total{reason}` is registered with at startup.
-    pub const ALL: [Rejection; 17] = [
+    pub const ALL: [Rejection; 18] = [
         Rejection::HeadersTooLarge,
         Rejection::MissingMessageId,
         Rejection::InvalidMessageId,
@@ -115,6 +117,7 @@ impl Rejection {
         Rejection::TooDeep,
         Rejection::DeliveryLimit,
         Rejection::DatabaseRefused,
+        Rejection::MessageIdReused,
     ];
 
     /// The `reason` label of `urutan_dead_letters_total`.
@@ -137,6 +140,7 @@ impl Rejection {
             Self::TooDeep => "too_deep",
             Self::DeliveryLimit => "delivery_limit",
             Self::DatabaseRefused => "database_refused",
+            Self::MessageIdReused => "message_id_reused",
         }
     }
 }
