@@ -267,3 +267,50 @@ async fn processed_ids_get_their_order_when_migrated() {
         .await;
     assert!(unnamed.is_err(), "no claim without its order");
 }
+
+/// A message handed back to its queue (`urutan_dikembalikan`) makes its
+/// order's newer versions wait until it is back or dead-lettered. Another
+/// order's message that carries the same id, applied or dead-lettered
+/// (here: a contract violation, and a reused id), must not end that wait:
+/// the newer version would overtake the returned one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_orders_message_with_the_same_id_does_not_end_a_returned_messages_wait() {
+    let env = TestEnv::new("dedup_returned").await;
+    let db = env.db().await;
+    sqlx::raw_sql(
+        "INSERT INTO urutan_dikembalikan (message_id, pesanan_id, versi, shard)
+             VALUES ('M', 'A', 1, 0);
+         INSERT INTO urutan_dead_letter (delivery_key, message_id, pesanan_id, shard, reason, detail)
+             VALUES ('M', 'M', 'B', 0, 'id_mismatch', 'forged'),
+                    ('sha256:x', 'M', NULL, 0, 'missing_entity_header', 'forged');",
+    )
+    .execute(&db)
+    .await
+    .expect("a returned message, forged dead letters");
+    let apply = |order: &'static str, versi: i64, id: &'static str| {
+        let db = db.clone();
+        async move {
+            store::apply(&db, &event(order, versi, id), 0)
+                .await
+                .expect("apply")
+        }
+    };
+    assert_eq!(apply("B", 1, "M").await, Applied::Done(Outcome::Applied));
+    let waiting = "SELECT count(*) FROM urutan_dikembalikan WHERE message_id = 'M'";
+    assert_eq!(count(&db, waiting).await, 1, "A's v1 is still awaited");
+    assert_eq!(apply("A", 2, "A-v2").await, Applied::Parked, "v2 waits for v1");
+    // A's v1 comes back: its id is B's now, so it is dead-lettered, and its
+    // own record ends the wait (v2 is then released by the worker).
+    assert_eq!(
+        apply("A", 1, "M").await,
+        Applied::Done(Outcome::DeadLettered(Rejection::MessageIdReused))
+    );
+    sqlx::query(
+        "INSERT INTO urutan_dead_letter (delivery_key, message_id, pesanan_id, shard, reason, detail)
+         VALUES ('M-again', 'M', 'A', 0, 'message_id_reused', 'reused')",
+    )
+    .execute(&db)
+    .await
+    .expect("A's record");
+    assert_eq!(count(&db, waiting).await, 0, "A's own record ends the wait");
+}
