@@ -497,10 +497,12 @@ async fn seed_state(db: &PgPool, seed: u64) {
         .expect("parkir");
     }
     // m-0 recorded for an order, m-5 before orders were recorded ('').
-    sqlx::query("INSERT INTO pesan_diproses (message_id, pesanan_id) VALUES ('m-0', 'E-0'), ('m-5', '')")
-        .execute(db)
-        .await
-        .expect("diproses");
+    sqlx::query(
+        "INSERT INTO pesan_diproses (message_id, pesanan_id) VALUES ('m-0', 'E-0'), ('m-5', '')",
+    )
+    .execute(db)
+    .await
+    .expect("diproses");
 }
 
 /// One batch item as the SQL function takes it: message id, order id,

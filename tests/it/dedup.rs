@@ -219,7 +219,10 @@ async fn processed_ids_get_their_order_when_migrated() {
     old.close().await;
 
     let db = env.db().await; // migrates to the current schema
-    assert_eq!(count(&db, "SELECT count(*) FROM pesan_diproses").await, 2003);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM pesan_diproses").await,
+        2003
+    );
     assert_eq!(
         count(
             &db,
@@ -259,7 +262,10 @@ async fn processed_ids_get_their_order_when_migrated() {
     assert_eq!(apply("other", "h1").await, reused);
     assert_eq!(apply("O", "7").await, Applied::Done(Outcome::Duplicate));
     assert_eq!(apply("other", "7").await, reused);
-    assert_eq!(apply("anyone", "lost").await, Applied::Done(Outcome::Duplicate));
+    assert_eq!(
+        apply("anyone", "lost").await,
+        Applied::Done(Outcome::Duplicate)
+    );
     assert_eq!(apply("N", "new").await, Applied::Done(Outcome::Applied));
     assert_eq!(of("new").await, "N", "a new claim names its order");
     let unnamed = sqlx::query("INSERT INTO pesan_diproses (message_id) VALUES ('x')")
@@ -298,7 +304,11 @@ async fn another_orders_message_with_the_same_id_does_not_end_a_returned_message
     assert_eq!(apply("B", 1, "M").await, Applied::Done(Outcome::Applied));
     let waiting = "SELECT count(*) FROM urutan_dikembalikan WHERE message_id = 'M'";
     assert_eq!(count(&db, waiting).await, 1, "A's v1 is still awaited");
-    assert_eq!(apply("A", 2, "A-v2").await, Applied::Parked, "v2 waits for v1");
+    assert_eq!(
+        apply("A", 2, "A-v2").await,
+        Applied::Parked,
+        "v2 waits for v1"
+    );
     // A's v1 comes back: its id is B's now, so it is dead-lettered, and its
     // own record ends the wait (v2 is then released by the worker).
     assert_eq!(
