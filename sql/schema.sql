@@ -26,7 +26,8 @@ CREATE FUNCTION public.urutan_dikembalikan_mati() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    DELETE FROM urutan_dikembalikan WHERE message_id = NEW.message_id;
+    DELETE FROM urutan_dikembalikan
+    WHERE message_id = NEW.message_id AND pesanan_id = NEW.pesanan_id;
     RETURN NULL;
 END
 $$;
@@ -338,6 +339,20 @@ $$;
 
 
 --
+-- Name: urutan_sudah_diproses(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_sudah_diproses(p_message_id text, p_id text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce((SELECT CASE WHEN d.pesanan_id IN (p_id, '') THEN 'duplicate'
+                                 ELSE 'message_id_reused' END
+                     FROM pesan_diproses d WHERE d.message_id = p_message_id),
+                    'duplicate')
+$$;
+
+
+--
 -- Name: urutan_terapkan(text, text, text, bigint, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -350,10 +365,11 @@ DECLARE
     v_versi  BIGINT;  -- the entity's stored version (NULL: never seen)
 BEGIN
     -- Back after a return (whatever this delivery's outcome).
-    DELETE FROM urutan_dikembalikan WHERE message_id = p_message_id;
-    INSERT INTO pesan_diproses (message_id) VALUES (p_message_id) ON CONFLICT DO NOTHING;
+    DELETE FROM urutan_dikembalikan WHERE message_id = p_message_id AND pesanan_id = p_id;
+    INSERT INTO pesan_diproses (message_id, pesanan_id) VALUES (p_message_id, p_id)
+    ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
-        RETURN 'duplicate';
+        RETURN urutan_sudah_diproses(p_message_id, p_id);
     END IF;
     -- One entity at a time across shards (apply, park and release).
     PERFORM pg_advisory_xact_lock(hashtextextended(p_id, 7261));
@@ -437,11 +453,13 @@ BEGIN
                                           p_datas, p_markers, p_shard);
     END IF;
 
-    -- Dedup: the first copy of a message id not seen before is new; later
-    -- copies (in this batch or after it) are duplicates.
+    -- Dedup: the first copy of a message id not seen before is new, for its
+    -- order; later copies (in this batch or after it) are not.
     WITH klaim AS (
-        INSERT INTO pesan_diproses (message_id)
-        SELECT DISTINCT message_id FROM unnest(p_message_ids) message_id
+        INSERT INTO pesan_diproses (message_id, pesanan_id)
+        SELECT DISTINCT ON (message_id) message_id, id
+        FROM unnest(p_message_ids, p_ids) WITH ORDINALITY AS t(message_id, id, i)
+        ORDER BY message_id, i
         ON CONFLICT DO NOTHING
         RETURNING message_id
     )
@@ -486,7 +504,7 @@ BEGIN
         ORDER BY i
         RETURNING 1
     )
-    SELECT array_agg(CASE WHEN n.i IS NULL THEN 'duplicate'
+    SELECT array_agg(CASE WHEN n.i IS NULL THEN urutan_sudah_diproses(m.message_id, m.id)
                           WHEN n.diterapkan THEN 'applied'
                           ELSE 'stale' END ORDER BY m.i)
     INTO v_hasil
@@ -603,7 +621,8 @@ ALTER SEQUENCE public.outbox_id_seq OWNED BY public.outbox.id;
 
 CREATE TABLE public.pesan_diproses (
     message_id text NOT NULL,
-    diproses_pada timestamp with time zone DEFAULT now() NOT NULL
+    diproses_pada timestamp with time zone DEFAULT now() NOT NULL,
+    pesanan_id text NOT NULL
 );
 
 

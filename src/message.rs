@@ -94,12 +94,14 @@ pub enum Rejection {
     DatabaseRefused,
     #[error("the x-urutan-epoch header is reserved for urutan's own epoch markers")]
     ReservedHeader,
+    #[error("the message_id was already processed for another order")]
+    MessageIdReused,
 }
 
 impl Rejection {
     /// Every rejection (a new variant belongs here too): the bounded label
     /// set `urutan_dead_letters_total{reason}` is registered with at startup.
-    pub const ALL: [Rejection; 18] = [
+    pub const ALL: [Rejection; 19] = [
         Rejection::HeadersTooLarge,
         Rejection::MissingMessageId,
         Rejection::InvalidMessageId,
@@ -118,6 +120,7 @@ impl Rejection {
         Rejection::DeliveryLimit,
         Rejection::DatabaseRefused,
         Rejection::ReservedHeader,
+        Rejection::MessageIdReused,
     ];
 
     /// The `reason` label of `urutan_dead_letters_total`.
@@ -141,6 +144,7 @@ impl Rejection {
             Self::DeliveryLimit => "delivery_limit",
             Self::DatabaseRefused => "database_refused",
             Self::ReservedHeader => "reserved_header",
+            Self::MessageIdReused => "message_id_reused",
         }
     }
 }

@@ -75,7 +75,8 @@ const CHECKS: &[(&str, &str)] = &[
         "SELECT 'outbox ' || o.id || ' (' || o.agregat_id || ')'
          FROM outbox o
          WHERE o.dikirim_pada IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text)",
+           AND NOT EXISTS (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text
+                                           AND d.pesanan_id IN (o.agregat_id, ''))",
     ),
     (
         "no published version was skipped (each sent version has a history row)",

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::rows::{self, Candidate};
 use super::{Ctx, ReplayArgs, walk};
-use crate::message::{self, EntityHeader, Envelope};
+use crate::message::{self, EntityHeader, Envelope, Rejection};
 use crate::store;
 
 /// A record a replay would take, and the likely outcome.
@@ -103,11 +103,18 @@ async fn predict(ctx: &Ctx, c: &Candidate) -> Result<String, sqlx::Error> {
             ));
         }
     };
-    let processed = store::processed_at(&ctx.db, &event.message_id)
-        .await?
-        .is_some();
+    let recorded_for = store::processed_for(&ctx.db, &event.message_id).await?;
     let stored = store::stored_version(&ctx.db, &event.entity_id).await?;
-    let fence = if processed {
+    let fence = if let Some(other) = recorded_for
+        .as_deref()
+        .filter(|o| !o.is_empty() && *o != event.entity_id)
+    {
+        let rejection = Rejection::MessageIdReused;
+        format!(
+            "dead-lettered again: {}: {rejection} ({other:?})",
+            rejection.reason()
+        )
+    } else if recorded_for.is_some() {
         "duplicate: its message id was already processed".to_owned()
     } else {
         match stored {

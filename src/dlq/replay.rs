@@ -175,9 +175,12 @@ async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Res
     let message_id = row.as_ref().and_then(|r| r.message_id.clone());
     // A message whose id is already processed ends `duplicate`: nothing in
     // the database would show it afterwards, so ask before.
-    let processed_at = match &message_id {
-        Some(id) => store::processed_at(&ctx.db, id).await?,
-        None => None,
+    // (Processed for another order: it will be dead-lettered again as
+    // `message_id_reused`, which its new record shows.)
+    let order = row.as_ref().and_then(|r| r.pesanan_id.as_deref());
+    let processed_at = match (&message_id, order) {
+        (Some(id), Some(order)) => store::processed_at(&ctx.db, id, order).await?,
+        _ => None,
     };
     let key = taken.key.clone();
     let published = walker.replay(taken).await?;

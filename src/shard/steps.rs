@@ -290,9 +290,20 @@ impl ShardWorker {
         };
         let handoffs = released.iter().filter(|r| r.first_of_order).count();
         for r in &released {
-            let outcome = store::parse_result(&r.result);
-            if let Applied::Done(outcome) = outcome {
-                self.record(session, outcome, Some(&r.message_id));
+            // A parked message's id was claimed for its own order when it
+            // parked (a reused id is dead-lettered then, never parked), so a
+            // release is `applied` or `stale`; it was acked long ago and
+            // there is nothing left to dead-letter.
+            match store::parse_result(&r.result) {
+                Applied::Done(Outcome::DeadLettered(rejection)) => error!(
+                    message_id = %r.message_id,
+                    reason = rejection.reason(),
+                    "a released message cannot be dead-lettered (it was acked when it parked)"
+                ),
+                Applied::Done(outcome) => {
+                    self.record(session, outcome, Some(&r.message_id));
+                }
+                Applied::Parked => {}
             }
             metrics::histogram!(m::HANDOFF_DURATION_SECONDS).record(r.waited_s);
         }

@@ -1,18 +1,20 @@
 //! The apply transaction: one call of `urutan_terapkan` (see
-//! `migrations/`): dedup claim, then the versioned upsert and history row, or
+//! `migrations/`): dedup claim (per order: an id recorded for another order
+//! is `message_id_reused`), then the versioned upsert and history row, or
 //! parking while older messages of the entity may wait on another shard
 //! (see [`crate::reshard::handoff`]). One statement: one transaction, one round trip.
 
 use sqlx::{Connection, PgConnection, PgPool};
 
 use super::StoreError;
-use crate::message::Event;
+use crate::message::{Event, Rejection};
 use crate::outcome::Outcome;
 
 /// What the apply transaction did with a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
-    /// Finished: applied, stale or duplicate.
+    /// Finished: applied, stale, duplicate, or dead-lettered because its
+    /// message id was recorded for another order (`message_id_reused`).
     Done(Outcome),
     /// Recorded and parked until its entity's older messages are done; its
     /// outcome comes when it is released.
@@ -71,6 +73,7 @@ pub fn parse_result(result: &str) -> Applied {
         "applied" => Applied::Done(Outcome::Applied),
         "stale" => Applied::Done(Outcome::Stale),
         "duplicate" => Applied::Done(Outcome::Duplicate),
+        "message_id_reused" => Applied::Done(Outcome::DeadLettered(Rejection::MessageIdReused)),
         "parked" => Applied::Parked,
         other => unreachable!("urutan_terapkan returned {other:?}"),
     }

@@ -24,7 +24,7 @@ pub use apply::{
 pub use dead_letter::{
     NewDeadLetter, insert_dead_letter, purge_resolved_dead_letters, record_dead_letters,
 };
-pub use read::{Standing, processed_at, standing, stored_version};
+pub use read::{Standing, processed_at, processed_for, standing, stored_version};
 pub use retention::{Retention, purge_expired, run_retention};
 
 /// The embedded migrations of `migrations/`.

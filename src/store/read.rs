@@ -5,13 +5,29 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-/// When the message `message_id` was processed (`pesan_diproses`); `None`
-/// if it was not (or its id has been purged by retention).
+/// When the message `message_id` was processed for order `order_id`
+/// (`pesan_diproses`; an id recorded before orders were, `''`, counts for
+/// every order); `None` if it was not (or its id has been purged by
+/// retention, or it was processed for another order).
 pub async fn processed_at(
     db: &PgPool,
     message_id: &str,
+    order_id: &str,
 ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-    sqlx::query_scalar("SELECT diproses_pada FROM pesan_diproses WHERE message_id = $1")
+    sqlx::query_scalar(
+        "SELECT diproses_pada FROM pesan_diproses
+         WHERE message_id = $1 AND pesanan_id IN ($2, '')",
+    )
+    .bind(message_id)
+    .bind(order_id)
+    .fetch_optional(db)
+    .await
+}
+
+/// The order that recorded the message id `message_id` (`Some("")`: one
+/// recorded before orders were); `None` if it is not recorded.
+pub async fn processed_for(db: &PgPool, message_id: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT pesanan_id FROM pesan_diproses WHERE message_id = $1")
         .bind(message_id)
         .fetch_optional(db)
         .await
@@ -34,7 +50,7 @@ pub struct Standing {
     pub applied_by: Option<String>,
     /// The message is parked for the order (`urutan_parkir`).
     pub parked: bool,
-    /// The message id is recorded as processed (`pesan_diproses`).
+    /// The message id is recorded as processed for this order (`pesan_diproses`).
     pub processed: bool,
     /// The order's stored version (`pesanan`), if it is stored.
     pub stored: Option<i64>,
@@ -51,7 +67,8 @@ pub async fn standing(
     let (applied_by, parked, processed, stored) = sqlx::query_as(
         "SELECT (SELECT message_id FROM pesanan_riwayat WHERE pesanan_id = $2 AND versi = $3),
                 EXISTS (SELECT 1 FROM urutan_parkir WHERE pesanan_id = $2 AND message_id = $1),
-                EXISTS (SELECT 1 FROM pesan_diproses WHERE message_id = $1),
+                EXISTS (SELECT 1 FROM pesan_diproses
+                        WHERE message_id = $1 AND pesanan_id IN ($2, '')),
                 (SELECT versi FROM pesanan WHERE id = $2)",
     )
     .bind(message_id)

@@ -14,7 +14,7 @@ use urutan::store::{self, Applied, BatchItem, BatchResult};
 use crate::common::*;
 
 /// A stream with several versions per entity, out-of-order and repeated
-/// versions, and duplicate message ids.
+/// versions, duplicate message ids, and message ids reused for other orders.
 fn stream(seed: u64, entities: usize, len: usize) -> Vec<Msg> {
     let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
     let mut next = move |n: u64| {
@@ -28,6 +28,16 @@ fn stream(seed: u64, entities: usize, len: usize) -> Vec<Msg> {
         if i > 0 && next(10) == 0 {
             let dup = out[next(i as u64) as usize].clone();
             out.push(dup); // same message id again
+            continue;
+        }
+        if i > 0 && next(25) == 0 {
+            // An earlier message id reused for some (maybe another) order:
+            // `message_id_reused` when it is another.
+            let reused = out[next(i as u64) as usize].message_id.clone();
+            let entity = format!("E-{}", next(entities as u64));
+            let versi = 1 + next(8) as i64;
+            let id = reused.unwrap_or_default();
+            out.push(Msg::event_with(&entity, versi, &id, "reused"));
             continue;
         }
         let entity = format!("E-{}", next(entities as u64));
@@ -137,6 +147,7 @@ async fn batch_mode_gives_the_same_outcomes_state_and_history_as_strict_mode() {
     let (batch_counts, batch_state) = run_stream(4, 64, &msgs).await;
     assert_eq!(strict_counts, batch_counts, "outcome counts");
     assert!(strict_counts.get("duplicate").copied().unwrap_or(0) > 0);
+    assert!(strict_counts.get("dead_lettered").copied().unwrap_or(0) > 0);
     assert!(strict_counts.get("stale").copied().unwrap_or(0) > 0);
     assert_eq!(strict_state, batch_state, "pesanan and pesanan_riwayat");
 }
@@ -409,7 +420,7 @@ type FullState = (
     Vec<(String, String, i64, i64)>,
     Vec<(String, i64, String, String, i32)>,
     Vec<(String, String, i64, i32, i64)>,
-    Vec<String>,
+    Vec<(String, String)>,
     Vec<(i32, i64)>,
 );
 
@@ -431,7 +442,7 @@ async fn full_state(db: &PgPool) -> FullState {
         .fetch_all(db)
         .await
         .expect("parkir"),
-        sqlx::query_scalar("SELECT message_id FROM pesan_diproses ORDER BY 1")
+        sqlx::query_as("SELECT message_id, pesanan_id FROM pesan_diproses ORDER BY 1")
             .fetch_all(db)
             .await
             .expect("diproses"),
@@ -485,10 +496,13 @@ async fn seed_state(db: &PgPool, seed: u64) {
         .await
         .expect("parkir");
     }
-    sqlx::query("INSERT INTO pesan_diproses (message_id) VALUES ('m-0'), ('m-5')")
-        .execute(db)
-        .await
-        .expect("diproses");
+    // m-0 recorded for an order, m-5 before orders were recorded ('').
+    sqlx::query(
+        "INSERT INTO pesan_diproses (message_id, pesanan_id) VALUES ('m-0', 'E-0'), ('m-5', '')",
+    )
+    .execute(db)
+    .await
+    .expect("diproses");
 }
 
 /// One batch item as the SQL function takes it: message id, order id,

@@ -4,6 +4,7 @@
 
 mod batch;
 mod common;
+mod dedup;
 mod deploy;
 mod direct;
 mod dlq;

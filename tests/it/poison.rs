@@ -243,13 +243,13 @@ impl Drop for Reopen {
 async fn retention_purges_only_expired_ids() {
     let env = TestEnv::new("retention").await;
     let db = env.db().await;
-    let seed = "INSERT INTO pesan_diproses (message_id, diproses_pada)
-        SELECT 'old-' || g, now() - interval '40 days' - g * interval '1 second'
+    let seed = "INSERT INTO pesan_diproses (message_id, pesanan_id, diproses_pada)
+        SELECT 'old-' || g, 'O', now() - interval '40 days' - g * interval '1 second'
           FROM generate_series(1, 12000) g
         UNION ALL
-        SELECT 'edge-' || g, now() - interval '29 days 23 hours' FROM generate_series(1, 100) g
+        SELECT 'edge-' || g, 'O', now() - interval '29 days 23 hours' FROM generate_series(1, 100) g
         UNION ALL
-        SELECT 'new-' || g, now() - g * interval '1 minute' FROM generate_series(1, 500) g";
+        SELECT 'new-' || g, 'O', now() - g * interval '1 minute' FROM generate_series(1, 500) g";
     sqlx::query(seed).execute(&db).await.expect("seed");
 
     let retention = Duration::from_secs(30 * 86_400);

@@ -772,7 +772,7 @@ async fn verify_reports_violations() {
     outbox(4, "G", 1, true);
     outbox(5, "G", 2, false);
     sql.push_str(
-        "INSERT INTO pesan_diproses (message_id) VALUES ('2'), ('3'), ('4');
+        "INSERT INTO pesan_diproses (message_id, pesanan_id) VALUES ('2', 'P'), ('3', 'P'), ('4', 'G');
          INSERT INTO pesanan_riwayat (pesanan_id, versi, status, message_id, shard) VALUES
              ('H', 1, 's', 'h1', 0), ('H', 3, 's', 'h3', 0), ('H', 2, 's', 'h2', 0),
              ('N', 1, 's', '1', 0),

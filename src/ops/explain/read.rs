@@ -180,7 +180,8 @@ async fn outbox(db: &PgPool, id: &str) -> Result<Vec<OutboxRow>, String> {
     );
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT o.id, o.payload->>'versi', o.dibuat_pada, o.dikirim_pada,
-                    EXISTS (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text)
+                    EXISTS (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text
+                                    AND d.pesanan_id IN (o.agregat_id, ''))
              FROM outbox o WHERE o.agregat_id = $1 ORDER BY o.id",
     )
     .bind(id)
