@@ -18,7 +18,9 @@ pub struct Settings {
     #[arg(
         long,
         env = "AMQP_URL",
-        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+        hide_env_values = true,
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        value_parser = SecretParser::<BrokerUrls>::new()
     )]
     pub amqp_url: BrokerUrls,
 
@@ -34,7 +36,9 @@ pub struct Settings {
     #[arg(
         long,
         env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/urutan"
+        hide_env_values = true,
+        default_value = "postgres://postgres@127.0.0.1:5432/urutan",
+        value_parser = SecretParser::<SecretUrl>::new()
     )]
     pub database_url: SecretUrl,
 
@@ -354,6 +358,49 @@ impl fmt::Display for BrokerUrls {
             fmt::Display::fmt(url, f)?;
         }
         Ok(())
+    }
+}
+
+/// Parses a setting that may hold a password (`T::from_str`) so that clap's
+/// error never echoes the value: clap's own "invalid value '…'" would print a
+/// malformed URL, password and all. The error names the setting and says why.
+#[derive(Clone)]
+pub struct SecretParser<T>(std::marker::PhantomData<fn() -> T>);
+
+impl<T> SecretParser<T> {
+    pub fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<T> Default for SecretParser<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> clap::builder::TypedValueParser for SecretParser<T>
+where
+    T: FromStr<Err = String> + Clone + Send + Sync + 'static,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let name = arg.map_or_else(|| "a setting".to_owned(), ToString::to_string);
+        let refuse = |why: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value for '{name}' (not shown: it may hold a password): {why}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| refuse("not UTF-8".into()))?;
+        text.parse().map_err(refuse)
     }
 }
 

@@ -13,6 +13,7 @@ mod handoff;
 #[path = "../support/http.rs"]
 mod http;
 mod interleave;
+mod limits;
 mod nodelay;
 mod nodes;
 mod ops;
