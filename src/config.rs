@@ -126,6 +126,19 @@ pub struct Settings {
     /// their queues deleted.
     #[arg(long, env = "ALLOW_SHRINK", default_value_t = false)]
     pub allow_shrink: bool,
+
+    /// Most messages the dead-letter queue holds (`x-max-length`). When it
+    /// is full, further dead letters wait in their shard queue's
+    /// dead-letter backlog (nothing is dropped) until `urutan dlq` makes room.
+    #[arg(long, env = "DLQ_MAX_LENGTH", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub dlq_max_length: u64,
+
+    /// Most bytes of message bodies the dead-letter queue holds
+    /// (`x-max-length-bytes`); as DLQ_MAX_LENGTH when reached.
+    #[arg(long, env = "DLQ_MAX_BYTES", default_value_t = 1 << 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub dlq_max_bytes: u64,
 }
 
 impl Settings {
@@ -456,6 +469,7 @@ mod tests {
         assert_eq!(s.log_format, LogFormat::Text);
         assert_eq!(s.topology_prefix, "pesanan");
         assert_eq!(s.max_body_bytes, 1_048_576);
+        assert_eq!((s.dlq_max_length, s.dlq_max_bytes), (100_000, 1 << 30));
         assert_eq!(s.batch_size(), 1, "strict mode by default");
         let s = parse(&["--prefetch", "64"]).expect("batch");
         assert_eq!(s.batch_size(), 64, "BATCH_MAX defaults to PREFETCH");

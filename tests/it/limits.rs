@@ -156,3 +156,149 @@ async fn limits_help_and_bad_urls_never_show_passwords() {
         );
     }
 }
+
+/// The DLQ's arguments as the broker lists them.
+fn dlq_arguments(env: &TestEnv) -> serde_json::Value {
+    let listed = sh(
+        "rabbitmqctl",
+        &[
+            "-q",
+            "list_queues",
+            "-p",
+            &env.vhost,
+            "name",
+            "arguments",
+            "--formatter",
+            "json",
+        ],
+    );
+    let queues: Vec<serde_json::Value> = serde_json::from_str(&listed).expect("json");
+    queues
+        .into_iter()
+        .find(|q| q["name"] == "pesanan.dlq")
+        .map(|q| {
+            // [[name, type, value], ...] -> {name: value}
+            let pairs = q["arguments"].as_array().cloned().unwrap_or_default();
+            pairs
+                .into_iter()
+                .map(|a| (a[0].as_str().unwrap_or("").to_owned(), a[2].clone()))
+                .collect::<serde_json::Map<_, _>>()
+                .into()
+        })
+        .unwrap_or_else(|| panic!("no pesanan.dlq in {listed}"))
+}
+
+/// A full DLQ (DLQ_MAX_LENGTH=2) refuses further dead letters: the shard
+/// queue keeps them in its dead-letter backlog (at-least-once), and they
+/// arrive once the DLQ is drained. Five poison messages, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_a_full_dlq_refuses_dead_letters_and_loses_none() {
+    let env = TestEnv::new("limits_dlq_full").await;
+    let mut settings = env.settings(1);
+    settings.dlq_max_length = 2;
+    let pool = RunningPool::start(settings).await;
+    pool.wait_ready().await;
+    let args = dlq_arguments(&env);
+    assert_eq!(args["x-max-length"], serde_json::json!(2), "{args}");
+    assert_eq!(
+        args["x-max-length-bytes"],
+        serde_json::json!(1u64 << 30),
+        "{args}"
+    );
+    assert_eq!(
+        args["x-overflow"],
+        serde_json::json!("reject-publish"),
+        "{args}"
+    );
+    let poison: Vec<Msg> = (0..5)
+        .map(|i| {
+            let mut m = Msg::event(&format!("dlqfull-{i}"), 1);
+            m.body = b"not json".to_vec();
+            m
+        })
+        .collect();
+    env.publisher().await.send_all(&poison).await;
+    let conn = env.broker().await;
+    // `messages` of a quorum queue counts its dead-letter backlog too.
+    let counts = || {
+        let listed = sh(
+            "rabbitmqctl",
+            &["-q", "list_queues", "-p", &env.vhost, "name", "messages"],
+        );
+        let of = |queue: &str| -> u64 {
+            listed
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{queue}\t")))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        (of("pesanan.dlq"), of("pesanan.shard-000"), listed.clone())
+    };
+    let start = Instant::now();
+    loop {
+        let (dlq, shard, listed) = counts();
+        // RabbitMQ 3.10 admits one message past a quorum queue's cap.
+        assert!(dlq <= 3, "the cap did not hold: {listed}");
+        if dlq >= 2 && dlq + shard == 5 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the dead letters are not all in the DLQ or held by the shard after 30 s: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let (dlq, shard, listed) = counts();
+    assert!(dlq <= 3 && dlq + shard == 5, "{listed}");
+    // Making room: what the shard held is still there (the broker resends
+    // it on its own timer, `dead_letter_worker_publisher_confirm_timeout`).
+    let drained = drain_dlq(&conn).await.len() as u64;
+    // rabbitmqctl's queue statistics lag by a few seconds.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let (dlq, shard, listed) = counts();
+    assert_eq!(
+        drained + dlq + shard,
+        5,
+        "none lost after draining: {listed}"
+    );
+    pool.stop().await;
+}
+
+/// A DLQ declared before the caps (no x-max-length) is kept as it is: the
+/// pool starts (no PRECONDITION_FAILED), with a warning naming the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_an_uncapped_dlq_of_an_older_release_is_kept() {
+    use lapin::options::QueueDeclareOptions;
+    use lapin::types::{AMQPValue, FieldTable, LongString};
+    let env = TestEnv::new("limits_dlq_old").await;
+    let conn = env.broker().await;
+    let ch = conn.create_channel().await.expect("channel");
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString(LongString::from("quorum")),
+    );
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    ch.queue_declare("pesanan.dlq".into(), durable, args)
+        .await
+        .expect("an old DLQ");
+    let names = urutan::broker::Names::new("pesanan");
+    urutan::broker::topology::declare(&conn, &names, 1, 5, false)
+        .await
+        .expect("the topology is declared over an uncapped DLQ");
+    let args = dlq_arguments(&env);
+    assert!(args.get("x-max-length").is_none(), "kept as it was: {args}");
+    let differs = urutan::broker::topology::QueueSettings {
+        delivery_limit: 5,
+        quorum_group_size: Some(1),
+        dlq: Default::default(),
+    };
+    let err = urutan::broker::topology::declare_with(&conn, &names, 1, differs, false)
+        .await
+        .expect_err("another group size is still a mismatch");
+    assert!(err.to_string().contains("pesanan.dlq"), "{err}");
+}
