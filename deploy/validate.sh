@@ -104,6 +104,20 @@ while IFS= read -r -d '' dash; do
     check "promtool parses every query of ${dash}" dashboard_promql "$dash"
 done < <(find deploy/grafana -name '*.json' -type f -print0 | sort -z)
 
+# Every broker configuration urutan ships caps the message size near
+# MAX_BODY_BYTES (1 MiB): RabbitMQ's default (128 MiB) lets one producer's
+# message cost each worker that much memory before it is dead-lettered.
+max_message_size() {
+    local file=$1 value
+    value=$(sed -n 's/^max_message_size[[:space:]]*=[[:space:]]*\([0-9][0-9]*\)[[:space:]]*$/\1/p' "$file")
+    [[ -n "$value" ]] || { echo "$file does not set max_message_size"; return 1; }
+    ((value >= 1048576 && value <= 16777216)) ||
+        { echo "$file: max_message_size = $value is not within 1-16 MiB"; return 1; }
+}
+for conf in deploy/compose/rabbitmq/rabbitmq.conf deploy/brokers/node.sh; do
+    check "max_message_size set in ${conf}" max_message_size "$conf"
+done
+
 # The manifests script prints its own line per check: let it through.
 if [[ -f deploy/validate-manifests.sh ]]; then
     if bash deploy/validate-manifests.sh; then

@@ -18,7 +18,9 @@ pub struct Settings {
     #[arg(
         long,
         env = "AMQP_URL",
-        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+        hide_env_values = true,
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        value_parser = SecretParser::<BrokerUrls>::new()
     )]
     pub amqp_url: BrokerUrls,
 
@@ -34,7 +36,9 @@ pub struct Settings {
     #[arg(
         long,
         env = "DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/urutan"
+        hide_env_values = true,
+        default_value = "postgres://postgres@127.0.0.1:5432/urutan",
+        value_parser = SecretParser::<SecretUrl>::new()
     )]
     pub database_url: SecretUrl,
 
@@ -122,6 +126,19 @@ pub struct Settings {
     /// their queues deleted.
     #[arg(long, env = "ALLOW_SHRINK", default_value_t = false)]
     pub allow_shrink: bool,
+
+    /// Most messages the dead-letter queue holds (`x-max-length`). When it
+    /// is full, further dead letters wait in their shard queue's
+    /// dead-letter backlog (nothing is dropped) until `urutan dlq` makes room.
+    #[arg(long, env = "DLQ_MAX_LENGTH", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub dlq_max_length: u64,
+
+    /// Most bytes of message bodies the dead-letter queue holds
+    /// (`x-max-length-bytes`); as DLQ_MAX_LENGTH when reached.
+    #[arg(long, env = "DLQ_MAX_BYTES", default_value_t = 1 << 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub dlq_max_bytes: u64,
 }
 
 impl Settings {
@@ -357,6 +374,49 @@ impl fmt::Display for BrokerUrls {
     }
 }
 
+/// Parses a setting that may hold a password (`T::from_str`) so that clap's
+/// error never echoes the value: clap's own "invalid value '…'" would print a
+/// malformed URL, password and all. The error names the setting and says why.
+#[derive(Clone)]
+pub struct SecretParser<T>(std::marker::PhantomData<fn() -> T>);
+
+impl<T> SecretParser<T> {
+    pub fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<T> Default for SecretParser<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> clap::builder::TypedValueParser for SecretParser<T>
+where
+    T: FromStr<Err = String> + Clone + Send + Sync + 'static,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let name = arg.map_or_else(|| "a setting".to_owned(), ToString::to_string);
+        let refuse = |why: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value for '{name}' (not shown: it may hold a password): {why}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| refuse("not UTF-8".into()))?;
+        text.parse().map_err(refuse)
+    }
+}
+
 /// `30d`, `12h`, `15m`, `90s` (anything `humantime` reads); zero is refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. `30d`, `12h`)"))?;
@@ -409,6 +469,7 @@ mod tests {
         assert_eq!(s.log_format, LogFormat::Text);
         assert_eq!(s.topology_prefix, "pesanan");
         assert_eq!(s.max_body_bytes, 1_048_576);
+        assert_eq!((s.dlq_max_length, s.dlq_max_bytes), (100_000, 1 << 30));
         assert_eq!(s.batch_size(), 1, "strict mode by default");
         let s = parse(&["--prefetch", "64"]).expect("batch");
         assert_eq!(s.batch_size(), 64, "BATCH_MAX defaults to PREFETCH");

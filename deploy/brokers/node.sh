@@ -158,11 +158,14 @@ cmd_launch() {
     done
     mkdir -p "$NODES" "$ROOT$DIR/log" "$ROOT$DIR/mnesia"
     printf 'VERSION=%s\nPORT=%s\nDIST_PORT=%s\n' "$VERSION" "$PORT" "$DIST_PORT" >"$NODES/$NAME.env"
-    # Its own listener on loopback (the root's rabbitmq.conf is not read), and
-    # a memory alarm fit for several nodes on one machine.
+    # Its own listener on loopback (the root's rabbitmq.conf is not read), a
+    # memory alarm fit for several nodes on one machine, and the message size
+    # cap of every urutan broker (MAX_BODY_BYTES plus headroom, as in
+    # deploy/compose/rabbitmq/rabbitmq.conf).
     cat >"$ROOT$DIR/rabbitmq.conf" <<EOF
 listeners.tcp.1 = 127.0.0.1:${PORT}
 vm_memory_high_watermark.relative = 0.2
+max_message_size = 2097152
 EOF
     echo '[rabbitmq_consistent_hash_exchange].' >"$ROOT$DIR/enabled_plugins"
     in_root "$ROOT" chown -R rabbitmq:rabbitmq "$DIR"

@@ -8,7 +8,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{Connection, ExchangeKind};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{BrokerError, call, delivery::ENTITY_HEADER};
 
@@ -113,6 +113,7 @@ pub async fn declare(
     let queues = QueueSettings {
         delivery_limit,
         quorum_group_size: None,
+        dlq: DlqCaps::default(),
     };
     declare_with(conn, names, shard_count, queues, allow_shrink).await
 }
@@ -128,6 +129,28 @@ pub struct QueueSettings {
     /// mismatch (change the members of existing queues with
     /// `rabbitmq-queues grow/shrink`, not with this setting).
     pub quorum_group_size: Option<u16>,
+    /// The dead-letter queue's caps.
+    pub dlq: DlqCaps,
+}
+
+/// Caps of the dead-letter queue (`DLQ_MAX_LENGTH`, `DLQ_MAX_BYTES`), with
+/// `x-overflow = reject-publish`: the shard queues dead-letter at least once,
+/// so a full DLQ refuses a dead letter and its shard queue keeps it in its
+/// dead-letter backlog and retries; nothing is dropped (`drop-head` would
+/// silently lose the oldest dead letters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DlqCaps {
+    pub max_length: u64,
+    pub max_bytes: u64,
+}
+
+impl Default for DlqCaps {
+    fn default() -> Self {
+        Self {
+            max_length: 100_000,
+            max_bytes: 1 << 30,
+        }
+    }
 }
 
 /// [`declare`] with every queue setting.
@@ -187,12 +210,18 @@ async fn declare_all(
         durable: true,
         ..Default::default()
     };
-    call(
-        "queue.declare",
-        ch.queue_declare(dlq.as_str().into(), queue_opts, quorum_args(&queues)),
-    )
-    .await
-    .map_err(|e| mismatch_or(e, &dlq))?;
+    let ch = declare_dlq(conn, ch, &dlq, &queues).await?;
+    let declare_exchange = |name: String, kind: ExchangeKind, args: FieldTable| {
+        let ch = ch.clone();
+        async move {
+            call(
+                "exchange.declare",
+                ch.exchange_declare(name.as_str().into(), kind, durable, args),
+            )
+            .await
+            .map_err(|e| mismatch_or(e, &name))
+        }
+    };
     call(
         "queue.bind",
         ch.queue_bind(
@@ -413,6 +442,56 @@ pub async fn delete_all(conn: &Connection, names: &Names) -> Result<(), BrokerEr
     }
     let _ = call("channel.close", ch.close(200, "deleted".into())).await;
     Ok(())
+}
+
+/// Declares the dead-letter queue with its caps; returns the channel to go
+/// on with. A DLQ declared before the caps existed (same arguments without
+/// them) is kept as it is, with one warning naming the policy that caps it:
+/// a queue's arguments cannot change, and deleting it would lose its dead
+/// letters.
+async fn declare_dlq(
+    conn: &Connection,
+    ch: lapin::Channel,
+    dlq: &str,
+    queues: &QueueSettings,
+) -> Result<lapin::Channel, TopologyError> {
+    let opts = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
+    let capped = ch.queue_declare(dlq.into(), opts, dlq_args(queues));
+    let refused = match call("queue.declare", capped).await {
+        Ok(_) => return Ok(ch),
+        Err(e) if reply_code(&e) == Some(406) => e,
+        Err(e) => return Err(TopologyError::Broker(e)),
+    };
+    // The 406 closed the channel.
+    let ch = call("channel.open", conn.create_channel()).await?;
+    let legacy = ch.queue_declare(dlq.into(), opts, quorum_args(queues));
+    if call("queue.declare", legacy).await.is_err() {
+        return Err(mismatch_or(refused, dlq));
+    }
+    warn!(
+        queue = %dlq,
+        "the dead-letter queue was declared without length caps and keeps its arguments; cap it \
+         with a policy: rabbitmqctl set_policy --apply-to queues urutan-dlq-caps '^{}$' \
+         '{{\"max-length\":{},\"max-length-bytes\":{},\"overflow\":\"reject-publish\"}}'",
+        dlq.replace('.', "\\."),
+        queues.dlq.max_length,
+        queues.dlq.max_bytes
+    );
+    Ok(ch)
+}
+
+/// The DLQ's arguments: a quorum queue capped by [`DlqCaps`], refusing
+/// (never dropping) what does not fit.
+fn dlq_args(queues: &QueueSettings) -> FieldTable {
+    let mut args = quorum_args(queues);
+    let cap = |n: u64| AMQPValue::LongLongInt(i64::try_from(n).unwrap_or(i64::MAX));
+    args.insert("x-max-length".into(), cap(queues.dlq.max_length));
+    args.insert("x-max-length-bytes".into(), cap(queues.dlq.max_bytes));
+    args.insert("x-overflow".into(), string("reject-publish"));
+    args
 }
 
 fn quorum_args(queues: &QueueSettings) -> FieldTable {

@@ -16,7 +16,7 @@ use axum::routing::post;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use urutan::effects::{self, Config, Dispatcher, EffectsSettings, Routes, Secret, sign};
+use urutan::effects::{self, Dispatcher, EffectsSettings, Secret, sign};
 use urutan::store;
 
 /// The status the demo's payment endpoint is routed for.
@@ -121,10 +121,7 @@ impl DemoEffects {
         settings.effects = Some(format!("{PAID}={url}"));
         settings.effects_secret = Some(raw_secret);
         settings.effects_poll = Duration::from_millis(50);
-        let config = Config {
-            routes: Routes::parse(&format!("{PAID}={url}"))?,
-            secret,
-        };
+        let config = settings.config()?;
         let dispatcher = Dispatcher::new(db.clone(), config, settings, None).await?;
         let dispatcher = tokio::spawn(dispatcher.run(stop.clone()));
         Ok(Self {

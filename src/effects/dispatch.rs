@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use super::metric as m;
-use super::routes::{Routes, Secret, endpoint_label};
+use super::routes::endpoint_label;
 use super::send::{self, Answer, Verdict};
 use super::store::{self, Claimed, Recorded};
 use super::{Config, EffectsSettings};
@@ -54,8 +54,8 @@ const DATABASE_PAUSE: Duration = Duration::from_secs(1);
 pub struct Dispatcher {
     pool: PgPool,
     client: reqwest::Client,
-    secret: Secret,
-    routes: Routes,
+    /// The routes, the secrets that sign for each endpoint, the proxy.
+    config: Config,
     settings: EffectsSettings,
     /// Who holds a lease (`host:pid:random`), for operators reading the table.
     owner: String,
@@ -84,7 +84,8 @@ pub enum StartError {
 struct Shared {
     pool: PgPool,
     client: reqwest::Client,
-    secret: Secret,
+    /// Only its secrets are used here (`Config::secret_for`).
+    signing: Config,
     settings: EffectsSettings,
     after_send: Option<AfterSend>,
     /// Woken when a slot frees (the order's next effect may now go).
@@ -100,7 +101,7 @@ impl Dispatcher {
         settings: EffectsSettings,
         after_send: Option<AfterSend>,
     ) -> Result<Self, StartError> {
-        let client = send::client(settings.effects_timeout)?;
+        let client = send::client(settings.effects_timeout, config.proxy.as_ref())?;
         match store::sync_routes(&pool, &config.routes).await? {
             store::Sync::Unchanged => info!(routes = %config.routes, "effect routes unchanged"),
             store::Sync::Replaced { before } if config.routes.is_empty() => warn!(
@@ -127,8 +128,7 @@ impl Dispatcher {
         Ok(Self {
             pool,
             client,
-            secret: config.secret,
-            routes: config.routes,
+            config,
             settings,
             owner,
             after_send,
@@ -143,7 +143,7 @@ impl Dispatcher {
         let shared = Arc::new(Shared {
             pool: self.pool.clone(),
             client: self.client.clone(),
-            secret: self.secret.clone(),
+            signing: self.config.clone(),
             settings: self.settings.clone(),
             after_send: self.after_send.clone(),
             wake: Notify::new(),
@@ -247,6 +247,7 @@ impl Dispatcher {
         if let Ok(mut current) = store::current_routes(&self.pool).await {
             current.sort(); // byte order, as `mine` (SQL sorts by collation)
             let mut mine: Vec<(String, String)> = self
+                .config
                 .routes
                 .0
                 .iter()
@@ -267,7 +268,12 @@ impl Dispatcher {
 async fn deliver(shared: Arc<Shared>, effect: Claimed, permit: OwnedSemaphorePermit) {
     let endpoint = url::Url::parse(&effect.url).map_or_else(|_| "?".into(), |u| endpoint_label(&u));
     let start = Instant::now();
-    let answer = send::attempt(&shared.client, &shared.secret, &effect).await;
+    let answer = send::attempt(
+        &shared.client,
+        shared.signing.secret_for(&effect.url),
+        &effect,
+    )
+    .await;
     metrics::histogram!(m::REQUEST_DURATION_SECONDS, "endpoint" => endpoint.clone())
         .record(start.elapsed().as_secs_f64());
     if let Some(hook) = &shared.after_send {

@@ -47,9 +47,7 @@ pub async fn serve(
                 }
             }),
         );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
+    crate::http::serve_router(listener, app, crate::http::Limits::default(), stop).await
 }
 
 /// Whether the dispatcher is ready, also set as `urutan_ready{role="effects"}`.

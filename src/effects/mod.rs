@@ -32,7 +32,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use dispatch::{AfterSend, Dispatcher, StartError, after_send_from_env};
-pub use routes::{ConfigError, Route, Routes, Secret, StatusMatch};
+pub use routes::{ConfigError, EndpointSecrets, ProxyUrl, Route, Routes, Secret, StatusMatch};
 
 /// Settings of `urutan effects` (the shared ones come from [`crate::config::Settings`]).
 /// `EFFECTS` and `EFFECTS_SECRET` stay raw strings until [`Self::config`]
@@ -47,6 +47,18 @@ pub struct EffectsSettings {
     /// string of 16+ bytes; several separated by spaces all sign (rotation).
     #[arg(long, env = "EFFECTS_SECRET", hide_env_values = true)]
     pub effects_secret: Option<String>,
+
+    /// Secrets of their own for some endpoints, so that no receiver can sign
+    /// for another: a JSON object from endpoint URL (as in EFFECTS) to secret,
+    /// e.g. `{"https://pay.internal/capture": "whsec_…"}`. Endpoints not
+    /// named sign with EFFECTS_SECRET.
+    #[arg(long, env = "EFFECTS_SECRETS", hide_env_values = true)]
+    pub effects_secrets: Option<String>,
+
+    /// Proxy for every webhook (`http://`, `https://` or `socks5://` URL).
+    /// Unset: direct connections; HTTP_PROXY, HTTPS_PROXY and ALL_PROXY are ignored.
+    #[arg(long, env = "EFFECTS_PROXY", hide_env_values = true)]
+    pub effects_proxy: Option<String>,
 
     /// Timeout of one attempt, connect to last byte (e.g. `10s`, `500ms`).
     #[arg(long, env = "EFFECTS_TIMEOUT", default_value = "10s",
@@ -94,6 +106,14 @@ impl fmt::Debug for EffectsSettings {
                 "effects_secret",
                 &self.effects_secret.as_ref().map(|_| "***"),
             )
+            .field(
+                "effects_secrets",
+                &self.effects_secrets.as_ref().map(|_| "***"),
+            )
+            .field(
+                "effects_proxy",
+                &self.effects_proxy.as_deref().map(ProxyUrl::parse),
+            )
             .field("effects_timeout", &self.effects_timeout)
             .field("effects_max_attempts", &self.effects_max_attempts)
             .field("effects_backoff_min", &self.effects_backoff_min)
@@ -110,7 +130,19 @@ impl fmt::Debug for EffectsSettings {
 pub struct Config {
     /// Empty: no new effects are recorded (pending ones are still delivered).
     pub routes: Routes,
+    /// The default signing secret (`EFFECTS_SECRET`).
     pub secret: Secret,
+    /// Endpoints that sign with their own secret instead (`EFFECTS_SECRETS`).
+    pub endpoint_secrets: EndpointSecrets,
+    /// `EFFECTS_PROXY`; `None`: direct, whatever the environment says.
+    pub proxy: Option<ProxyUrl>,
+}
+
+impl Config {
+    /// The secret that signs requests to `url` (an effect's stored URL).
+    pub fn secret_for(&self, url: &str) -> &Secret {
+        self.endpoint_secrets.get(url).unwrap_or(&self.secret)
+    }
 }
 
 impl EffectsSettings {
@@ -137,7 +169,32 @@ impl EffectsSettings {
             Some(raw) => Secret::parse(raw)?,
             None => return Err(ConfigError::SecretMissing),
         };
-        Ok(Config { routes, secret })
+        let endpoint_secrets = match self.effects_secrets.as_deref() {
+            Some(raw) => EndpointSecrets::parse(raw)?,
+            None => EndpointSecrets::default(),
+        };
+        // A URL that matches no route is a typo that would sign with the default.
+        if !routes.is_empty() {
+            let known = |u: &str| routes.0.iter().any(|r| r.url.as_str() == u);
+            if let Some(url) = endpoint_secrets.urls().find(|u| !known(u)) {
+                let shown =
+                    url::Url::parse(url).map_or_else(|_| "…".into(), |u| routes::redact(&u));
+                return Err(ConfigError::Secrets(format!(
+                    "names {shown}, an endpoint that no EFFECTS route has"
+                )));
+            }
+        }
+        let proxy = self
+            .effects_proxy
+            .as_deref()
+            .map(ProxyUrl::parse)
+            .transpose()?;
+        Ok(Config {
+            routes,
+            secret,
+            endpoint_secrets,
+            proxy,
+        })
     }
 
     /// How long a claim holds an effect: long enough that an attempt (at

@@ -1,5 +1,6 @@
-//! The `EFFECTS` and `EFFECTS_SECRET` settings, parsed into typed values at
-//! start; a bad value is one error line that never shows a URL's secrets.
+//! The `EFFECTS`, `EFFECTS_SECRET`, `EFFECTS_SECRETS` and `EFFECTS_PROXY`
+//! settings, parsed into typed values at start; a bad value is one error line
+//! that never shows a secret or a URL's credentials.
 
 use std::fmt;
 
@@ -53,6 +54,10 @@ pub enum ConfigError {
     },
     #[error("EFFECTS_SECRET {0}")]
     Secret(String),
+    #[error("EFFECTS_SECRETS {0}")]
+    Secrets(String),
+    #[error("EFFECTS_PROXY {0}")]
+    Proxy(String),
     #[error(
         "EFFECTS is set but EFFECTS_SECRET is not: every webhook is signed (use `whsec_<base64>` or any string of 16 bytes or more)"
     )]
@@ -195,6 +200,94 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// `EFFECTS_SECRETS`: endpoints with a secret of their own, so that no
+/// receiver holds a key that signs for another (Standard Webhooks: one
+/// secret per endpoint). A JSON object from an endpoint URL, exactly as in
+/// `EFFECTS`, to its secret (same forms as `EFFECTS_SECRET`, several
+/// separated by spaces for rotation): `{"https://pay.internal/capture":
+/// "whsec_…"}`. Endpoints not named sign with `EFFECTS_SECRET`.
+#[derive(Clone, Default)]
+pub struct EndpointSecrets(Vec<(String, Secret)>);
+
+impl EndpointSecrets {
+    /// Parses the JSON object; errors show neither a secret nor a URL's
+    /// credentials, path or query.
+    pub fn parse(raw: &str) -> Result<Self, ConfigError> {
+        let fail = |why: String| ConfigError::Secrets(why);
+        // serde_json's messages may quote the value: only its position is kept.
+        let map: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(raw).map_err(|e| {
+                fail(format!(
+                    "is not a JSON object {{\"URL\": \"secret\", …}} (line {}, column {})",
+                    e.line(),
+                    e.column()
+                ))
+            })?;
+        let mut secrets = Vec::new();
+        for (n, (url, secret)) in map.iter().enumerate() {
+            let which = format!("entry {}", n + 1);
+            let url = url::Url::parse(url.trim())
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+                .ok_or_else(|| fail(format!("{which}: the key is not an http(s) URL")))?;
+            let which = format!("{which} ({})", redact(&url));
+            let secret = secret
+                .as_str()
+                .ok_or_else(|| fail(format!("{which}: the secret is not a JSON string")))
+                .and_then(|s| {
+                    Secret::parse(s).map_err(|e| match e {
+                        ConfigError::Secret(why) => fail(format!("{which}: {why}")),
+                        other => other,
+                    })
+                })?;
+            secrets.push((url.as_str().to_owned(), secret));
+        }
+        Ok(Self(secrets))
+    }
+
+    /// The own secret of the endpoint `url` (as stored for an effect), if any.
+    pub fn get(&self, url: &str) -> Option<&Secret> {
+        self.0.iter().find(|(u, _)| u == url).map(|(_, s)| s)
+    }
+
+    /// The endpoints named, normalized as [`url::Url`] writes them.
+    pub fn urls(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(u, _)| u.as_str())
+    }
+}
+
+impl fmt::Debug for EndpointSecrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EndpointSecrets({} endpoint(s), ***)", self.0.len())
+    }
+}
+
+/// `EFFECTS_PROXY`: the one proxy webhooks go through (none when unset; the
+/// `HTTP_PROXY` family of variables is ignored). Printed without credentials.
+#[derive(Clone)]
+pub struct ProxyUrl(pub url::Url);
+
+impl ProxyUrl {
+    pub fn parse(raw: &str) -> Result<Self, ConfigError> {
+        url::Url::parse(raw.trim())
+            .ok()
+            .filter(|u| {
+                matches!(u.scheme(), "http" | "https" | "socks5" | "socks5h")
+                    && u.host_str().is_some()
+            })
+            .map(Self)
+            .ok_or_else(|| {
+                ConfigError::Proxy("is not an http(s):// or socks5:// URL with a host".into())
+            })
+    }
+}
+
+impl fmt::Debug for ProxyUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact(&self.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +362,58 @@ mod tests {
         assert_eq!(endpoint_label(&url), "pay.internal:8443");
         let url = url::Url::parse("http://search/x").expect("url");
         assert_eq!(endpoint_label(&url), "search");
+    }
+
+    #[test]
+    fn endpoint_secrets_are_looked_up_by_url_and_never_print() {
+        let s = EndpointSecrets::parse(
+            r#"{"https://pay.internal/capture": "pay-secret-0123456789", "http://Search:80/x": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}"#,
+        )
+        .expect("valid");
+        assert_eq!(
+            s.get("https://pay.internal/capture")
+                .map(|k| k.keys()[0].clone()),
+            Some(b"pay-secret-0123456789".to_vec())
+        );
+        assert!(
+            s.get("http://search/x").is_some(),
+            "normalized like EFFECTS"
+        );
+        assert!(s.get("https://other/").is_none());
+        assert!(!format!("{s:?}").contains("pay-secret"));
+        for (raw, problem) in [
+            ("\"hush-hush-0123456789\"", "not a JSON object"),
+            (
+                "{\"not a url\": \"x-secret-0123456789\"}",
+                "not an http(s) URL",
+            ),
+            ("{\"https://h/\": 12345678901234567}", "not a JSON string"),
+            (
+                "{\"https://u:pw-1@h/t\": \"short-pw\"}",
+                "at least 16 bytes",
+            ),
+        ] {
+            let err = EndpointSecrets::parse(raw).expect_err(raw).to_string();
+            assert!(err.contains(problem), "{raw}: {err}");
+            for secret in [
+                "hush-hush",
+                "x-secret",
+                "12345678",
+                "short-pw",
+                "pw-1",
+                "/t",
+            ] {
+                assert!(!err.contains(secret), "{raw}: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn proxies_print_without_credentials() {
+        let p = ProxyUrl::parse("http://u:pw-9@proxy.internal:3128").expect("valid");
+        assert_eq!(format!("{p:?}"), "http://proxy.internal:3128/…");
+        let err = ProxyUrl::parse("proxy pw-9").expect_err("bad").to_string();
+        assert!(!err.contains("pw-9"), "{err}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::routes::Secret;
+use super::routes::{ProxyUrl, Secret};
 use super::sign;
 use super::store::Claimed;
 
@@ -85,12 +85,22 @@ pub fn backoff(
     jittered.max(asked)
 }
 
-/// The HTTP client: no redirects, no proxy from the environment, TLS with
-/// rustls on `ring`, `timeout` for the whole attempt (connect to last byte).
-pub fn client(timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+/// The HTTP client: no redirects, no proxy but `proxy` (reqwest would
+/// otherwise read `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY`: whoever sets
+/// one in the environment would see every signed webhook), TLS with rustls on
+/// `ring`, `timeout` for the whole attempt (connect to last byte).
+pub fn client(
+    timeout: Duration,
+    proxy: Option<&ProxyUrl>,
+) -> Result<reqwest::Client, reqwest::Error> {
     // Installed once per process; a provider installed earlier stays.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder().no_proxy();
+    let builder = match proxy {
+        Some(p) => builder.proxy(reqwest::Proxy::all(p.0.as_str())?),
+        None => builder,
+    };
+    builder
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(5)))
         .redirect(reqwest::redirect::Policy::none())

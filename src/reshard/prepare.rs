@@ -217,6 +217,10 @@ async fn bind(
             let queues = topology::QueueSettings {
                 delivery_limit: settings.delivery_limit,
                 quorum_group_size: settings.quorum_group_size,
+                dlq: topology::DlqCaps {
+                    max_length: settings.dlq_max_length,
+                    max_bytes: settings.dlq_max_bytes,
+                },
             };
             topology::declare_with(conn, names, target, queues, allow_shrink).await
         }

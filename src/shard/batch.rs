@@ -52,18 +52,35 @@ enum Step {
     Done(Outcome, Option<String>),
 }
 
+/// Most body bytes one batch takes in. Decoding and the batch's statement
+/// copy each body several times: with PREFETCH=256 and bodies of up to the
+/// broker's `max_message_size` (2 MiB in the shipped configurations) an
+/// unbounded batch would multiply that by 256. A single larger delivery
+/// still makes a batch of one (and is dead-lettered if over MAX_BODY_BYTES).
+const BATCH_MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Whether a batch of `len` deliveries holding `bytes` of bodies takes no more.
+fn batch_full(len: usize, bytes: usize, size: u16) -> bool {
+    len >= usize::from(size) || bytes >= BATCH_MAX_BODY_BYTES
+}
+
 impl ShardWorker {
     /// Adds to `batch` the deliveries that arrive within BATCH_LINGER_MS of
-    /// the first one, up to the batch size.
+    /// the first one, up to the batch size or [`BATCH_MAX_BODY_BYTES`].
     pub(super) async fn fill(
         &self,
         consumer: &mut Consumer,
         batch: &mut Vec<Delivery>,
     ) -> Result<(), BrokerError> {
         let deadline = tokio::time::Instant::now() + self.batch_linger;
-        while batch.len() < usize::from(self.batch_size) {
+        let mut bytes: usize = batch.iter().map(|d| d.data.len()).sum();
+        while !batch_full(batch.len(), bytes, self.batch_size) {
             match tokio::time::timeout_at(deadline, consumer.next()).await {
-                Ok(Some(next)) => batch.push(next?),
+                Ok(Some(next)) => {
+                    let next = next?;
+                    bytes = bytes.saturating_add(next.data.len());
+                    batch.push(next);
+                }
                 Ok(None) => return Err(BrokerError::ConsumerCancelled),
                 Err(_) => break,
             }
@@ -278,5 +295,18 @@ fn lock_table_full(error: &StoreError) -> bool {
             ..
         } => db.code().as_deref() == Some("53200"),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BATCH_MAX_BODY_BYTES, batch_full};
+
+    #[test]
+    fn a_batch_is_bounded_by_count_and_by_body_bytes() {
+        assert!(!batch_full(1, 100, 256));
+        assert!(batch_full(256, 100, 256));
+        assert!(batch_full(4, 4 * 2 * 1024 * 1024, 256), "four 2 MiB bodies");
+        assert!(!batch_full(3, BATCH_MAX_BODY_BYTES - 1, 256));
     }
 }

@@ -178,9 +178,14 @@ struct PayServer {
 
 impl PayServer {
     async fn start() -> Self {
+        Self::start_verifying(SECRET).await
+    }
+
+    /// A server that accepts only signatures made with `secret`.
+    async fn start_verifying(secret: &str) -> Self {
         let state = ServerState {
             book: Arc::default(),
-            secret: Secret::parse(SECRET).expect("secret"),
+            secret: Secret::parse(secret).expect("secret"),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -1365,4 +1370,112 @@ async fn an_effect_committed_while_its_order_leaves_the_schedule_stays_scheduled
         .expect("insert");
     let claimed = claimed_now(&db, Duration::from_secs(600)).await;
     assert_eq!(claimed, vec![("R-1".to_owned(), 1, 1)], "v1 is scheduled");
+}
+
+/// Each endpoint with its own secret (`EFFECTS_SECRETS`) verifies only its
+/// own signatures: a receiver cannot forge events for another. An endpoint
+/// not named signs with `EFFECTS_SECRET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_endpoint_verifies_only_its_own_secret() {
+    const PAY: &str = "pay-endpoint-secret-0123456789";
+    const SEARCH: &str = "search-endpoint-secret-0123456789";
+    let env = TestEnv::new("effects_own_secret").await;
+    let pay = PayServer::start_verifying(PAY).await;
+    let search = PayServer::start_verifying(SEARCH).await;
+    let default = PayServer::start().await;
+    let effects = format!(
+        "*={};*={};*={}",
+        pay.url("/charge"),
+        search.url("/index"),
+        default.url("/charge")
+    );
+    let secrets = serde_json::json!({
+        pay.url("/charge"): PAY,
+        search.url("/index"): SEARCH,
+    })
+    .to_string();
+    let pool = pipeline(&env, 1).await;
+    let db = env.db().await;
+    let mut dispatcher = dispatcher(&env, &effects, &[("EFFECTS_SECRETS", &secrets)]);
+    dispatcher.wait_ready().await;
+    let (msgs, _) = workload("S", 2, 1, 2);
+    env.publisher().await.send_all(&msgs).await;
+    wait_settled(&db, 12, Duration::from_secs(30)).await;
+    assert_eq!(
+        effects_in(&db, "gagal").await,
+        0,
+        "every signature verified"
+    );
+    for server in [&pay, &search, &default] {
+        server.book(|b| {
+            assert_eq!(b.bad_signatures, 0);
+            assert_eq!(b.charges.len(), 4);
+        });
+    }
+    // A receiver's key does not sign for another endpoint.
+    let theirs = Secret::parse(PAY).expect("secret");
+    let body = br#"{"id":"S0","status":"dibayar","versi":9}"#;
+    let forged = urutan::effects::sign::signature(&theirs, "forged-1", 1_700_000_000, body);
+    let search_key = Secret::parse(SEARCH).expect("secret");
+    let default_key = Secret::parse(SECRET).expect("secret");
+    for key in [&search_key, &default_key] {
+        assert!(!urutan::effects::sign::verify(
+            key,
+            &forged,
+            "forged-1",
+            1_700_000_000,
+            body
+        ));
+    }
+    dispatcher.stop().await;
+    pool.stop().await;
+}
+
+/// `HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` in the dispatcher's
+/// environment are ignored: webhooks go direct unless `EFFECTS_PROXY` is set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_ignore_proxies_from_the_environment() {
+    let env = TestEnv::new("effects_no_proxy").await;
+    let server = PayServer::start().await;
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let proxy_url = format!("http://{}", proxy.local_addr().expect("addr"));
+    let seen = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counter = seen.clone();
+    let recorder = tokio::spawn(async move {
+        while let Ok((conn, _)) = proxy.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    let pool = pipeline(&env, 1).await;
+    let db = env.db().await;
+    let mut dispatcher = dispatcher(
+        &env,
+        &format!("*={}", server.url("/charge")),
+        &[
+            ("HTTP_PROXY", &proxy_url),
+            ("http_proxy", &proxy_url),
+            ("HTTPS_PROXY", &proxy_url),
+            ("ALL_PROXY", &proxy_url),
+            ("all_proxy", &proxy_url),
+            ("NO_PROXY", ""),
+            ("no_proxy", ""),
+        ],
+    );
+    dispatcher.wait_ready().await;
+    let (msgs, _) = workload("P", 2, 1, 2);
+    env.publisher().await.send_all(&msgs).await;
+    wait_settled(&db, 4, Duration::from_secs(30)).await;
+    assert_eq!(effects_in(&db, "gagal").await, 0);
+    server.book(|b| assert_eq!(b.charges.len(), 4, "sent direct"));
+    assert_eq!(
+        seen.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the proxy saw nothing"
+    );
+    recorder.abort();
+    dispatcher.stop().await;
+    pool.stop().await;
 }

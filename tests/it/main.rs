@@ -15,6 +15,7 @@ mod handoff;
 #[path = "../support/http.rs"]
 mod http;
 mod interleave;
+mod limits;
 mod nodelay;
 mod nodes;
 mod ops;

@@ -632,6 +632,7 @@ async fn the_quorum_group_size_is_part_of_the_topology() {
     let with = |size| topology::QueueSettings {
         delivery_limit: 5,
         quorum_group_size: size,
+        dlq: Default::default(),
     };
     topology::declare_with(&conn, &names, 2, with(Some(1)), false)
         .await

@@ -64,7 +64,7 @@ pub struct StatusOptions {
     /// The broker's Prometheus endpoints (plugin rabbitmq_prometheus), comma
     /// separated, for the standby consumers AMQP cannot see (default: each
     /// AMQP_URL node's host, port 15692).
-    #[arg(long, env = "BROKER_METRICS_URL")]
+    #[arg(long, env = "BROKER_METRICS_URL", hide_env_values = true)]
     pub broker_metrics_url: Option<String>,
 }
 
