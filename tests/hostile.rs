@@ -256,6 +256,7 @@ fn envelope_for<'a>(v: &'a Valid, body: &'a [u8]) -> Envelope<'a> {
         timestamp: v.timestamp,
         body,
         headers_bytes: 0,
+        headers_depth: 0,
     }
 }
 
@@ -337,6 +338,7 @@ struct Parts {
     body: Vec<u8>,
     max: usize,
     headers_bytes: usize,
+    headers_depth: usize,
 }
 
 impl Parts {
@@ -352,6 +354,7 @@ impl Parts {
             timestamp: self.timestamp,
             body: &self.body,
             headers_bytes: self.headers_bytes,
+            headers_depth: self.headers_depth,
         }
     }
 }
@@ -372,6 +375,7 @@ fn parts() -> impl Strategy<Value = Parts> {
         (
             prop_oneof![Just(MIB), 0..600usize],
             prop_oneof![0..100usize, 65_000..70_000usize],
+            prop_oneof![0..=MAX_HEADERS_DEPTH, 0..40usize],
         ),
     )
         .prop_map(
@@ -382,7 +386,7 @@ fn parts() -> impl Strategy<Value = Parts> {
                 delivery_mode,
                 timestamp,
                 body,
-                (max, headers_bytes),
+                (max, headers_bytes, headers_depth),
             )| {
                 Parts {
                     message_id,
@@ -394,6 +398,7 @@ fn parts() -> impl Strategy<Value = Parts> {
                     body,
                     max,
                     headers_bytes,
+                    headers_depth,
                 }
             },
         )
@@ -590,6 +595,7 @@ fn plain_envelope(body: &[u8]) -> Envelope<'_> {
         timestamp: None,
         body,
         headers_bytes: 0,
+        headers_depth: 0,
     }
 }
 

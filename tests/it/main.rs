@@ -10,6 +10,7 @@ mod dlq;
 mod effects;
 mod failover;
 mod handoff;
+mod hostile;
 #[path = "../support/http.rs"]
 mod http;
 mod interleave;
@@ -34,3 +35,5 @@ mod secrets;
 mod shrink_race;
 mod silence;
 mod topology;
+#[path = "../support/wire.rs"]
+mod wire;
