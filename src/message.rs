@@ -367,7 +367,10 @@ mod tests {
             let mut env = envelope(b"P", body);
             env.message_id = Some(bad);
             assert_eq!(reject(env), Rejection::InvalidMessageId, "{bad:?}");
-            let id_body = format!(r#"{{"id":{},"status":"s","versi":1}}"#, serde_json::json!(bad));
+            let id_body = format!(
+                r#"{{"id":{},"status":"s","versi":1}}"#,
+                serde_json::json!(bad)
+            );
             assert_eq!(
                 reject(envelope(bad.as_bytes(), id_body.as_bytes())),
                 Rejection::InvalidEntityHeader,
@@ -385,7 +388,12 @@ mod tests {
 
     #[test]
     fn what_jsonb_refuses_is_a_contract_violation() {
-        for data in [r#""\ud800""#, r#"{"k":"\udc00"}"#, "1e1000000", "[1e-1000000]"] {
+        for data in [
+            r#""\ud800""#,
+            r#"{"k":"\udc00"}"#,
+            "1e1000000",
+            "[1e-1000000]",
+        ] {
             let body = format!(r#"{{"id":"P","status":"s","versi":1,"data":{data}}}"#);
             assert_eq!(
                 reject(envelope(b"P", body.as_bytes())),
@@ -398,7 +406,10 @@ mod tests {
             r#"{"id":"P\ud800","status":"s","versi":1}"#,
             r#"{"id":"P","status":"\udfff","versi":1}"#,
         ] {
-            assert_eq!(reject(envelope(b"P", body.as_bytes())), Rejection::InvalidJson);
+            assert_eq!(
+                reject(envelope(b"P", body.as_bytes())),
+                Rejection::InvalidJson
+            );
         }
         let body = r#"{"id":"P","status":"s","versi":1,"data":["\ud83d\ude00",1e300]}"#;
         assert!(decode(&envelope(b"P", body.as_bytes()), LIMIT).is_ok());

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use sqlx::{Connection, PgPool};
-use urutan::message::{Envelope, EntityHeader, Rejection, decode};
+use urutan::message::{EntityHeader, Envelope, Rejection, decode};
 use urutan::store::StoreError;
 
 use crate::common::*;
@@ -43,7 +43,13 @@ async fn start_pool(env: &TestEnv) -> UrutanProcess {
 fn connections(vhost: &str) -> BTreeSet<String> {
     let out = sh(
         "rabbitmqctl",
-        &["-q", "list_connections", "--no-table-headers", "vhost", "pid"],
+        &[
+            "-q",
+            "list_connections",
+            "--no-table-headers",
+            "vhost",
+            "pid",
+        ],
     );
     out.lines()
         .filter_map(|l| l.split_once('\t'))
@@ -134,8 +140,14 @@ async fn a_header_nested_20000_levels_deep_is_dead_lettered_and_the_pool_keeps_r
     };
     for (levels, id) in [(20_000, "D-1"), (40, "D-2"), (17, "D-3"), (16, "D-4")] {
         let properties = deep(levels, id);
-        raw_amqp::publish_raw_to(&env.vhost, "pesanan", "pesanan.test", &properties, &body(id))
-            .await;
+        raw_amqp::publish_raw_to(
+            &env.vhost,
+            "pesanan",
+            "pesanan.test",
+            &properties,
+            &body(id),
+        )
+        .await;
     }
     publisher.send_all(&good(2)).await;
 
@@ -216,8 +228,14 @@ async fn a_message_id_that_is_not_utf8_is_dead_lettered_on_the_same_connection()
     for (message_id, order) in ids {
         let headers = wire::table(&[(b"x-pesanan-id".as_slice(), wire::text(order.as_bytes()))]);
         let properties = wire::properties(&headers, message_id);
-        raw_amqp::publish_raw_to(&env.vhost, "pesanan", "pesanan.test", &properties, &body(order))
-            .await;
+        raw_amqp::publish_raw_to(
+            &env.vhost,
+            "pesanan",
+            "pesanan.test",
+            &properties,
+            &body(order),
+        )
+        .await;
     }
     publisher.send_all(&good(2)).await;
 
@@ -257,13 +275,19 @@ async fn versi_and_data_postgresql_refuses_are_contract_violations() {
     let raw = |id: &str, versi: &str, data: &str| {
         let mut msg = Msg::event(id, 1);
         msg.message_id = Some(format!("{id}-m"));
-        msg.body =
-            format!(r#"{{"id":"{id}","status":"baru","versi":{versi},"data":{data}}}"#).into_bytes();
+        msg.body = format!(r#"{{"id":"{id}","status":"baru","versi":{versi},"data":{data}}}"#)
+            .into_bytes();
         msg
     };
     let cases = [
-        (raw("V-1", "9007199254740992", "null"), Some("invalid_versi")),
-        (raw("V-2", "9223372036854775807", "null"), Some("invalid_versi")),
+        (
+            raw("V-1", "9007199254740992", "null"),
+            Some("invalid_versi"),
+        ),
+        (
+            raw("V-2", "9223372036854775807", "null"),
+            Some("invalid_versi"),
+        ),
         (raw("V-3", "9007199254740991", "null"), None),
         (raw("S-1", "1", r#""\ud800""#), Some("invalid_json")),
         (raw("S-2", "1", r#"{"k":"\udc00x"}"#), Some("invalid_json")),
@@ -326,9 +350,21 @@ async fn jsonb_refusals_match_postgresql() {
     .map(str::to_owned)
     .to_vec();
     for (digits, point, exponents) in [
-        ("1", "", [131_070, 131_071, 131_072, -16_382, -16_383, -16_384]),
-        ("12.5", "", [131_068, 131_069, 131_070, -16_381, -16_382, -16_383]),
-        ("0.001", "", [131_073, 131_074, 131_075, -16_379, -16_380, -16_381]),
+        (
+            "1",
+            "",
+            [131_070, 131_071, 131_072, -16_382, -16_383, -16_384],
+        ),
+        (
+            "12.5",
+            "",
+            [131_068, 131_069, 131_070, -16_381, -16_382, -16_383],
+        ),
+        (
+            "0.001",
+            "",
+            [131_073, 131_074, 131_075, -16_379, -16_380, -16_381],
+        ),
         ("0", ".0", [1_000_000, -16_381, -16_382, -16_383, 5, -5]),
     ] {
         for e in exponents {
@@ -347,7 +383,10 @@ async fn jsonb_refusals_match_postgresql() {
         let int = rand::random_range(0..3_000u32);
         let frac = "7".repeat(rand::random_range(0..20_000usize));
         let e = rand::random_range(-20_000..140_000i64);
-        literals.push(format!("{int}.{}e{e}", if frac.is_empty() { "0" } else { &frac }));
+        literals.push(format!(
+            "{int}.{}e{e}",
+            if frac.is_empty() { "0" } else { &frac }
+        ));
     }
     for data in &literals {
         let text = format!(r#"{{"id":"P","status":"s","versi":1,"data":{data}}}"#);
