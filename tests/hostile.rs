@@ -1159,13 +1159,16 @@ fn with_extra(extra: Vec<u8>) -> Vec<u8> {
     wire::properties(&table, b"m-1")
 }
 
+/// Whether nesting level `i` is an array (else a table).
+type ArrayAt = fn(usize) -> bool;
+
 /// Header tables nested from 0 to 25,000 levels (125 KB), arrays, tables
 /// or both: parsed without deep recursion, refused beyond the contract's
 /// depth (the codec keeps levels beyond 32 as bytes), and the record's
 /// copy is cut at that depth.
 #[test]
 fn deep_encoded_headers_are_parsed_and_refused_as_too_deep() {
-    let shapes: [(&str, fn(usize) -> bool); 3] = [
+    let shapes: [(&str, ArrayAt); 3] = [
         ("arrays", |_| true),
         ("tables", |_| false),
         ("alternating", |i| i % 2 == 0),
