@@ -66,6 +66,7 @@ fn envelope_of(body: &[u8]) -> Envelope<'_> {
         timestamp: Some(1_780_000_000),
         body,
         headers_bytes: 0,
+        headers_depth: 0,
     }
 }
 

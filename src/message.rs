@@ -6,6 +6,8 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+mod jsonb;
+
 /// The parts of a delivery the contract talks about, already lifted out of the
 /// broker client's types (see `broker::delivery`).
 #[derive(Debug, Clone, Copy)]
@@ -24,12 +26,26 @@ pub struct Envelope<'a> {
     /// and arrays included (exact for strings, 8 bytes per number: an upper
     /// bound), see [`MAX_HEADERS_BYTES`].
     pub headers_bytes: usize,
+    /// Deepest nesting of tables and arrays inside the header table (0: only
+    /// plain values; `x-death` is 3), see [`MAX_HEADERS_DEPTH`].
+    pub headers_depth: usize,
 }
 
 /// Largest header table accepted. The broker's frame size (128 KiB by
 /// default) already bounds it; a table this large is not a producer
 /// following the contract.
 pub const MAX_HEADERS_BYTES: usize = 64 * 1024;
+
+/// Deepest nesting of tables and arrays accepted inside the header table.
+/// The broker's own `x-death` nests 3 levels; the patched codec keeps
+/// anything deeper than 32 levels as bytes (patches/amq-protocol-types), so
+/// every over-deep table it let through is still refused here, before any
+/// copy of the headers is made.
+pub const MAX_HEADERS_DEPTH: usize = 16;
+
+/// Largest `versi` accepted: 2^53 - 1, the largest integer every JSON
+/// producer represents exactly (contract section 2).
+pub const MAX_VERSI: i64 = (1 << 53) - 1;
 
 /// What the `x-pesanan-id` header held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,13 +78,15 @@ pub enum Rejection {
     HeadersTooLarge,
     #[error("the message_id property is missing")]
     MissingMessageId,
-    #[error("the message_id must be 1-255 bytes")]
+    #[error("the message_id must be 1-255 bytes of text, without control characters or U+FFFD")]
     InvalidMessageId,
     #[error("the x-pesanan-id header is missing")]
     MissingEntityHeader,
     #[error("the x-pesanan-id header is not an AMQP string")]
     EntityHeaderNotString,
-    #[error("the x-pesanan-id header must be 1-128 bytes of UTF-8")]
+    #[error(
+        "the x-pesanan-id header must be 1-128 bytes of UTF-8, without control characters or U+FFFD"
+    )]
     InvalidEntityHeader,
     #[error("delivery_mode is not 2 (persistent)")]
     NotPersistent,
@@ -80,7 +98,7 @@ pub enum Rejection {
     InvalidJson,
     #[error("`status` must be a string of 1-64 characters")]
     InvalidStatus,
-    #[error("`versi` must be an integer >= 1")]
+    #[error("`versi` must be an integer from 1 to 2^53 - 1")]
     InvalidVersi,
     #[error("the body `id` differs from the x-pesanan-id header")]
     IdMismatch,
@@ -96,12 +114,14 @@ pub enum Rejection {
     ReservedHeader,
     #[error("the message_id was already processed for another order")]
     MessageIdReused,
+    #[error("the header table nests deeper than {MAX_HEADERS_DEPTH} levels")]
+    HeadersTooDeep,
 }
 
 impl Rejection {
     /// Every rejection (a new variant belongs here too): the bounded label
     /// set `urutan_dead_letters_total{reason}` is registered with at startup.
-    pub const ALL: [Rejection; 19] = [
+    pub const ALL: [Rejection; 20] = [
         Rejection::HeadersTooLarge,
         Rejection::MissingMessageId,
         Rejection::InvalidMessageId,
@@ -121,6 +141,7 @@ impl Rejection {
         Rejection::DatabaseRefused,
         Rejection::ReservedHeader,
         Rejection::MessageIdReused,
+        Rejection::HeadersTooDeep,
     ];
 
     /// The `reason` label of `urutan_dead_letters_total`.
@@ -145,6 +166,7 @@ impl Rejection {
             Self::DatabaseRefused => "database_refused",
             Self::ReservedHeader => "reserved_header",
             Self::MessageIdReused => "message_id_reused",
+            Self::HeadersTooDeep => "headers_too_deep",
         }
     }
 }
@@ -162,26 +184,13 @@ struct Body<'a> {
 
 /// Checks every rule of docs/contract.md section 2, cheapest first.
 pub fn decode(env: &Envelope<'_>, max_body_bytes: usize) -> Result<Event, Rejection> {
+    if env.headers_depth > MAX_HEADERS_DEPTH {
+        return Err(Rejection::HeadersTooDeep);
+    }
     if env.headers_bytes > MAX_HEADERS_BYTES {
         return Err(Rejection::HeadersTooLarge);
     }
-    let message_id = env.message_id.ok_or(Rejection::MissingMessageId)?;
-    if message_id.is_empty() || message_id.len() > 255 {
-        return Err(Rejection::InvalidMessageId);
-    }
-    let entity_id = match env.entity_header {
-        EntityHeader::Missing => return Err(Rejection::MissingEntityHeader),
-        EntityHeader::OtherType(_) => return Err(Rejection::EntityHeaderNotString),
-        EntityHeader::Text(raw) if raw.is_empty() || raw.len() > 128 => {
-            return Err(Rejection::InvalidEntityHeader);
-        }
-        EntityHeader::Text(raw) => {
-            std::str::from_utf8(raw).map_err(|_| Rejection::InvalidEntityHeader)?
-        }
-    };
-    if message_id.contains('\0') || entity_id.contains('\0') {
-        return Err(Rejection::NulCharacter);
-    }
+    let (message_id, entity_id) = ids(env)?;
     if env.delivery_mode != Some(2) {
         return Err(Rejection::NotPersistent);
     }
@@ -200,7 +209,7 @@ pub fn decode(env: &Envelope<'_>, max_body_bytes: usize) -> Result<Event, Reject
     let versi = body
         .versi
         .as_i64()
-        .filter(|v| *v >= 1)
+        .filter(|v| (1..=MAX_VERSI).contains(v))
         .ok_or(Rejection::InvalidVersi)?;
     if body.id != entity_id {
         return Err(Rejection::IdMismatch);
@@ -210,7 +219,7 @@ pub fn decode(env: &Envelope<'_>, max_body_bytes: usize) -> Result<Event, Reject
         return Err(Rejection::NulCharacter);
     }
     if let Some(data) = &data {
-        check_data(data.get())?;
+        jsonb::check(data.get())?;
     }
     Ok(Event {
         message_id: message_id.to_owned(),
@@ -226,40 +235,49 @@ pub fn decode(env: &Envelope<'_>, max_body_bytes: usize) -> Result<Event, Reject
     })
 }
 
+/// The message id and the entity id, checked (contract section 2).
+fn ids<'a>(env: &Envelope<'a>) -> Result<(&'a str, &'a str), Rejection> {
+    let message_id = env.message_id.ok_or(Rejection::MissingMessageId)?;
+    if message_id.is_empty() || message_id.len() > 255 {
+        return Err(Rejection::InvalidMessageId);
+    }
+    let entity_id = match env.entity_header {
+        EntityHeader::Missing => return Err(Rejection::MissingEntityHeader),
+        EntityHeader::OtherType(_) => return Err(Rejection::EntityHeaderNotString),
+        EntityHeader::Text(raw) if raw.is_empty() || raw.len() > 128 => {
+            return Err(Rejection::InvalidEntityHeader);
+        }
+        EntityHeader::Text(raw) => {
+            std::str::from_utf8(raw).map_err(|_| Rejection::InvalidEntityHeader)?
+        }
+    };
+    if message_id.contains('\0') || entity_id.contains('\0') {
+        return Err(Rejection::NulCharacter);
+    }
+    if !is_plain_id(message_id) {
+        return Err(Rejection::InvalidMessageId);
+    }
+    if !is_plain_id(entity_id) {
+        return Err(Rejection::InvalidEntityHeader);
+    }
+    Ok((message_id, entity_id))
+}
+
+/// Whether an id is plain text as the contract means it: no control
+/// characters (a newline forges log lines, an escape sequence drives the
+/// operator's terminal) and no U+FFFD, which is what the AMQP codec makes
+/// of short-string bytes that are not UTF-8 (patches/amq-protocol-types):
+/// the broker routed, and the producer meant, bytes urutan no longer has,
+/// so two different ids could otherwise collide.
+pub fn is_plain_id(id: &str) -> bool {
+    !id.chars()
+        .any(|c| c.is_control() || c == char::REPLACEMENT_CHARACTER)
+}
+
 /// Deepest nesting of arrays and objects accepted in `data` (PostgreSQL's
 /// `jsonb` would fail on very deep input with an error that is not the
 /// message's fault to retry).
 pub const MAX_DEPTH: usize = 64;
-
-/// One pass over `data`'s JSON text (already known to be valid JSON):
-/// refuses the escape `\u0000`, which `jsonb` cannot store, and nesting
-/// deeper than [`MAX_DEPTH`]. Raw NUL bytes cannot occur: JSON forbids
-/// control characters in strings.
-fn check_data(json: &str) -> Result<(), Rejection> {
-    let bytes = json.as_bytes();
-    let (mut depth, mut in_string, mut i) = (0usize, false, 0);
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' if in_string => {
-                if bytes.get(i + 1) == Some(&b'u') && bytes.get(i + 2..i + 6) == Some(b"0000") {
-                    return Err(Rejection::NulCharacter);
-                }
-                i += 1; // skip the escaped character, so `\\u0000` is plain text
-            }
-            b'"' => in_string = !in_string,
-            b'[' | b'{' if !in_string => {
-                depth += 1;
-                if depth > MAX_DEPTH {
-                    return Err(Rejection::TooDeep);
-                }
-            }
-            b']' | b'}' if !in_string => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        i += 1;
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests {
@@ -275,6 +293,7 @@ mod tests {
             timestamp: Some(1_700_000_000),
             body,
             headers_bytes: 40,
+            headers_depth: 3,
         }
     }
 
@@ -337,6 +356,71 @@ mod tests {
         let max = "x".repeat(255);
         env.message_id = Some(&max);
         assert!(decode(&env, LIMIT).is_ok());
+    }
+
+    #[test]
+    fn headers_nested_too_deep_are_refused_first() {
+        let mut env = envelope(b"P", br#"{"id":"P","status":"s","versi":1}"#);
+        env.headers_depth = MAX_HEADERS_DEPTH;
+        assert!(decode(&env, LIMIT).is_ok());
+        env.headers_depth = MAX_HEADERS_DEPTH + 1;
+        env.message_id = None;
+        assert_eq!(reject(env), Rejection::HeadersTooDeep);
+    }
+
+    #[test]
+    fn ids_with_control_characters_or_replacements_are_refused() {
+        let body = br#"{"id":"P","status":"s","versi":1}"#;
+        for bad in ["id-\u{fffd}", "a\nb", "\u{1b}[2J", "x\u{7f}", "\u{9b}"] {
+            let mut env = envelope(b"P", body);
+            env.message_id = Some(bad);
+            assert_eq!(reject(env), Rejection::InvalidMessageId, "{bad:?}");
+            let id_body = format!(
+                r#"{{"id":{},"status":"s","versi":1}}"#,
+                serde_json::json!(bad)
+            );
+            assert_eq!(
+                reject(envelope(bad.as_bytes(), id_body.as_bytes())),
+                Rejection::InvalidEntityHeader,
+                "{bad:?}"
+            );
+        }
+        // NUL keeps its own reason; other text is fine.
+        let mut env = envelope(b"P", body);
+        env.message_id = Some("a\0b");
+        assert_eq!(reject(env), Rejection::NulCharacter);
+        let id_body = r#"{"id":"pesanan é 漢 ✓","status":"s","versi":1}"#;
+        let env = envelope("pesanan é 漢 ✓".as_bytes(), id_body.as_bytes());
+        assert!(decode(&env, LIMIT).is_ok());
+    }
+
+    #[test]
+    fn what_jsonb_refuses_is_a_contract_violation() {
+        for data in [
+            r#""\ud800""#,
+            r#"{"k":"\udc00"}"#,
+            "1e1000000",
+            "[1e-1000000]",
+        ] {
+            let body = format!(r#"{{"id":"P","status":"s","versi":1,"data":{data}}}"#);
+            assert_eq!(
+                reject(envelope(b"P", body.as_bytes())),
+                Rejection::InvalidJson,
+                "{data}"
+            );
+        }
+        // Surrogates in `id` and `status` are refused by the JSON parser.
+        for body in [
+            r#"{"id":"P\ud800","status":"s","versi":1}"#,
+            r#"{"id":"P","status":"\udfff","versi":1}"#,
+        ] {
+            assert_eq!(
+                reject(envelope(b"P", body.as_bytes())),
+                Rejection::InvalidJson
+            );
+        }
+        let body = r#"{"id":"P","status":"s","versi":1,"data":["\ud83d\ude00",1e300]}"#;
+        assert!(decode(&envelope(b"P", body.as_bytes()), LIMIT).is_ok());
     }
 
     #[test]
@@ -451,6 +535,8 @@ mod tests {
             "\"2\"",
             "null",
             "9223372036854775808",
+            "9223372036854775807",
+            "9007199254740992",
         ] {
             let body = format!(r#"{{"id":"P","status":"s","versi":{versi}}}"#);
             assert_eq!(
@@ -459,12 +545,12 @@ mod tests {
                 "versi {versi}"
             );
         }
-        let body = r#"{"id":"P","status":"s","versi":9223372036854775807}"#;
+        let body = r#"{"id":"P","status":"s","versi":9007199254740991}"#;
         assert_eq!(
             decode(&envelope(b"P", body.as_bytes()), LIMIT)
                 .expect("max")
                 .versi,
-            i64::MAX
+            MAX_VERSI
         );
     }
 

@@ -19,7 +19,12 @@ use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::Value;
 use urutan::broker::delivery::{ENTITY_HEADER, envelope, epoch_marker, previous_deliveries};
-use urutan::message::{EntityHeader, Envelope, Event, MAX_DEPTH, Rejection, decode};
+use urutan::message::{
+    EntityHeader, Envelope, Event, MAX_DEPTH, MAX_HEADERS_DEPTH, MAX_VERSI, Rejection, decode,
+};
+
+#[path = "support/wire.rs"]
+mod wire;
 
 /// The contract's default body limit.
 const MIB: usize = 1024 * 1024;
@@ -64,6 +69,28 @@ fn non_nul_char() -> impl Strategy<Value = char> {
 /// A non-NUL string of 1..=`max_bytes` UTF-8 bytes (cut at a char boundary).
 fn text_of_bytes(max_bytes: usize) -> impl Strategy<Value = String> {
     proptest::collection::vec(non_nul_char(), 1..=max_bytes).prop_map(move |chars| {
+        let mut s = String::new();
+        for c in chars {
+            if s.len() + c.len_utf8() > max_bytes {
+                break;
+            }
+            s.push(c);
+        }
+        s
+    })
+}
+
+/// A character an id may hold: no control character, no U+FFFD (see
+/// `urutan::message::is_plain_id`).
+fn id_char() -> impl Strategy<Value = char> {
+    any::<char>().prop_filter("plain", |c| {
+        !c.is_control() && *c != char::REPLACEMENT_CHARACTER
+    })
+}
+
+/// A plain id of 1..=`max_bytes` UTF-8 bytes (cut at a char boundary).
+fn id_of_bytes(max_bytes: usize) -> impl Strategy<Value = String> {
+    proptest::collection::vec(id_char(), 1..=max_bytes).prop_map(move |chars| {
         let mut s = String::new();
         for c in chars {
             if s.len() + c.len_utf8() > max_bytes {
@@ -211,12 +238,7 @@ impl Valid {
 
 fn valid() -> impl Strategy<Value = Valid> {
     (
-        (
-            text_of_bytes(255),
-            text_of_bytes(128),
-            status(),
-            1..=i64::MAX,
-        ),
+        (id_of_bytes(255), id_of_bytes(128), status(), 1..=MAX_VERSI),
         proptest::option::of(prop_oneof![Just(Value::Null), data_within_limit()]),
         (any::<bool>(), any::<bool>(), any::<bool>()),
         proptest::collection::vec((text_of_bytes(8), json_value()), 0..3),
@@ -256,6 +278,7 @@ fn envelope_for<'a>(v: &'a Valid, body: &'a [u8]) -> Envelope<'a> {
         timestamp: v.timestamp,
         body,
         headers_bytes: 0,
+        headers_depth: 0,
     }
 }
 
@@ -337,6 +360,7 @@ struct Parts {
     body: Vec<u8>,
     max: usize,
     headers_bytes: usize,
+    headers_depth: usize,
 }
 
 impl Parts {
@@ -352,6 +376,7 @@ impl Parts {
             timestamp: self.timestamp,
             body: &self.body,
             headers_bytes: self.headers_bytes,
+            headers_depth: self.headers_depth,
         }
     }
 }
@@ -372,6 +397,7 @@ fn parts() -> impl Strategy<Value = Parts> {
         (
             prop_oneof![Just(MIB), 0..600usize],
             prop_oneof![0..100usize, 65_000..70_000usize],
+            prop_oneof![0..=MAX_HEADERS_DEPTH, 0..40usize],
         ),
     )
         .prop_map(
@@ -382,7 +408,7 @@ fn parts() -> impl Strategy<Value = Parts> {
                 delivery_mode,
                 timestamp,
                 body,
-                (max, headers_bytes),
+                (max, headers_bytes, headers_depth),
             )| {
                 Parts {
                     message_id,
@@ -394,6 +420,7 @@ fn parts() -> impl Strategy<Value = Parts> {
                     body,
                     max,
                     headers_bytes,
+                    headers_depth,
                 }
             },
         )
@@ -402,6 +429,7 @@ fn parts() -> impl Strategy<Value = Parts> {
 /// What any successful decode must satisfy, whatever the input was.
 fn assert_sound(env: &Envelope<'_>, max: usize, event: &Event) {
     assert!(env.headers_bytes <= urutan::message::MAX_HEADERS_BYTES);
+    assert!(env.headers_depth <= MAX_HEADERS_DEPTH);
     assert_eq!(Some(event.message_id.as_str()), env.message_id);
     assert!((1..=255).contains(&event.message_id.len()));
     assert_eq!(
@@ -410,11 +438,14 @@ fn assert_sound(env: &Envelope<'_>, max: usize, event: &Event) {
     );
     assert!((1..=128).contains(&event.entity_id.len()));
     assert!((1..=64).contains(&event.status.chars().count()));
-    assert!(event.versi >= 1);
+    assert!((1..=MAX_VERSI).contains(&event.versi));
     assert_eq!(env.delivery_mode, Some(2));
     assert!(env.body.len() <= max);
     for text in [&event.message_id, &event.entity_id, &event.status] {
         assert!(!text.contains('\0'));
+    }
+    for id in [&event.message_id, &event.entity_id] {
+        assert!(urutan::message::is_plain_id(id), "{id:?}");
     }
     if let Some(data) = &event.data {
         let parsed: Value = serde_json::from_str(data.get()).expect("data is valid JSON");
@@ -437,7 +468,9 @@ proptest! {
             Ok(event) => assert_sound(&env, p.max, &event),
             Err(rejection) => {
                 prop_assert_ne!(rejection, Rejection::DeliveryLimit, "decode never says delivery_limit");
-                if p.headers_bytes > urutan::message::MAX_HEADERS_BYTES {
+                if p.headers_depth > MAX_HEADERS_DEPTH {
+                    prop_assert_eq!(rejection, Rejection::HeadersTooDeep);
+                } else if p.headers_bytes > urutan::message::MAX_HEADERS_BYTES {
                     prop_assert_eq!(rejection, Rejection::HeadersTooLarge);
                 } else if p.message_id.is_none() {
                     prop_assert_eq!(rejection, Rejection::MissingMessageId);
@@ -523,7 +556,7 @@ proptest! {
 
     /// A body id that differs from the header is an id mismatch.
     #[test]
-    fn a_different_body_id_is_a_mismatch(v in valid(), other in text_of_bytes(128)) {
+    fn a_different_body_id_is_a_mismatch(v in valid(), other in id_of_bytes(128)) {
         prop_assume!(other != v.entity_id);
         let (body, _) = v.body();
         let mut env = envelope_for(&v, body.as_bytes());
@@ -590,6 +623,7 @@ fn plain_envelope(body: &[u8]) -> Envelope<'_> {
         timestamp: None,
         body,
         headers_bytes: 0,
+        headers_depth: 0,
     }
 }
 
@@ -951,9 +985,10 @@ fn huge_and_nested_header_tables() {
     }
     let d = delivery(props(headers([("x-wrapper".to_owned(), nested)])), body);
     assert_eq!(envelope(&d).entity_header, EntityHeader::Missing);
+    assert_eq!(envelope(&d).headers_depth, 64);
     assert_eq!(
         decode(&envelope(&d), MIB).err(),
-        Some(Rejection::MissingEntityHeader)
+        Some(Rejection::HeadersTooDeep)
     );
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -1067,5 +1102,216 @@ proptest! {
         // The other header readers are total too.
         let _ = previous_deliveries(&d);
         let _ = epoch_marker(&d);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Encoded headers through the patched codec (patches/amq-protocol-types):
+// the bytes a producer sends, parsed as lapin parses them, then lifted,
+// decoded and turned into a dead-letter record, as the worker does
+// ---------------------------------------------------------------------------
+
+/// What the worker makes of one content header's encoded properties.
+#[derive(Debug)]
+struct Read {
+    /// The `message_id` as the codec decoded it (lossily).
+    message_id: Option<String>,
+    headers_depth: usize,
+    /// The decoded `versi`, or why the message was refused.
+    outcome: Result<i64, Rejection>,
+    /// Nesting depth of the dead-letter record's header JSON.
+    record_depth: usize,
+}
+
+/// Parses `properties` (see `tests/support/wire.rs`) with the codec, lifts,
+/// decodes and records them: all of it, drops included, on a 512 KiB stack
+/// within 5 s. `None`: the codec refused the bytes (lapin then closes the
+/// connection: only malformed frames, never a producer's content).
+fn read_encoded(properties: Vec<u8>, body: Vec<u8>) -> Option<Read> {
+    bounded(Duration::from_secs(5), move || {
+        let (_, props) = lapin::protocol::basic::parse_properties(properties.as_slice()).ok()?;
+        let d = delivery(props, &body);
+        let env = envelope(&d);
+        let headers_depth = env.headers_depth;
+        let outcome = decode(&env, MIB).map(|e| e.versi);
+        let rejection = outcome.err().unwrap_or(Rejection::DeliveryLimit);
+        let record = urutan::dead_letter::rejected(&d, 0, rejection, None);
+        let found = urutan::dead_letter::found_in_queue(&d, MIB);
+        assert_eq!(found.headers, record.headers);
+        Some(Read {
+            message_id: d.properties.message_id().as_ref().map(|s| s.to_string()),
+            headers_depth,
+            outcome,
+            record_depth: depth(&record.headers),
+        })
+    })
+}
+
+const BODY: &[u8] = br#"{"id":"P","status":"s","versi":1}"#;
+
+/// Encoded properties: `x-pesanan-id = P`, `extra` under the key `x-extra`
+/// (an encoded value), message id `m-1`.
+fn with_extra(extra: Vec<u8>) -> Vec<u8> {
+    let table = wire::table(&[
+        (b"x-pesanan-id".as_slice(), wire::text(b"P")),
+        (b"x-extra".as_slice(), extra),
+    ]);
+    wire::properties(&table, b"m-1")
+}
+
+/// Whether nesting level `i` is an array (else a table).
+type ArrayAt = fn(usize) -> bool;
+
+/// Header tables nested from 0 to 25,000 levels (125 KB), arrays, tables
+/// or both: parsed without deep recursion, refused beyond the contract's
+/// depth (the codec keeps levels beyond 32 as bytes), and the record's
+/// copy is cut at that depth.
+#[test]
+fn deep_encoded_headers_are_parsed_and_refused_as_too_deep() {
+    let shapes: [(&str, ArrayAt); 3] = [
+        ("arrays", |_| true),
+        ("tables", |_| false),
+        ("alternating", |i| i % 2 == 0),
+    ];
+    for levels in [0, 1, 3, 15, 16, 17, 31, 32, 33, 64, 1_000, 20_000, 25_000] {
+        for (shape, array_at) in shapes {
+            let value = wire::nested(levels, array_at, &wire::text(b"leaf"));
+            let read = read_encoded(with_extra(value), BODY.to_vec())
+                .unwrap_or_else(|| panic!("{levels} levels of {shape}: the codec refused it"));
+            // The header table is the codec's first level of 32.
+            assert_eq!(read.headers_depth, levels.min(31), "{levels} {shape}");
+            let want = if levels <= MAX_HEADERS_DEPTH {
+                Ok(1)
+            } else {
+                Err(Rejection::HeadersTooDeep)
+            };
+            assert_eq!(read.outcome, want, "{levels} levels of {shape}");
+            assert!(
+                read.record_depth <= MAX_HEADERS_DEPTH + 1,
+                "{levels} {shape}: record {} deep",
+                read.record_depth
+            );
+        }
+    }
+}
+
+/// One encoded value: a leaf of any type, bytes that may be anything.
+fn encoded_leaf() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..40).prop_map(|b| wire::text(&b)),
+        any::<i64>().prop_map(|n| [&[b'l'][..], &n.to_be_bytes()].concat()),
+        any::<bool>().prop_map(|b| vec![b't', u8::from(b)]),
+        Just(vec![b'V']),
+        proptest::collection::vec(any::<u8>(), 0..16).prop_map(|b| {
+            let mut out = vec![b'x'];
+            wire::longstr(&mut out, &b);
+            out
+        }),
+    ]
+}
+
+/// Field tables as a hostile producer may encode them: deep, wide, and
+/// valid ones with bytes flipped, cut or inserted (wrong lengths, unknown
+/// type octets, keys that are not UTF-8), and plain noise.
+fn encoded_table() -> impl Strategy<Value = Vec<u8>> {
+    let deep = (0..300usize, any::<u64>(), encoded_leaf()).prop_map(|(levels, seed, leaf)| {
+        let value = wire::nested(levels, |i| (seed >> (i % 64)) & 1 == 1, &leaf);
+        wire::table(&[
+            (b"x-pesanan-id".as_slice(), wire::text(b"P")),
+            (b"d", value),
+        ])
+    });
+    let wide = proptest::collection::vec(
+        (
+            proptest::collection::vec(any::<u8>(), 0..12),
+            encoded_leaf(),
+        ),
+        0..400,
+    )
+    .prop_map(|entries| {
+        let mut all: Vec<(&[u8], Vec<u8>)> = entries
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.clone()))
+            .collect();
+        all.push((b"x-pesanan-id", wire::text(b"P")));
+        wire::table(&all)
+    });
+    let valid = prop_oneof![deep, wide];
+    let mutated = (
+        valid.clone(),
+        proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0..3u8), 1..6),
+    )
+        .prop_map(|(mut bytes, edits)| {
+            for (at, byte, kind) in edits {
+                let i = at.index(bytes.len().max(1));
+                match kind {
+                    0 if i < bytes.len() => bytes[i] = byte,
+                    1 => bytes.truncate(i),
+                    _ => bytes.insert(i.min(bytes.len()), byte),
+                }
+            }
+            bytes
+        });
+    let noise = proptest::collection::vec(any::<u8>(), 0..200).prop_map(|b| {
+        let mut out = Vec::new();
+        wire::longstr(&mut out, &b);
+        out
+    });
+    prop_oneof![valid, mutated, noise]
+}
+
+proptest! {
+    #![proptest_config(cases(256))]
+
+    /// Whatever table bytes and message id bytes arrive: the codec parses
+    /// or refuses them without a panic or deep recursion, and what it
+    /// parses ends in a contract outcome with a record that fits `jsonb`.
+    #[test]
+    fn encoded_tables_of_any_shape_end_in_a_contract_outcome(
+        table in encoded_table(),
+        message_id in proptest::collection::vec(any::<u8>(), 0..=255),
+    ) {
+        let properties = wire::properties(&table, &message_id);
+        if let Some(read) = read_encoded(properties, BODY.to_vec()) {
+            prop_assert_ne!(read.outcome, Err(Rejection::DeliveryLimit));
+            prop_assert!(read.headers_depth <= 31, "the codec bounds parsed depth");
+            if read.headers_depth > MAX_HEADERS_DEPTH {
+                prop_assert_eq!(read.outcome, Err(Rejection::HeadersTooDeep));
+            }
+            prop_assert!(read.record_depth <= MAX_HEADERS_DEPTH + 1);
+            let id = read.message_id.unwrap_or_default();
+            prop_assert!(id.len() <= 255);
+            if read.outcome.is_ok() {
+                prop_assert_eq!(id.as_bytes(), &message_id[..], "a decoded id is the bytes sent");
+            }
+        }
+    }
+
+    /// A short string (the message id, a header name) that is not UTF-8 is
+    /// read lossily, never longer than 255 bytes, and an id read so is
+    /// refused: the producer meant bytes urutan no longer has.
+    #[test]
+    fn lossy_short_strings_are_read_and_refused(
+        message_id in prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..=255),
+            proptest::collection::vec(prop_oneof![Just(0xffu8), 0x80..0xc0u8], 1..=255),
+        ],
+        key in proptest::collection::vec(any::<u8>(), 0..=255),
+    ) {
+        let table = wire::table(&[
+            (b"x-pesanan-id".as_slice(), wire::text(b"P")),
+            (key.as_slice(), wire::text(b"v")),
+        ]);
+        let read = read_encoded(wire::properties(&table, &message_id), BODY.to_vec());
+        let read = read.ok_or_else(|| TestCaseError::fail("the codec refused a short string"))?;
+        let id = read.message_id.unwrap_or_default();
+        prop_assert!(id.len() <= 255);
+        let want = match std::str::from_utf8(&message_id) {
+            _ if message_id.is_empty() => Err(Rejection::InvalidMessageId),
+            _ if id.contains('\0') => Err(Rejection::NulCharacter),
+            Ok(text) if urutan::message::is_plain_id(text) => Ok(1),
+            _ => Err(Rejection::InvalidMessageId),
+        };
+        prop_assert_eq!(read.outcome, want);
     }
 }

@@ -208,6 +208,7 @@ fn events_by_task(work: Workload, tasks: u16) -> Vec<Vec<Event>> {
             timestamp: None,
             body: &msg.body,
             headers_bytes: 0,
+            headers_depth: 0,
         };
         let event = decode(&env, 1 << 20).expect("the workload is valid");
         split[(i % work.entities) % usize::from(tasks)].push(event);

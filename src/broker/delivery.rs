@@ -1,7 +1,7 @@
 //! Lifting a lapin delivery into the contract's envelope (no copies).
 
 use lapin::message::Delivery;
-use lapin::types::{AMQPType, AMQPValue};
+use lapin::types::{AMQPType, AMQPValue, FieldTable};
 
 use crate::message::{EntityHeader, Envelope};
 
@@ -21,35 +21,51 @@ pub fn envelope(delivery: &Delivery) -> Envelope<'_> {
         Some(AMQPValue::ShortString(s)) => EntityHeader::Text(s.as_str().as_bytes()),
         Some(other) => EntityHeader::OtherType(type_name(other.get_type())),
     };
+    let (headers_bytes, headers_depth) = props.headers().as_ref().map_or((0, 0), table_shape);
     Envelope {
         message_id: props.message_id().as_ref().map(|s| s.as_str()),
         entity_header,
         delivery_mode: *props.delivery_mode(),
         timestamp: *props.timestamp(),
         body: &delivery.data,
-        headers_bytes: props.headers().as_ref().map_or(0, table_bytes),
+        headers_bytes,
+        headers_depth,
     }
 }
 
-/// Encoded size of a field table (AMQP 0-9-1: key as short string, type
-/// octet, value), nested values included.
-fn table_bytes(table: &lapin::types::FieldTable) -> usize {
-    4 + table
-        .inner()
-        .iter()
-        .map(|(key, value)| 1 + key.as_str().len() + value_bytes(value))
-        .sum::<usize>()
-}
-
-fn value_bytes(value: &AMQPValue) -> usize {
-    1 + match value {
-        AMQPValue::ShortString(s) => 1 + s.as_str().len(),
-        AMQPValue::LongString(s) => 4 + s.as_bytes().len(),
-        AMQPValue::ByteArray(b) => 4 + b.as_slice().len(),
-        AMQPValue::FieldTable(t) => table_bytes(t),
-        AMQPValue::FieldArray(a) => 4 + a.as_slice().iter().map(value_bytes).sum::<usize>(),
-        _ => 8, // numbers, booleans, timestamps, decimals, void: at most 8
+/// Encoded size (AMQP 0-9-1: key as short string, type octet, value) and
+/// nesting depth of a header table, see [`Envelope::headers_bytes`] and
+/// [`Envelope::headers_depth`]. Iterative, with a stack of the tables and
+/// arrays still to visit: no recursion, whatever the producer nested.
+fn table_shape(table: &FieldTable) -> (usize, usize) {
+    let (mut bytes, mut depth) = (4, 0);
+    let mut todo: Vec<(&AMQPValue, usize)> = Vec::new();
+    for (key, value) in table.inner() {
+        bytes += 1 + key.as_str().len();
+        todo.push((value, 1));
     }
+    while let Some((value, level)) = todo.pop() {
+        bytes += 1 + match value {
+            AMQPValue::ShortString(s) => 1 + s.as_str().len(),
+            AMQPValue::LongString(s) => 4 + s.as_bytes().len(),
+            AMQPValue::ByteArray(b) => 4 + b.as_slice().len(),
+            AMQPValue::FieldTable(t) => {
+                depth = depth.max(level);
+                for (key, value) in t.inner() {
+                    bytes += 1 + key.as_str().len();
+                    todo.push((value, level + 1));
+                }
+                4
+            }
+            AMQPValue::FieldArray(a) => {
+                depth = depth.max(level);
+                todo.extend(a.as_slice().iter().map(|v| (v, level + 1)));
+                4
+            }
+            _ => 8, // numbers, booleans, timestamps, decimals, void: at most 8
+        };
+    }
+    (bytes, depth)
 }
 
 /// How many times the queue has handed this message out before (quorum

@@ -8,6 +8,8 @@ use lapin::types::{AMQPValue, FieldTable};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use crate::message;
+
 /// Largest header JSON kept; larger tables are summarised.
 const HEADERS_KEPT: usize = 64 * 1024;
 
@@ -50,10 +52,20 @@ pub fn properties_json(props: &BasicProperties) -> Value {
     Value::Object(out)
 }
 
+/// Deepest nesting of header tables and arrays kept in JSON; deeper ones
+/// are replaced by [`TOO_DEEP`]. The same bound as the contract's
+/// ([`message::MAX_HEADERS_DEPTH`]): a record always fits `jsonb`, and
+/// the copy recurses at most this deep.
+const DEPTH_KEPT: usize = message::MAX_HEADERS_DEPTH;
+
+/// What stands in for a table or array nested deeper than [`DEPTH_KEPT`].
+pub const TOO_DEEP: &str = "x-urutan-truncated: nested too deep, not kept";
+
 /// A header table as JSON; a table larger than [`HEADERS_KEPT`] once
-/// converted is replaced by a summary (its size and names).
+/// converted is replaced by a summary (its size and names), and tables or
+/// arrays nested deeper than [`DEPTH_KEPT`] by [`TOO_DEEP`].
 pub fn headers_json(table: &FieldTable) -> Value {
-    let full = table_json(table);
+    let full = table_json(table, 1);
     let size = full.to_string().len();
     if size <= HEADERS_KEPT {
         return full;
@@ -67,20 +79,26 @@ pub fn headers_json(table: &FieldTable) -> Value {
     json!({"x-urutan-truncated": format!("{size} bytes of headers, not kept"), "names": names})
 }
 
-fn table_json(table: &FieldTable) -> Value {
+/// `table` as a JSON object; `level` is its own nesting level (the header
+/// table is level 1).
+fn table_json(table: &FieldTable, level: usize) -> Value {
     Value::Object(
         table
             .inner()
             .iter()
-            .map(|(k, v)| (clean(k.as_str()), value_json(v)))
+            .map(|(k, v)| (clean(k.as_str()), value_json(v, level)))
             .collect(),
     )
 }
 
 /// An AMQP value as JSON: numbers and booleans as such, strings lossy
-/// UTF-8, byte arrays as hex, timestamps as seconds, decimals as text.
-fn value_json(value: &AMQPValue) -> Value {
+/// UTF-8, byte arrays as hex, timestamps as seconds, decimals as text;
+/// `level` is the nesting level of the table or array holding it.
+fn value_json(value: &AMQPValue, level: usize) -> Value {
     match value {
+        AMQPValue::FieldArray(_) | AMQPValue::FieldTable(_) if level > DEPTH_KEPT => {
+            Value::String(TOO_DEEP.to_owned())
+        }
         AMQPValue::Boolean(b) => json!(b),
         AMQPValue::ShortShortInt(n) => json!(n),
         AMQPValue::ShortShortUInt(n) => json!(n),
@@ -97,9 +115,14 @@ fn value_json(value: &AMQPValue) -> Value {
         }
         AMQPValue::ShortString(s) => Value::String(clean(s.as_str())),
         AMQPValue::LongString(s) => Value::String(lossy(s.as_bytes())),
-        AMQPValue::FieldArray(a) => Value::Array(a.as_slice().iter().map(value_json).collect()),
+        AMQPValue::FieldArray(a) => Value::Array(
+            a.as_slice()
+                .iter()
+                .map(|v| value_json(v, level + 1))
+                .collect(),
+        ),
         AMQPValue::Timestamp(t) => json!(t),
-        AMQPValue::FieldTable(t) => table_json(t),
+        AMQPValue::FieldTable(t) => table_json(t, level + 1),
         AMQPValue::ByteArray(b) => {
             let hex: String = b.as_slice().iter().map(|b| format!("{b:02x}")).collect();
             Value::String(format!("0x{hex}"))

@@ -19,7 +19,7 @@ mod amqp;
 use crate::broker::delivery;
 use crate::message::{self, Rejection};
 use crate::store::NewDeadLetter;
-pub use amqp::{Death, clean, deaths, headers_json, properties_json};
+pub use amqp::{Death, TOO_DEEP, clean, deaths, headers_json, properties_json};
 
 /// Body bytes kept in the record (`dlq show` shows a capped view of it).
 pub const BODY_KEPT: usize = 64 * 1024;
@@ -39,10 +39,13 @@ pub fn is_added_header(name: &str) -> bool {
         || name.starts_with("x-last-death-")
 }
 
-/// The contract's message id (1-255 bytes, no NUL), if the message has one.
+/// The contract's message id (1-255 bytes, no NUL, plain text: see
+/// [`message::is_plain_id`]), if the message has one. An id the codec
+/// decoded lossily is not one: two different ids may read the same.
 pub fn valid_message_id(props: &BasicProperties) -> Option<&str> {
     let id = props.message_id().as_ref()?.as_str();
-    (!id.is_empty() && id.len() <= 255 && !id.contains('\0')).then_some(id)
+    let valid = !id.is_empty() && id.len() <= 255 && !id.contains('\0');
+    (valid && message::is_plain_id(id)).then_some(id)
 }
 
 /// The key that identifies a dead-lettered delivery across redeliveries,
@@ -271,6 +274,7 @@ mod tests {
         assert_eq!(delivery_key(&props(Some("m-1"), &[]), b"{}"), "m-1");
         assert!(delivery_key(&props(Some(""), &[]), b"{}").starts_with("sha256:"));
         assert!(delivery_key(&props(Some("a\0b"), &[]), b"{}").starts_with("sha256:"));
+        assert!(delivery_key(&props(Some("id-\u{fffd}"), &[]), b"{}").starts_with("sha256:"));
     }
 
     #[test]
@@ -305,6 +309,42 @@ mod tests {
         let big = props(None, &[("big", text(&"x".repeat(70_000)))]);
         let json = headers_json(big.headers().as_ref().expect("headers"));
         assert!(json.get("x-urutan-truncated").is_some(), "{json}");
+    }
+
+    /// Nesting depth of arrays and objects (a scalar is 0).
+    fn json_depth(v: &Value) -> usize {
+        match v {
+            Value::Array(a) => 1 + a.iter().map(json_depth).max().unwrap_or(0),
+            Value::Object(o) => 1 + o.values().map(json_depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn headers_nested_too_deep_are_cut_with_a_marker() {
+        let nested = |levels: usize| {
+            let mut value = text("leaf");
+            for level in 0..levels {
+                value = if level % 2 == 0 {
+                    AMQPValue::FieldArray(FieldArray::from(vec![value]))
+                } else {
+                    let mut t = FieldTable::default();
+                    t.insert("k".into(), value);
+                    AMQPValue::FieldTable(t)
+                };
+            }
+            props(None, &[("deep", value)])
+        };
+        // Within the contract's depth: kept whole.
+        let kept = nested(message::MAX_HEADERS_DEPTH);
+        let json = headers_json(kept.headers().as_ref().expect("headers"));
+        assert_eq!(json_depth(&json), message::MAX_HEADERS_DEPTH + 1, "{json}");
+        assert!(!json.to_string().contains(amqp::TOO_DEEP));
+        // Deeper (up to what the patched codec parses): cut at that depth.
+        let deep = nested(40);
+        let json = headers_json(deep.headers().as_ref().expect("headers"));
+        assert_eq!(json_depth(&json), message::MAX_HEADERS_DEPTH + 1, "{json}");
+        assert!(json.to_string().contains(amqp::TOO_DEEP), "{json}");
     }
 
     #[test]

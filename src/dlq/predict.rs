@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::rows::{self, Candidate};
 use super::{Ctx, ReplayArgs, walk};
+use crate::dead_letter;
 use crate::message::{self, EntityHeader, Envelope, Rejection};
 use crate::store;
 
@@ -89,6 +90,12 @@ async fn predict(ctx: &Ctx, c: &Candidate) -> Result<String, sqlx::Error> {
         timestamp: props.get("timestamp").and_then(Value::as_u64),
         body: &c.body,
         headers_bytes: if c.headers.0.get("x-urutan-truncated").is_some() {
+            usize::MAX
+        } else {
+            0
+        },
+        // The record cut what nested deeper than the contract allows.
+        headers_depth: if c.headers.0.to_string().contains(dead_letter::TOO_DEEP) {
             usize::MAX
         } else {
             0

@@ -43,8 +43,9 @@ pub enum StoreError {
         source: sqlx::Error,
     },
     /// The database refused this message's data (an SQL data or integrity
-    /// exception): requeue it, so the delivery limit dead-letters it if it
-    /// keeps failing.
+    /// exception, or a program limit such as `stack depth limit exceeded`
+    /// that the data hit): requeue it, so the delivery limit dead-letters
+    /// it if it keeps failing. Retrying the same data cannot succeed.
     #[error("the database refused the message's data: {0}")]
     Refused(#[source] sqlx::Error),
 }
@@ -75,7 +76,9 @@ impl From<sqlx::Error> for StoreError {
                     c if c.starts_with("08") || c.starts_with("57") || c.starts_with("53") => {
                         RetryReason::Connection
                     }
-                    c if c.starts_with("22") || c.starts_with("23") => {
+                    // 22 data exception, 23 integrity constraint violation,
+                    // 54 program limit exceeded (e.g. 54001 stack depth).
+                    c if c.starts_with("22") || c.starts_with("23") || c.starts_with("54") => {
                         return Self::Refused(source);
                     }
                     _ => RetryReason::Database,

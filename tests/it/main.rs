@@ -12,6 +12,7 @@ mod effects;
 mod failover;
 mod forged_marker;
 mod handoff;
+mod hostile;
 #[path = "../support/http.rs"]
 mod http;
 mod interleave;
@@ -38,3 +39,5 @@ mod shard_isolation;
 mod shrink_race;
 mod silence;
 mod topology;
+#[path = "../support/wire.rs"]
+mod wire;

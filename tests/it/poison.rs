@@ -280,11 +280,10 @@ async fn retention_purges_only_expired_ids() {
     assert_eq!(again, 0);
 }
 
-/// lapin reads `message_id` as UTF-8 (AMQP only says "octets"), so such a
-/// delivery fails inside the client: the connection drops and the message
-/// comes back until the queue's delivery limit dead-letters it (x-death
-/// reason `delivery_limit`). Costly (a reconnect per delivery) but nothing
-/// is lost, the message is isolated and the shard keeps its order.
+/// A `message_id` that is not UTF-8 (AMQP only says "octets") is read
+/// lossily by the patched codec and refused by urutan (`invalid_message_id`,
+/// see `hostile.rs`): nothing is lost, the message is isolated and the
+/// shard keeps its order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_id_that_is_not_utf8_is_dead_lettered_and_the_shard_flows() {
     let env = TestEnv::new("poison_utf8").await;

@@ -7,20 +7,12 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::wire::{self, longstr, shortstr};
+
 const FRAME_METHOD: u8 = 1;
 const FRAME_HEADER: u8 = 2;
 const FRAME_BODY: u8 = 3;
 const FRAME_END: u8 = 0xCE;
-
-fn shortstr(out: &mut Vec<u8>, s: &[u8]) {
-    out.push(u8::try_from(s.len()).expect("short string"));
-    out.extend_from_slice(s);
-}
-
-fn longstr(out: &mut Vec<u8>, s: &[u8]) {
-    out.extend_from_slice(&u32::try_from(s.len()).expect("long").to_be_bytes());
-    out.extend_from_slice(s);
-}
 
 fn method(class: u16, method: u16, args: &[u8]) -> Vec<u8> {
     let mut payload = Vec::with_capacity(4 + args.len());
@@ -76,6 +68,25 @@ pub async fn publish_raw(
     headers: &[(&str, &str)],
     body: &[u8],
 ) {
+    let entries: Vec<(&[u8], Vec<u8>)> = headers
+        .iter()
+        .map(|(key, value)| (key.as_bytes(), wire::text(value.as_bytes())))
+        .collect();
+    let properties = wire::properties(&wire::table(&entries), message_id);
+    publish_raw_to(vhost, "", routing_key, &properties, body).await;
+}
+
+/// Publishes one message with `properties` exactly as encoded (see
+/// `tests/support/wire.rs`) to `exchange` with `routing_key` in `vhost`,
+/// as guest, and closes cleanly (so the broker has routed it). The content
+/// header must fit one frame (128 KiB by default).
+pub async fn publish_raw_to(
+    vhost: &str,
+    exchange: &str,
+    routing_key: &str,
+    properties: &[u8],
+    body: &[u8],
+) {
     let run = async {
         let mut c = Conn(
             TcpStream::connect(crate::common::amqp_addr())
@@ -105,26 +116,16 @@ pub async fn publish_raw(
         c.expect(20, 11).await;
 
         let mut publish = 0u16.to_be_bytes().to_vec();
-        shortstr(&mut publish, b""); // default exchange
+        shortstr(&mut publish, exchange.as_bytes());
         shortstr(&mut publish, routing_key.as_bytes());
         publish.push(0);
         c.send(FRAME_METHOD, 1, &method(60, 40, &publish)).await;
 
-        // Content header: class, weight, body size, flags, then the
-        // properties in flag order (headers, delivery-mode, message-id).
+        // Content header: class, weight, body size, then the properties.
         let mut header = 60u16.to_be_bytes().to_vec();
         header.extend_from_slice(&0u16.to_be_bytes());
         header.extend_from_slice(&(body.len() as u64).to_be_bytes());
-        header.extend_from_slice(&(0x2000u16 | 0x1000 | 0x0080).to_be_bytes());
-        let mut table = Vec::new();
-        for (key, value) in headers {
-            shortstr(&mut table, key.as_bytes());
-            table.push(b'S');
-            longstr(&mut table, value.as_bytes());
-        }
-        longstr(&mut header, &table);
-        header.push(2); // persistent
-        shortstr(&mut header, message_id);
+        header.extend_from_slice(properties);
         c.send(FRAME_HEADER, 1, &header).await;
         c.send(FRAME_BODY, 1, body).await;
 
