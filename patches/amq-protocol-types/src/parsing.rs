@@ -337,7 +337,13 @@ pub fn parse_field_table<I: ParsableInput>(i: I) -> ParserResult<I, FieldTable> 
                 ),
                 FieldTable::default,
                 |mut acc, (key, value)| {
-                    acc.insert(key, value);
+                    // A key repeated in one table keeps its FIRST value:
+                    // RabbitMQ reads the first (`rabbit_misc:table_lookup`),
+                    // e.g. for the header a consistent-hash exchange routes
+                    // by, so the consumer must see what the broker acted on.
+                    if !acc.contains_key(key.as_str()) {
+                        acc.insert(key, value);
+                    }
                     acc
                 },
             )),
@@ -705,5 +711,21 @@ mod test {
         long.extend(std::iter::repeat_n(0xffu8, 255));
         let (_, s) = parse_short_string(&long[..]).expect("parses");
         assert_eq!(s.as_str().chars().count(), 85);
+    }
+
+    #[test]
+    fn test_parse_field_table_repeated_key_keeps_the_first() {
+        // {"k": "a", "k": "b"}: two entries with the same key.
+        let mut entries = Vec::new();
+        for v in [b'a', b'b'] {
+            entries.extend_from_slice(&[1, b'k', b'S', 0, 0, 0, 1, v]);
+        }
+        let mut encoded = (entries.len() as u32).to_be_bytes().to_vec();
+        encoded.extend_from_slice(&entries);
+        let (_, table) = parse_field_table(&encoded[..]).expect("parses");
+        assert_eq!(
+            table.inner().get("k"),
+            Some(&AMQPValue::LongString("a".into()))
+        );
     }
 }
