@@ -156,7 +156,7 @@ async fn consume_until_shutdown(
         let Some(connected) = connected else {
             return Ok(());
         };
-        let (conn, prepared) = connected?;
+        let (conn, node, prepared) = connected?;
         let Prepared {
             plan,
             epoch,
@@ -207,6 +207,7 @@ async fn consume_until_shutdown(
         let link = Arc::new(Link {
             broker: settings.broker(),
             names: names.clone(),
+            node: node.into(),
             sentinel,
             restart_seen: CancellationToken::new(),
         });
@@ -251,10 +252,10 @@ async fn connect_and_mark(
     settings: &Settings,
     names: &Names,
     pool: &PgPool,
-) -> Result<(lapin::Connection, Prepared), PrepareError> {
-    let conn = broker::connect(&settings.broker(), "urutan run").await?;
+) -> Result<(lapin::Connection, usize, Prepared), PrepareError> {
+    let (conn, node) = broker::connect_indexed(&settings.broker(), "urutan run").await?;
     let prepared = prepare_topology(settings, names, pool, &conn, false).await?;
-    Ok((conn, prepared))
+    Ok((conn, node, prepared))
 }
 
 /// Starts one worker per consumed shard, each on a broker connection of its

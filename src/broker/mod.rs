@@ -61,22 +61,35 @@ static NEXT_NODE: std::sync::LazyLock<AtomicUsize> =
 /// No automatic recovery: the supervisor rebuilds connections itself, which
 /// keeps the recovery path one we test.
 pub async fn connect(nodes: &BrokerUrls, name: &str) -> Result<Connection, BrokerError> {
+    Ok(connect_indexed(nodes, name).await?.0)
+}
+
+/// [`connect`], and the index in `nodes` of the node it connected to.
+pub async fn connect_indexed(
+    nodes: &BrokerUrls,
+    name: &str,
+) -> Result<(Connection, usize), BrokerError> {
     connect_from(nodes, name, NEXT_NODE.load(Ordering::Relaxed)).await
 }
 
-/// [`connect`], but starting at the node this process connected to last,
-/// so the connections of one pool stay on one node and move on together
+/// [`connect`], but starting at node `node` and setting it to the node
+/// connected to: the connections of one pool stay on one node and move on
 /// only when it fails.
-pub async fn connect_beside(nodes: &BrokerUrls, name: &str) -> Result<Connection, BrokerError> {
-    let last = NEXT_NODE.load(Ordering::Relaxed).wrapping_sub(1);
-    connect_from(nodes, name, last).await
+pub async fn connect_on(
+    nodes: &BrokerUrls,
+    name: &str,
+    node: &AtomicUsize,
+) -> Result<Connection, BrokerError> {
+    let (conn, index) = connect_from(nodes, name, node.load(Ordering::Relaxed)).await?;
+    node.store(index, Ordering::Relaxed);
+    Ok(conn)
 }
 
 async fn connect_from(
     nodes: &BrokerUrls,
     name: &str,
     start: usize,
-) -> Result<Connection, BrokerError> {
+) -> Result<(Connection, usize), BrokerError> {
     let urls = nodes.nodes();
     let limit = if urls.len() == 1 {
         CALL_TIMEOUT
@@ -93,7 +106,7 @@ async fn connect_from(
                 Ok(Ok(conn)) => {
                     NEXT_NODE.store(index + 1, Ordering::Relaxed);
                     info!(%node, connection = name, "connected to the broker");
-                    return Ok(conn);
+                    return Ok((conn, index));
                 }
                 Ok(Err(e)) => BrokerError::Amqp(e),
                 Err(_) => BrokerError::HandshakeTimeout {

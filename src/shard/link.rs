@@ -14,6 +14,7 @@
 //! consumes nothing and asks the pool to prepare again.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
@@ -34,6 +35,9 @@ const STABLE: Duration = Duration::from_secs(30);
 pub struct Link {
     pub broker: BrokerUrls,
     pub names: Names,
+    /// The node (index in `broker`) the shards connect to first: the one
+    /// the pool's connection uses, until a shard finds it down.
+    pub node: AtomicUsize,
     /// The restart sentinel was in place after the pool prepared: a probe
     /// tells whether the broker restarted since. Without it (a user that may
     /// not declare it), every reconnect counts as a restart, as it does for
@@ -106,7 +110,7 @@ impl ShardWorker {
             let assume_restart = reconnect || tries > 0;
             tries += 1;
             let attempt = async {
-                let conn = broker::connect_beside(&link.broker, name).await?;
+                let conn = broker::connect_on(&link.broker, name, &link.node).await?;
                 let restarted = if link.sentinel {
                     restart::restarted(&conn, &link.names).await
                 } else {
