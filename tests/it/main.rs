@@ -33,4 +33,5 @@ mod scratch;
 mod secrets;
 mod shrink_race;
 mod silence;
+mod tooling;
 mod topology;
