@@ -39,7 +39,7 @@ $$;
 
 CREATE FUNCTION public.urutan_efek_aktif() RETURNS boolean
     LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path TO '$user', 'public'
+    SET search_path TO 'public', 'pg_temp'
     AS $$
     SELECT EXISTS (SELECT 1 FROM urutan_efek_rute)
 $$;
@@ -51,7 +51,7 @@ $$;
 
 CREATE FUNCTION public.urutan_efek_catat() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO '$user', 'public'
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 DECLARE
     v_versi BIGINT;
@@ -119,7 +119,7 @@ $$;
 
 CREATE FUNCTION public.urutan_efek_kepala_baru() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO '$user', 'public'
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
     INSERT INTO urutan_efek_kepala AS k (pesanan_id, siap_pada)
@@ -137,7 +137,7 @@ $$;
 
 CREATE FUNCTION public.urutan_efek_kepala_lagi() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO '$user', 'public'
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
     INSERT INTO urutan_efek_kepala AS k (pesanan_id, siap_pada)

@@ -44,4 +44,5 @@ pub mod shard;
 pub mod store;
 pub mod supervisor;
 pub mod telemetry;
+pub mod terminal;
 pub mod verify;

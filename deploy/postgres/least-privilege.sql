@@ -58,6 +58,11 @@ SELECT current_database() AS dbname \gset
 
 BEGIN;
 
+-- Only the roles granted below (and the owner) may connect, and none may
+-- create temporary objects: PostgreSQL gives every role (PUBLIC) CONNECT
+-- and TEMPORARY on a new database.
+REVOKE CONNECT, TEMPORARY ON DATABASE :"dbname" FROM PUBLIC;
+
 SELECT NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'worker_role') AS missing \gset
 \if :missing
 CREATE ROLE :"worker_role" LOGIN;
@@ -149,8 +154,14 @@ GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"operator_role";
 GRANT SELECT, DELETE ON urutan_dikembalikan TO :"operator_role";
 -- What a replayed message became: applied, stale, duplicate or parked.
 GRANT SELECT ON pesanan, pesan_diproses, pesanan_riwayat, urutan_parkir TO :"operator_role";
--- Dead-lettered effects: listed and set pending again (`dlq --effects`).
-GRANT SELECT, UPDATE ON urutan_efek TO :"operator_role";
+-- Dead-lettered effects: listed and set pending again (`dlq --effects`):
+-- their state, attempts and lease only, never what is sent (isi, message_id,
+-- pesanan_id, versi, tujuan). A table-wide UPDATE of an older run of this
+-- script is taken back first.
+GRANT SELECT ON urutan_efek TO :"operator_role";
+REVOKE UPDATE ON urutan_efek FROM :"operator_role";
+GRANT UPDATE (keadaan, percobaan, coba_pada, sewa_sampai, sewa_oleh, selesai_pada)
+    ON urutan_efek TO :"operator_role";
 GRANT SELECT ON urutan_efek_tujuan TO :"operator_role";
 \endif
 

@@ -654,6 +654,6 @@ fn print_report(
     let dead = lock(&stats.dead_letters);
     println!("dead-lettered ({}):", dead.len());
     for (id, reason) in dead.iter() {
-        println!("  {id}: {reason}");
+        println!("  {}: {reason}", urutan::terminal::Clean(id));
     }
 }

@@ -39,7 +39,7 @@ pub(super) async fn list(ctx: &Ctx, args: &ListArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", json!({ "effects": rows }));
     } else {
-        print!("{}", table(&rows));
+        print!("{}", crate::terminal::Lines(&table(&rows)));
     }
     Ok(())
 }
@@ -176,10 +176,11 @@ fn print_report(report: &[Replayed], json: bool) -> anyhow::Result<()> {
     }
     for r in report {
         let e = &r.effect;
-        println!(
+        let line = format!(
             "effect {} ({} versi {} -> {}): {}",
             e.effect, e.order_id, e.versi, e.endpoint, r.result
         );
+        println!("{}", crate::terminal::Clean(&line));
     }
     Ok(())
 }

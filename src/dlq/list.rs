@@ -56,7 +56,7 @@ pub(super) async fn list(ctx: &Ctx, args: &ListArgs) -> anyhow::Result<()> {
         println!("no dead-lettered message matches");
         return Ok(());
     }
-    print!("{}", table(&rows));
+    print!("{}", crate::terminal::Lines(&table(&rows)));
     if rows.len() as u32 == args.limit {
         println!("(first {} shown: --limit)", args.limit);
     }
@@ -92,6 +92,7 @@ fn table(rows: &[Listed]) -> String {
                     .unwrap_or_else(|| short_key(&r.delivery_key)),
                 shorten(&r.detail, 70),
             ]
+            .map(|cell| crate::terminal::clean(&cell))
         })
         .collect();
     let mut widths = header.map(str::len);

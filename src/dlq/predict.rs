@@ -40,14 +40,15 @@ pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, ids: &[String]) -> any
     );
     for Predicted { record, prediction } in &candidates {
         let who = record.message_id.as_deref().unwrap_or(&record.delivery_key);
-        println!("  {who} [{}]: {prediction}", record.reason);
+        let line = format!("{who} [{}]: {prediction}", record.reason);
+        println!("  {}", crate::terminal::Clean(&line));
     }
     for id in ids {
         let found = candidates.iter().any(|p| {
             p.record.delivery_key == *id || p.record.message_id.as_deref() == Some(id.as_str())
         });
         if !found {
-            println!("  {id}: no record in the DLQ");
+            println!("  {}: no record in the DLQ", crate::terminal::Clean(id));
         }
     }
     if let Some(n) = unrecorded.filter(|n| *n > 0) {

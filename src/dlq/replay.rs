@@ -297,7 +297,8 @@ fn report(ctx: &Ctx, replayed: &[Replayed], json: bool) -> anyhow::Result<()> {
                 (Some(o), None) => format!(" (order {o})"),
                 _ => String::new(),
             };
-            println!("  {who}{order}: {}", r.became.describe());
+            let line = format!("{who}{order}: {}", r.became.describe());
+            println!("  {}", crate::terminal::Clean(&line));
         }
     }
     anyhow::ensure!(

@@ -22,12 +22,17 @@ pub(crate) struct Row {
     pub reason: String,
     /// Its x-death is stored.
     pub has_death: bool,
+    /// The routing key the worker saw (`recorded_by = 'worker'`); a record
+    /// written from the queue has only what the message's `x-death` says,
+    /// which its producer may have written: `None` then.
+    pub worker_routing_key: Option<String>,
 }
 
 /// The unresolved record of `key`.
 pub(crate) async fn find_row(db: &PgPool, key: &str) -> Result<Option<Row>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, message_id, pesanan_id, versi, reason, x_death IS NOT NULL AS has_death
+        "SELECT id, message_id, pesanan_id, versi, reason, x_death IS NOT NULL AS has_death,
+                CASE WHEN recorded_by = 'worker' THEN routing_key END AS worker_routing_key
          FROM urutan_dead_letter WHERE delivery_key = $1 AND resolved_at IS NULL",
     )
     .bind(key)

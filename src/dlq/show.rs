@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::rows::{self, Shown};
 use super::{Ctx, ShowArgs, walk};
+use crate::terminal::{Clean, Lines};
 
 /// The newest record of `id` (a message id or a delivery key), the one
 /// still in the DLQ first.
@@ -44,7 +45,8 @@ pub(super) async fn show(ctx: &Ctx, args: &ShowArgs) -> anyhow::Result<()> {
         value["queue_note"] = json!(note);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        print!("{}", render(ctx, &shown, args.body_bytes, note.as_deref()));
+        let text = render(ctx, &shown, args.body_bytes, note.as_deref());
+        print!("{}", Lines(&text));
     }
     Ok(())
 }
@@ -91,7 +93,7 @@ fn time(t: DateTime<Utc>) -> String {
 fn render(ctx: &Ctx, r: &Shown, body_bytes: usize, note: Option<&str>) -> String {
     let mut out = String::new();
     let mut line = |label: &str, value: String| {
-        let _ = writeln!(out, "{label:<14}{value}");
+        let _ = writeln!(out, "{label:<14}{}", Clean(&value));
     };
     let id = r
         .message_id
@@ -136,7 +138,7 @@ fn render(ctx: &Ctx, r: &Shown, body_bytes: usize, note: Option<&str>) -> String
         // x-death below; the delivery count is the broker's, of one delivery.
         let shown = |name: &str| name != "x-death" && name != "x-delivery-count";
         for (name, value) in headers.iter().filter(|(n, _)| shown(n)) {
-            let _ = writeln!(out, "  {name}: {value}");
+            let _ = writeln!(out, "  {}: {}", Clean(name), Clean(&value.to_string()));
         }
     }
     let _ = writeln!(out, "x-death");
@@ -147,15 +149,15 @@ fn render(ctx: &Ctx, r: &Shown, body_bytes: usize, note: Option<&str>) -> String
                     .time
                     .and_then(|s| DateTime::from_timestamp(i64::try_from(s).ok()?, 0))
                     .map_or_else(|| "?".into(), time);
-                let _ = writeln!(
-                    out,
-                    "  {} from {} at {at}, count {} (exchange `{}`, routing keys {})",
+                let line = format!(
+                    "{} from {} at {at}, count {} (exchange `{}`, routing keys {})",
                     d.reason,
                     d.queue,
                     d.count,
                     d.exchange,
                     d.routing_keys.join(", ")
                 );
+                let _ = writeln!(out, "  {}", Clean(&line));
             }
         }
         (_, Some(note)) => {

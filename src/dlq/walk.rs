@@ -233,7 +233,7 @@ impl<'a> Walker<'a> {
     /// the old row resolved, so it is recorded anew, never absorbed.
     /// A publish that is not confirmed keeps the message in the DLQ.
     pub async fn replay(&self, taken: Taken) -> Result<Published, DlqError> {
-        let routing_key = self.replay_routing_key(&taken.delivery);
+        let routing_key = self.replay_routing_key(&taken);
         let mut tx = self.db.begin().await?;
         if let (Some(row), false) = (&taken.row, taken.copy) {
             resolve(&mut *tx, row.id, "replayed").await?;
@@ -272,12 +272,20 @@ impl<'a> Walker<'a> {
         ack(&taken.delivery).await
     }
 
-    /// The message's original routing key, if the entry exchange routes it
-    /// (its binding is `<prefix>.#`); else `<prefix>.replay` (a message
-    /// first published straight to the hash exchange or a queue): the hash
-    /// exchange routes on the `x-pesanan-id` header alone.
-    fn replay_routing_key(&self, delivery: &Delivery) -> String {
-        let (_, key) = dead_letter::original_route(delivery);
+    /// Where a replay goes is urutan's choice, never the message's: always
+    /// the entry exchange (whose `<prefix>.#` binding leads to the hash
+    /// exchange, which routes on the `x-pesanan-id` header alone), with the
+    /// routing key the worker recorded when it saw the message, if the
+    /// entry exchange routes it; else `<prefix>.replay`. The message's own
+    /// `x-death` is not read: a producer can write one (the broker keeps a
+    /// producer's entry that names the same queue and reason, count
+    /// raised), naming any exchange and routing key.
+    fn replay_routing_key(&self, taken: &Taken) -> String {
+        let recorded = taken
+            .row
+            .as_ref()
+            .and_then(|r| r.worker_routing_key.clone());
+        let key = recorded.unwrap_or_default();
         let prefix = self.names.entry_exchange();
         let routed = key == prefix || key.starts_with(&format!("{prefix}."));
         if routed {
@@ -346,16 +354,48 @@ async fn ack(delivery: &Delivery) -> Result<(), DlqError> {
     }
 }
 
-/// `props` with only the headers `keep` accepts.
+/// `props` with only the headers `keep` accepts, and without `user_id`.
+///
+/// The broker refuses a publish whose `user_id` is not the publishing
+/// connection's user (406 PRECONDITION_FAILED, closing the channel): a
+/// producer's `user_id` kept would stop every walk at that message. It is
+/// in the message's record (`properties`), and nothing in urutan reads it.
 fn with_headers(props: &BasicProperties, keep: impl Fn(&str) -> bool) -> BasicProperties {
-    let Some(headers) = props.headers() else {
-        return props.clone();
-    };
-    let mut kept = FieldTable::default();
-    for (name, value) in headers.inner() {
-        if keep(name.as_str()) {
-            kept.insert(name.clone(), value.clone());
+    let mut out = without_user_id(props);
+    if let Some(headers) = props.headers() {
+        let mut kept = FieldTable::default();
+        for (name, value) in headers.inner() {
+            if keep(name.as_str()) {
+                kept.insert(name.clone(), value.clone());
+            }
         }
+        out = out.with_headers(kept);
     }
-    props.clone().with_headers(kept)
+    out
+}
+
+/// `props` minus `user_id` (lapin's properties have no way to unset one).
+fn without_user_id(props: &BasicProperties) -> BasicProperties {
+    let mut out = BasicProperties::default();
+    macro_rules! copy {
+        ($($get:ident => $set:ident),*) => {
+            $(if let Some(v) = props.$get() { out = out.$set(v.clone()); })*
+        };
+    }
+    copy!(
+        content_type => with_content_type,
+        content_encoding => with_content_encoding,
+        headers => with_headers,
+        delivery_mode => with_delivery_mode,
+        priority => with_priority,
+        correlation_id => with_correlation_id,
+        reply_to => with_reply_to,
+        expiration => with_expiration,
+        message_id => with_message_id,
+        timestamp => with_timestamp,
+        kind => with_type,
+        app_id => with_app_id,
+        cluster_id => with_cluster_id
+    );
+    out
 }

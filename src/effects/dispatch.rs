@@ -309,7 +309,7 @@ fn decide(
     match send::classify(answer) {
         Verdict::Sent => {
             metrics::counter!(m::SENT_TOTAL, "endpoint" => endpoint.to_owned()).increment(1);
-            debug!(order = %order.0, versi = order.1, message_id = %order.2, endpoint, "effect sent");
+            debug!(order = ?order.0, versi = order.1, message_id = ?order.2, endpoint, "effect sent");
             Recorded::Sent {
                 code: code.unwrap_or(200),
             }
@@ -324,7 +324,7 @@ fn decide(
             );
             metrics::counter!(m::RETRIES_TOTAL, "endpoint" => endpoint.to_owned(), "reason" => reason)
                 .increment(1);
-            info!(order = %order.0, versi = order.1, message_id = %order.2, endpoint, reason,
+            info!(order = ?order.0, versi = order.1, message_id = ?order.2, endpoint, reason,
                   attempt = effect.percobaan, retry_in = ?after, "effect not delivered; will retry");
             Recorded::Retry {
                 code,
@@ -339,7 +339,7 @@ fn decide(
             };
             metrics::counter!(m::DEAD_LETTERS_TOTAL, "endpoint" => endpoint.to_owned(), "reason" => reason)
                 .increment(1);
-            warn!(order = %order.0, versi = order.1, message_id = %order.2, endpoint, reason,
+            warn!(order = ?order.0, versi = order.1, message_id = ?order.2, endpoint, reason,
                   code, attempt = effect.percobaan, "effect dead-lettered");
             Recorded::Dead { code, answer: text }
         }
@@ -356,7 +356,7 @@ async fn record(shared: &Shared, effect: &Claimed, recorded: &Recorded) {
         match store::record(&shared.pool, effect.efek, effect.percobaan, recorded).await {
             Ok(true) => return,
             Ok(false) => {
-                warn!(order = %effect.pesanan_id, versi = effect.versi, message_id = %effect.message_id,
+                warn!(order = ?effect.pesanan_id, versi = effect.versi, message_id = ?effect.message_id,
                       "lost the claim of an effect before recording its result (lease expired)");
                 return;
             }
@@ -366,7 +366,7 @@ async fn record(shared: &Shared, effect: &Claimed, recorded: &Recorded) {
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
             Err(e) => {
-                warn!(error = %e, order = %effect.pesanan_id, versi = effect.versi,
+                warn!(error = %e, order = ?effect.pesanan_id, versi = effect.versi,
                       "cannot record an effect's result; it will be sent again with the same key");
                 return;
             }

@@ -59,7 +59,7 @@ pub async fn status(settings: &Settings, options: &status::StatusOptions) -> Res
             }
         }
     } else {
-        print!("{found}");
+        print!("{}", crate::terminal::Lines(&found.to_string()));
     }
     match found.exit_code {
         EXIT_OK => Ok(()),
@@ -86,7 +86,7 @@ pub async fn explain(settings: &Settings, order_id: &str) -> Result<(), Exit> {
         );
         return Err(Exit(EXIT_ATTENTION));
     }
-    print!("{found}");
+    print!("{}", crate::terminal::Lines(&found.to_string()));
     if let Err(e) = &found.queues {
         eprintln!("urutan explain: queue depths unknown: {e}");
         return Err(Exit(EXIT_UNREACHABLE));

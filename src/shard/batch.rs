@@ -196,7 +196,7 @@ impl ShardWorker {
                 return Checked::Event(event);
             };
             last_error = Some(hooks::panic_message(panic.as_ref()));
-            error!(message_id = %event.message_id, attempt, "the handler panicked on this message");
+            error!(message_id = ?event.message_id, attempt, "the handler panicked on this message");
             metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => RetryReason::Panic.label())
                 .increment(1);
         }

@@ -38,6 +38,7 @@ mod secrets;
 mod shard_isolation;
 mod shrink_race;
 mod silence;
+mod tooling;
 mod topology;
 #[path = "../support/wire.rs"]
 mod wire;

@@ -144,3 +144,75 @@ async fn least_privilege_roles_run_the_pipeline_and_nothing_more() {
         .await;
     admin.close().await;
 }
+
+/// What the least-privilege script and the migrations close (issue 29):
+/// PUBLIC may neither connect to the database nor create temporary objects;
+/// the operator may set a dead-lettered effect pending again but not
+/// rewrite what it sends; a SECURITY DEFINER function reads its own
+/// tables, never a caller's temporary table of the same name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_has_no_connect_or_temp_and_definer_functions_ignore_pg_temp() {
+    let env = TestEnv::new("privilege_pub").await;
+    let admin = env.db().await; // the owner applies the migrations
+    let roles = PgRoles::create(&env, &["operator"]);
+    let public: (bool, bool) = sqlx::query_as(
+        "SELECT has_database_privilege('public', current_database(), 'CONNECT'),
+                has_database_privilege('public', current_database(), 'TEMPORARY')",
+    )
+    .fetch_one(&admin)
+    .await
+    .expect("privileges");
+    assert_eq!(public, (false, false), "PUBLIC keeps CONNECT/TEMPORARY");
+    assert_eq!(
+        refusal(&roles.secret_url("worker"), "CREATE TEMP TABLE t (x int)")
+            .await
+            .as_deref(),
+        Some("42501"),
+        "the worker may create temporary tables"
+    );
+
+    let operator = roles.secret_url("operator");
+    for sql in [
+        "UPDATE urutan_efek SET isi = '{}'",
+        "UPDATE urutan_efek SET message_id = 'x'",
+        "UPDATE urutan_efek SET tujuan = 1",
+    ] {
+        assert_eq!(
+            refusal(&operator, sql).await.as_deref(),
+            Some("42501"),
+            "the operator may run {sql}"
+        );
+    }
+    let replay = "UPDATE urutan_efek SET keadaan = 'menunggu', percobaan = 0, coba_pada = now(),
+                  sewa_sampai = NULL, sewa_oleh = NULL, selesai_pada = NULL
+                  WHERE keadaan = 'gagal' AND efek = ANY('{1}')";
+    assert_eq!(refusal(&operator, replay).await, None, "replay --effects");
+
+    // No route is configured; a temporary table says there is one.
+    let mut conn = admin.acquire().await.expect("a connection");
+    sqlx::query("CREATE TEMP TABLE urutan_efek_rute (status text)")
+        .execute(&mut *conn)
+        .await
+        .expect("temp table");
+    sqlx::query("INSERT INTO pg_temp.urutan_efek_rute VALUES ('*')")
+        .execute(&mut *conn)
+        .await
+        .expect("temp row");
+    let active: bool = sqlx::query_scalar("SELECT urutan_efek_aktif()")
+        .fetch_one(&mut *conn)
+        .await
+        .expect("urutan_efek_aktif");
+    assert!(!active, "the function read the caller's temporary table");
+    let unsafe_paths: Vec<String> = sqlx::query_scalar(
+        "SELECT p.proname::text FROM pg_proc p
+         WHERE p.prosecdef AND p.pronamespace = current_schema()::regnamespace
+           AND NOT coalesce(p.proconfig, '{}') @> ARRAY['search_path=public, pg_temp']",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .expect("definer functions");
+    assert!(
+        unsafe_paths.is_empty(),
+        "search_path not pinned: {unsafe_paths:?}"
+    );
+}
