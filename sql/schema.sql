@@ -217,7 +217,7 @@ $$;
 
 CREATE FUNCTION public.urutan_epoch_pangkas(p_simpan integer) RETURNS bigint
     LANGUAGE sql SECURITY DEFINER
-    SET search_path TO '$user', 'public', 'pg_temp'
+    SET search_path TO 'public', 'pg_temp'
     AS $$
     WITH batas AS (
         SELECT least(

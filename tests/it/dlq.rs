@@ -982,13 +982,13 @@ async fn a_refused_message_is_found_fixed_and_replayed() {
     }
 }
 
-/// A message lapin cannot parse (a `message_id` that is not UTF-8) drops
-/// the connection whenever it is taken. The first walk that meets it records
-/// it (reason `unreadable`) and says how to remove it; `list` then stops
-/// walking by itself (each try would spend one of its deliveries); once it
-/// is removed, a complete walk resolves its record.
+/// A `message_id` that is not UTF-8 once made lapin drop the connection
+/// whenever the walk took it (the message was then recorded as
+/// `unreadable` and had to be removed by hand). The patched codec reads it
+/// lossily: it is listed like any other dead letter, on one connection, and
+/// `purge` removes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_message_is_recorded_once_and_not_walked_again() {
+async fn a_message_id_that_is_not_utf8_is_listed_and_purged_like_any_other() {
     let env = TestEnv::new("dlq_unreadable").await;
     env.db().await.close().await;
     let conn = env.broker().await;
@@ -996,64 +996,22 @@ async fn an_unreadable_message_is_recorded_once_and_not_walked_again() {
         .await
         .expect("topology");
     let body = br#"{"id":"A","status":"baru","versi":2}"#;
-    let id = b"id-\xff\xfe";
     crate::raw_amqp::publish_raw(
         &env.vhost,
         "pesanan.dlq",
-        id,
+        b"id-\xff\xfe",
         &[("x-pesanan-id", "A")],
         body,
     )
     .await;
-    let first = urutan(&env, &[], &["dlq", "list", "--json"]).await;
-    assert!(first.ok(), "{first}");
-    assert!(
-        first
-            .stderr
-            .contains("warning: a message in pesanan.dlq cannot be read"),
-        "{first}"
-    );
-    let listed: serde_json::Value = serde_json::from_str(&first.stdout).expect("JSON");
-    assert_eq!(listed["messages"][0]["reason"], "unreadable", "{listed}");
-    env.publisher()
-        .await
-        .send_to("", "pesanan.dlq", &not_json("bad-1", "A"))
-        .await;
-    let started = std::time::Instant::now();
-    let again = urutan(&env, &[], &["dlq", "list"]).await;
-    assert!(
-        again.ok() && again.stderr.contains("cannot be read"),
-        "{again}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "it walked again: {again}"
-    );
-    let purge = urutan(&env, &[], &["dlq", "purge", "--yes"]).await;
-    assert_eq!(purge.code, Some(1), "{purge}");
-    assert!(
-        purge.stderr.contains("remove it with the management UI"),
-        "{purge}"
-    );
-    // One line of ours (lapin logs its parse error itself).
-    assert_eq!(purge.error_lines(), 1, "{purge}");
-    assert!(
-        queue_len(&conn, "pesanan.dlq").await >= 1,
-        "the unreadable message stays"
-    );
-
-    // Removed by hand (here: both messages), then a complete walk.
-    sh(
-        "rabbitmqctl",
-        &["-q", "purge_queue", "-p", &env.vhost, "pesanan.dlq"],
-    );
+    let listed = urutan(&env, &[], &["dlq", "list", "--json"]).await;
+    assert!(listed.ok(), "{listed}");
+    assert!(!listed.stderr.contains("cannot be read"), "{listed}");
+    let json: serde_json::Value = serde_json::from_str(&listed.stdout).expect("JSON");
+    let messages = json["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 1, "{json}");
+    assert_ne!(messages[0]["reason"], "unreadable", "{json}");
     let purge = urutan(&env, &[], &["dlq", "purge", "--yes"]).await;
     assert!(purge.ok(), "{purge}");
-    let db = env.db().await;
-    let rows = records(&db).await;
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(
-        (rows[0].0.as_str(), rows[0].7.as_deref()),
-        ("unreadable:pesanan.dlq", Some("purged"))
-    );
+    assert_eq!(queue_len(&conn, "pesanan.dlq").await, 0, "purged");
 }
