@@ -592,7 +592,9 @@ CREATE TABLE public.outbox (
     routing_key text NOT NULL,
     payload jsonb NOT NULL,
     dibuat_pada timestamp with time zone DEFAULT now() NOT NULL,
-    dikirim_pada timestamp with time zone
+    dikirim_pada timestamp with time zone,
+    unroutable_at timestamp with time zone,
+    unroutable_reason text
 );
 
 
@@ -699,6 +701,7 @@ CREATE TABLE public.urutan_dead_letter (
     body bytea DEFAULT '\x'::bytea NOT NULL,
     body_bytes integer DEFAULT 0 NOT NULL,
     x_death jsonb,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT urutan_dead_letter_check CHECK (((resolved_at IS NULL) = (resolution IS NULL))),
     CONSTRAINT urutan_dead_letter_recorded_by_check CHECK ((recorded_by = ANY (ARRAY['worker'::text, 'queue'::text]))),
     CONSTRAINT urutan_dead_letter_resolution_check CHECK ((resolution = ANY (ARRAY['replayed'::text, 'purged'::text])))
@@ -1210,6 +1213,13 @@ ALTER TABLE ONLY public.urutan_shard
 
 
 --
+-- Name: outbox_unroutable_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX outbox_unroutable_idx ON public.outbox USING btree (id) WHERE ((unroutable_at IS NOT NULL) AND (dikirim_pada IS NULL));
+
+
+--
 -- Name: outbox_unsent_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1263,6 +1273,13 @@ CREATE INDEX urutan_dead_letter_resolved_idx ON public.urutan_dead_letter USING 
 --
 
 CREATE UNIQUE INDEX urutan_dead_letter_unresolved_key ON public.urutan_dead_letter USING btree (delivery_key) WHERE (resolved_at IS NULL);
+
+
+--
+-- Name: urutan_dead_letter_unresolved_recorded_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_dead_letter_unresolved_recorded_idx ON public.urutan_dead_letter USING btree (recorded_at) WHERE (resolved_at IS NULL);
 
 
 --

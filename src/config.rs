@@ -97,6 +97,12 @@ pub struct Settings {
     #[arg(long, env = "DEAD_LETTER_RETENTION", default_value = "90d", value_parser = parse_duration)]
     pub dead_letter_retention: Duration,
 
+    /// How long a dead-letter record is kept while unresolved (its message
+    /// still in the DLQ or lost from it), counted from when it was recorded,
+    /// e.g. `90d`. Bounds the table under a flood of poison messages.
+    #[arg(long, env = "DEAD_LETTER_UNRESOLVED_RETENTION", default_value = "90d", value_parser = parse_duration)]
+    pub dead_letter_unresolved_retention: Duration,
+
     /// Log format: `text` or `json` (level from `RUST_LOG`).
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -466,6 +472,10 @@ mod tests {
         assert_eq!(s.metrics_addr.to_string(), "0.0.0.0:9464");
         assert_eq!(s.dedup_retention, Duration::from_secs(30 * 86_400));
         assert_eq!(s.dead_letter_retention, Duration::from_secs(90 * 86_400));
+        assert_eq!(
+            s.dead_letter_unresolved_retention,
+            Duration::from_secs(90 * 86_400)
+        );
         assert_eq!(s.log_format, LogFormat::Text);
         assert_eq!(s.topology_prefix, "pesanan");
         assert_eq!(s.max_body_bytes, 1_048_576);

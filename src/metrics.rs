@@ -17,6 +17,8 @@ pub const END_TO_END_LAG_SECONDS: &str = "urutan_end_to_end_lag_seconds";
 pub const BROKER_RECONNECTS_TOTAL: &str = "urutan_broker_reconnects_total";
 pub const OUTBOX_PUBLISHED_TOTAL: &str = "urutan_outbox_published_total";
 pub const OUTBOX_BACKLOG: &str = "urutan_outbox_backlog";
+pub const OUTBOX_UNROUTABLE_TOTAL: &str = "urutan_outbox_unroutable_total";
+pub const OUTBOX_UNROUTABLE: &str = "urutan_outbox_unroutable";
 pub const HANDOFFS_TOTAL: &str = "urutan_handoffs_total";
 pub const PARKED_MESSAGES: &str = "urutan_parked_messages";
 pub const PARKED_TOTAL: &str = "urutan_parked_total";
@@ -162,6 +164,7 @@ pub fn register_worker() {
 /// Registers the series of `urutan relay` at zero (see [`register_worker`]).
 pub fn register_relay() {
     metrics::counter!(OUTBOX_PUBLISHED_TOTAL).increment(0);
+    metrics::counter!(OUTBOX_UNROUTABLE_TOTAL).increment(0);
     metrics::counter!(EPOCHS_TOTAL).increment(0);
     metrics::counter!(BROKER_RECONNECTS_TOTAL).increment(0);
     let _ = metrics::histogram!(OUTBOX_PUBLISH_DURATION_SECONDS);
@@ -271,7 +274,18 @@ fn describe() {
         OUTBOX_PUBLISHED_TOTAL,
         "Outbox rows published and confirmed."
     );
-    describe_gauge!(OUTBOX_BACKLOG, "Outbox rows not yet sent.");
+    describe_gauge!(
+        OUTBOX_BACKLOG,
+        "Outbox rows not yet sent (set-aside unroutable rows excluded)."
+    );
+    describe_counter!(
+        OUTBOX_UNROUTABLE_TOTAL,
+        "Outbox rows set aside because the broker returned them (routing key outside the entry binding)."
+    );
+    describe_gauge!(
+        OUTBOX_UNROUTABLE,
+        "Outbox rows set aside as unroutable, waiting for an operator."
+    );
     describe_gauge!(
         READY,
         "1 while /readyz answers 200 (broker and database reachable, every owned shard consuming), else 0."

@@ -46,6 +46,13 @@ impl Names {
     pub fn entry_binding_key(&self) -> String {
         format!("{}.#", self.prefix)
     }
+    /// Whether the entry binding matches `routing_key` (topic `<prefix>.#`:
+    /// the prefix itself, or the prefix and a dot).
+    pub fn routes(&self, routing_key: &str) -> bool {
+        routing_key
+            .strip_prefix(self.prefix.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    }
     /// The non-durable exchange whose absence tells that the broker
     /// restarted (see [`crate::broker::restart`]).
     pub fn restart_sentinel(&self) -> String {

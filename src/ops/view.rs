@@ -128,7 +128,15 @@ impl fmt::Display for Status {
                 let oldest = o.oldest_unsent_at.map_or(String::new(), |t| {
                     format!(", the oldest {} old", age(now, t))
                 });
-                writeln!(f, "{:<13}{} unsent{oldest}; {relay}", "outbox", o.unsent)?;
+                let aside = match o.unroutable {
+                    0 => String::new(),
+                    n => format!(", {n} set aside as unroutable"),
+                };
+                writeln!(
+                    f,
+                    "{:<13}{} unsent{oldest}{aside}; {relay}",
+                    "outbox", o.unsent
+                )?;
             }
             None => writeln!(f, "{:<13}unknown (database not read)", "outbox")?,
         }

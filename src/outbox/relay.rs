@@ -10,6 +10,11 @@
 //!   one row per aggregate; a wave's confirms are awaited before the next
 //!   wave, and a `basic.nack` or `basic.return` stops the batch, so no row
 //!   of an aggregate is ever published for the first time after a later one;
+//! - except an unroutable row: returned with a routing key outside
+//!   `<prefix>.#` (the entry exchange's only binding), which no retry can
+//!   route. It is set aside (`unroutable_at`, `unroutable_reason`), never
+//!   retried until an operator clears the mark, and the rows behind it,
+//!   its aggregate's included, go on (docs/security.md);
 //! - `dikirim_pada` is set only for confirmed rows, in the transaction that
 //!   locked them; anything else stays unsent and is published again (the
 //!   worker absorbs the duplicate by message id).
@@ -229,7 +234,7 @@ impl Relay {
         }
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT id, agregat_id, routing_key, payload::text AS payload, dibuat_pada
-             FROM outbox WHERE dikirim_pada IS NULL
+             FROM outbox WHERE dikirim_pada IS NULL AND unroutable_at IS NULL
              ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
         )
         .bind(self.relay.relay_batch)
@@ -241,16 +246,31 @@ impl Relay {
         }
         let exchange = names.entry_exchange();
         let mut confirmed = Vec::with_capacity(rows.len());
+        let mut unroutable = Vec::new();
         for wave in waves(&rows) {
             let started = Instant::now();
             let mut pending = Vec::with_capacity(wave.len());
             for &i in &wave {
-                pending.push((rows[i].id, publish(channel, &exchange, &rows[i]).await?));
+                pending.push((&rows[i], publish(channel, &exchange, &rows[i]).await?));
             }
             let mut complete = true;
-            for (id, confirm) in pending {
+            for (row, confirm) in pending {
+                let id = row.id;
                 match call("publisher confirm", confirm).await? {
                     Confirmation::Ack(None) => confirmed.push(id),
+                    Confirmation::Ack(Some(returned)) if !names.routes(&row.routing_key) => {
+                        warn!(
+                            outbox_id = id,
+                            "unroutable (returned, routing key outside the entry binding); set aside"
+                        );
+                        let reason = format!(
+                            "returned by the broker ({} {}): the routing key is outside `{}`",
+                            returned.reply_code,
+                            returned.reply_text,
+                            names.entry_binding_key()
+                        );
+                        unroutable.push((id, reason));
+                    }
                     Confirmation::Ack(Some(_)) => {
                         warn!(
                             outbox_id = id,
@@ -277,9 +297,11 @@ impl Relay {
             .bind(&confirmed)
             .execute(&mut *tx)
             .await?;
+        set_aside(&mut tx, &unroutable).await?;
         tx.commit().await?;
         metrics::counter!(m::OUTBOX_PUBLISHED_TOTAL).increment(confirmed.len() as u64);
-        if confirmed.len() < rows.len() {
+        metrics::counter!(m::OUTBOX_UNROUTABLE_TOTAL).increment(unroutable.len() as u64);
+        if confirmed.len() + unroutable.len() < rows.len() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         Ok(Some(confirmed.len()))
@@ -387,11 +409,31 @@ async fn listen(url: &SecretUrl) -> Result<PgListener, sqlx::Error> {
     Ok(listener)
 }
 
-async fn update_backlog(db: &mut PgConnection) -> Result<(), sqlx::Error> {
-    let backlog: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL")
-        .fetch_one(&mut *db)
+/// Marks rows the broker cannot route, with why; the operator clears the
+/// mark to retry (migration 0017).
+async fn set_aside(tx: &mut PgConnection, rows: &[(i64, String)]) -> Result<(), sqlx::Error> {
+    for (id, reason) in rows {
+        sqlx::query(
+            "UPDATE outbox SET unroutable_at = now(), unroutable_reason = $2 WHERE id = $1",
+        )
+        .bind(id)
+        .bind(reason)
+        .execute(&mut *tx)
         .await?;
+    }
+    Ok(())
+}
+
+async fn update_backlog(db: &mut PgConnection) -> Result<(), sqlx::Error> {
+    let (backlog, unroutable): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE unroutable_at IS NULL),
+                count(*) FILTER (WHERE unroutable_at IS NOT NULL)
+         FROM outbox WHERE dikirim_pada IS NULL",
+    )
+    .fetch_one(&mut *db)
+    .await?;
     metrics::gauge!(m::OUTBOX_BACKLOG).set(backlog as f64);
+    metrics::gauge!(m::OUTBOX_UNROUTABLE).set(unroutable as f64);
     Ok(())
 }
 
@@ -434,6 +476,17 @@ mod tests {
             routing_key: "pesanan.x".into(),
             payload: "{}".into(),
             dibuat_pada: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn only_keys_outside_the_entry_binding_are_unroutable() {
+        let names = Names::new("pesanan");
+        for key in ["pesanan", "pesanan.x", "pesanan.jakarta.dibuat", "pesanan."] {
+            assert!(names.routes(key), "{key}");
+        }
+        for key in ["nowhere.x", "pesananx", "pesanan-hash", "", "x.pesanan"] {
+            assert!(!names.routes(key), "{key}");
         }
     }
 

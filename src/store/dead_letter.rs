@@ -1,6 +1,7 @@
 //! Dead-letter records (`urutan_dead_letter`, migration 0008): written by a
 //! worker before it rejects a delivery into the DLQ, read and resolved by
-//! `urutan dlq`, purged after `DEAD_LETTER_RETENTION` once resolved.
+//! `urutan dlq`, purged after `DEAD_LETTER_RETENTION` once resolved and after
+//! `DEAD_LETTER_UNRESOLVED_RETENTION` if never resolved.
 //!
 //! Invariant: at most one unresolved row per delivery key (a partial unique
 //! index). Recording is `ON CONFLICT DO NOTHING`, so a redelivery of a
@@ -108,33 +109,39 @@ pub async fn record_dead_letters(
     Ok(())
 }
 
-/// Rows deleted per statement.
-const BATCH: i64 = 5_000;
-
 /// Deletes resolved dead-letter rows resolved longer than `retention` ago,
-/// [`BATCH`] per statement. Unresolved rows stay: their message is still in
-/// the DLQ. Returns how many rows went.
+/// in batches. Returns how many rows went.
 pub async fn purge_resolved_dead_letters(
     pool: &PgPool,
     retention: Duration,
 ) -> Result<u64, sqlx::Error> {
-    let mut total = 0;
-    loop {
-        let deleted = sqlx::query(
-            "DELETE FROM urutan_dead_letter WHERE id IN (
-                 SELECT id FROM urutan_dead_letter
-                 WHERE resolved_at < now() - make_interval(secs => $1)
-                 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(retention.as_secs_f64())
-        .bind(BATCH)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        total += deleted;
-        if deleted < BATCH as u64 {
-            return Ok(total);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    super::retention::purge_in_batches(
+        pool,
+        "DELETE FROM urutan_dead_letter WHERE id IN (
+             SELECT id FROM urutan_dead_letter
+             WHERE resolved_at < now() - make_interval(secs => $1)
+             LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        retention,
+    )
+    .await
+}
+
+/// Deletes unresolved dead-letter rows recorded longer than `retention` ago
+/// (`recorded_at`: urutan's clock, not a producer-influenced x-death time),
+/// in batches, so a flood of poison cannot grow the table without bound. A
+/// message still in the DLQ is recorded again (`recorded_by = 'queue'`) the
+/// next time `urutan dlq` walks the queue. Returns how many rows went.
+pub async fn purge_unresolved_dead_letters(
+    pool: &PgPool,
+    retention: Duration,
+) -> Result<u64, sqlx::Error> {
+    super::retention::purge_in_batches(
+        pool,
+        "DELETE FROM urutan_dead_letter WHERE id IN (
+             SELECT id FROM urutan_dead_letter
+             WHERE resolved_at IS NULL AND recorded_at < now() - make_interval(secs => $1)
+             LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        retention,
+    )
+    .await
 }

@@ -22,7 +22,8 @@ pub use apply::{
     record_returned,
 };
 pub use dead_letter::{
-    NewDeadLetter, insert_dead_letter, purge_resolved_dead_letters, record_dead_letters,
+    NewDeadLetter, insert_dead_letter, purge_resolved_dead_letters, purge_unresolved_dead_letters,
+    record_dead_letters,
 };
 pub use read::{Standing, processed_at, processed_for, standing, stored_version};
 pub use retention::{Retention, purge_expired, run_retention};

@@ -1,6 +1,8 @@
-//! Retention: processed message ids older than `DEDUP_RETENTION`, and
-//! dead-letter records resolved longer than `DEAD_LETTER_RETENTION` ago, are
-//! deleted in bounded batches, so the workers never wait on a long delete.
+//! Retention: processed message ids older than `DEDUP_RETENTION`,
+//! dead-letter records resolved longer than `DEAD_LETTER_RETENTION` ago, and
+//! unresolved ones recorded longer than `DEAD_LETTER_UNRESOLVED_RETENTION`
+//! ago, are deleted in bounded batches ([`purge_in_batches`]), so the
+//! workers never wait on a long delete.
 
 use std::time::Duration;
 
@@ -17,19 +19,33 @@ const EVERY: Duration = Duration::from_secs(300);
 /// per transaction (rows locked by another purger are skipped). Returns how
 /// many rows went.
 pub async fn purge_expired(pool: &PgPool, retention: Duration) -> Result<u64, sqlx::Error> {
+    purge_in_batches(
+        pool,
+        "DELETE FROM pesan_diproses WHERE message_id IN (
+             SELECT message_id FROM pesan_diproses
+             WHERE diproses_pada < now() - make_interval(secs => $1)
+             LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        retention,
+    )
+    .await
+}
+
+/// Runs `delete` (binding `$1` = `retention` in seconds, `$2` = [`BATCH`])
+/// until it deletes fewer than `BATCH` rows, pausing between batches; every
+/// retention of the store goes through here. Returns how many rows went.
+pub(super) async fn purge_in_batches(
+    pool: &PgPool,
+    delete: &'static str,
+    retention: Duration,
+) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {
-        let deleted = sqlx::query(
-            "DELETE FROM pesan_diproses WHERE message_id IN (
-                 SELECT message_id FROM pesan_diproses
-                 WHERE diproses_pada < now() - make_interval(secs => $1)
-                 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(retention.as_secs_f64())
-        .bind(BATCH)
-        .execute(pool)
-        .await?
-        .rows_affected();
+        let deleted = sqlx::query(delete)
+            .bind(retention.as_secs_f64())
+            .bind(BATCH)
+            .execute(pool)
+            .await?
+            .rows_affected();
         total += deleted;
         if deleted < BATCH as u64 {
             return Ok(total);
@@ -46,14 +62,18 @@ pub struct Retention {
     pub dedup: Duration,
     /// Resolved dead-letter records (`DEAD_LETTER_RETENTION`).
     pub dead_letters: Duration,
+    /// Unresolved dead-letter records (`DEAD_LETTER_UNRESOLVED_RETENTION`).
+    pub unresolved_dead_letters: Duration,
 }
 
 impl Retention {
-    /// What the settings keep (`DEDUP_RETENTION`, `DEAD_LETTER_RETENTION`).
+    /// What the settings keep (`DEDUP_RETENTION`, `DEAD_LETTER_RETENTION`,
+    /// `DEAD_LETTER_UNRESOLVED_RETENTION`).
     pub fn of(settings: &crate::config::Settings) -> Self {
         Self {
             dedup: settings.dedup_retention,
             dead_letters: settings.dead_letter_retention,
+            unresolved_dead_letters: settings.dead_letter_unresolved_retention,
         }
     }
 }
@@ -85,6 +105,23 @@ pub async fn run_retention(pool: PgPool, retention: Retention, shutdown: Cancell
         match purged {
             Ok(0) => {}
             Ok(n) => info!(rows = n, "purged resolved dead-letter records"),
+            Err(e) => warn!(error = %e, "dead-letter retention pass failed; will try again"),
+        }
+        let Some(purged) = shutdown
+            .run_until_cancelled(super::purge_unresolved_dead_letters(
+                &pool,
+                retention.unresolved_dead_letters,
+            ))
+            .await
+        else {
+            return;
+        };
+        match purged {
+            Ok(0) => {}
+            Ok(n) => info!(
+                rows = n,
+                "purged unresolved dead-letter records past their retention"
+            ),
             Err(e) => warn!(error = %e, "dead-letter retention pass failed; will try again"),
         }
         tokio::select! {

@@ -1015,3 +1015,43 @@ async fn a_message_id_that_is_not_utf8_is_listed_and_purged_like_any_other() {
     assert!(purge.ok(), "{purge}");
     assert_eq!(queue_len(&conn, "pesanan.dlq").await, 0, "purged");
 }
+
+/// Issue 29: unresolved dead-letter records are capped too. `urutan run`'s
+/// retention pass deletes those recorded longer than
+/// `DEAD_LETTER_UNRESOLVED_RETENTION` ago; newer unresolved records stay, and
+/// resolved ones still go by `DEAD_LETTER_RETENTION` (from their resolution).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unresolved_dead_letters_expire_after_their_retention() {
+    let env = TestEnv::new("dlq_unresolved_retention").await;
+    let db = env.db().await;
+    sqlx::query(
+        "INSERT INTO urutan_dead_letter (delivery_key, shard, reason, detail, recorded_at,
+             resolved_at, resolution)
+         VALUES ('old-unresolved', 0, 'invalid_json', '', now() - interval '100 days', NULL, NULL),
+                ('new-unresolved', 0, 'invalid_json', '', now() - interval '10 days', NULL, NULL),
+                ('old-resolved', 0, 'invalid_json', '', now() - interval '200 days',
+                 now() - interval '100 days', 'purged'),
+                ('recently-resolved', 0, 'invalid_json', '', now() - interval '200 days',
+                 now() - interval '10 days', 'replayed')",
+    )
+    .execute(&db)
+    .await
+    .expect("records");
+    let mut vars = env.process_env(1);
+    vars.push(("DEAD_LETTER_UNRESOLVED_RETENTION", "90d".to_owned()));
+    vars.push(("DEAD_LETTER_RETENTION", "90d".to_owned()));
+    let mut run = UrutanProcess::start("run", &vars);
+    run.wait_ready().await;
+    wait_for("the retention pass", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move { count(&db, "SELECT count(*) FROM urutan_dead_letter").await == 2 }
+    })
+    .await;
+    let kept: Vec<String> =
+        sqlx::query_scalar("SELECT delivery_key FROM urutan_dead_letter ORDER BY delivery_key")
+            .fetch_all(&db)
+            .await
+            .expect("kept");
+    assert_eq!(kept, ["new-unresolved", "recently-resolved"]);
+    run.stop().await;
+}

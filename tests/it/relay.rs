@@ -917,3 +917,148 @@ async fn an_idle_relay_notices_a_lost_broker_connection() {
     relay.stop().await;
     pool.stop().await;
 }
+
+/// Issue 29: a row whose routing key no binding matches (written with a plain
+/// INSERT, as any producer may) is returned by the broker. It is set aside
+/// with its reason, flagged by `status`, and the rows around it (its own
+/// order's later one included) are published and applied; the relay keeps
+/// running, and clearing the mark retries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unroutable_outbox_row_is_set_aside_and_blocks_nothing() {
+    let _shared = broker_shared().await;
+    let env = TestEnv::new("outbox_unroutable").await;
+    let pool = RunningPool::start(env.settings(2)).await;
+    pool.wait_ready().await;
+    let db = env.db().await;
+    let insert = |agg: &'static str, versi: i64, key: &'static str| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+                 VALUES ('pesanan', $1, $2,
+                         jsonb_build_object('id', $1::text, 'status', 'status-' || $3, 'versi', $3))
+                 RETURNING id",
+            )
+            .bind(agg)
+            .bind(key)
+            .bind(versi)
+            .fetch_one(&db)
+            .await
+            .expect("insert outbox row")
+        }
+    };
+    insert("U-A", 1, "pesanan.x").await;
+    insert("U-B", 1, "pesanan.x").await;
+    let bad = insert("U-A", 2, "nowhere.x").await;
+    insert("U-A", 3, "pesanan.x").await;
+    insert("U-B", 2, "pesanan.x").await;
+    let relay = RunningRelay::start(env.settings(2));
+
+    wait_for(
+        "the good rows to be applied",
+        Duration::from_secs(60),
+        || {
+            let db = db.clone();
+            async move { applied(&db).await == 4 }
+        },
+    )
+    .await;
+    wait_for(
+        "the bad row to be set aside",
+        Duration::from_secs(30),
+        || {
+            let db = db.clone();
+            async move {
+                count(
+                    &db,
+                    "SELECT count(*) FROM outbox WHERE unroutable_at IS NOT NULL
+                   AND unroutable_reason LIKE '%outside `pesanan.#`%'",
+                )
+                .await
+                    == 1
+            }
+        },
+    )
+    .await;
+    let (aside, sent): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
+        sqlx::query_as("SELECT unroutable_reason, dikirim_pada FROM outbox WHERE id = $1")
+            .bind(bad)
+            .fetch_one(&db)
+            .await
+            .expect("bad row");
+    assert!(aside.is_some() && sent.is_none(), "{aside:?} {sent:?}");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL AND unroutable_at IS NULL"
+        )
+        .await,
+        0,
+        "every other row was sent"
+    );
+    let stored: i64 = sqlx::query_scalar("SELECT versi FROM pesanan WHERE id = 'U-A'")
+        .fetch_one(&db)
+        .await
+        .expect("U-A");
+    assert_eq!(
+        stored, 3,
+        "the order's later row overtook the set-aside one"
+    );
+
+    let ran = urutan(&env, &[], &["status", "--json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout)
+        .unwrap_or_else(|e| panic!("status --json is not JSON ({e}):\n{ran}"));
+    let codes: Vec<&str> = json["attention"]
+        .as_array()
+        .expect("attention")
+        .iter()
+        .filter_map(|a| a["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"outbox_unroutable"), "{ran}");
+    assert_ne!(ran.code, Some(0), "{ran}");
+    assert_eq!(json["outbox"]["unroutable"].as_i64(), Some(1), "{ran}");
+    assert_eq!(json["outbox"]["unsent"].as_i64(), Some(0), "{ran}");
+    let scrape = http_get(pool.http, "/metrics").await.1;
+    assert!(metric_sum(&scrape, "urutan_outbox_unroutable_total", &[]) >= 1.0);
+
+    // Still relaying: a new row goes out.
+    assert!(relay.is_active(), "the relay is still active");
+    insert("U-C", 1, "pesanan.x").await;
+    wait_for("a later row to be applied", Duration::from_secs(30), || {
+        let db = db.clone();
+        async move { applied(&db).await == 5 }
+    })
+    .await;
+
+    // The operator fixes the key and clears the mark: it is published (and
+    // is stale for its order, whose v3 is stored).
+    sqlx::query(
+        "UPDATE outbox SET routing_key = 'pesanan.x', unroutable_at = NULL,
+                unroutable_reason = NULL WHERE id = $1",
+    )
+    .bind(bad)
+    .execute(&db)
+    .await
+    .expect("retry");
+    wait_for(
+        "the retried row to be processed",
+        Duration::from_secs(30),
+        || {
+            let db = db.clone();
+            async move {
+                sqlx::query_scalar::<_, bool>(
+                    "SELECT EXISTS (SELECT 1 FROM pesan_diproses WHERE message_id = $1)",
+                )
+                .bind(bad.to_string())
+                .fetch_one(&db)
+                .await
+                .expect("processed")
+            }
+        },
+    )
+    .await;
+    assert_eq!(unsent(&db).await, 0);
+    assert_eq!(applied(&db).await, 5, "the retried v2 was stale");
+    relay.stop().await;
+    pool.stop().await;
+}

@@ -159,6 +159,16 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
             ),
         ));
     }
+    if let Some(o) = status.outbox.as_ref().filter(|o| o.unroutable > 0) {
+        found.push(attention(
+            "outbox_unroutable",
+            format!(
+                "{} outbox row(s) set aside: the broker returned them (routing key outside the \
+                 entry binding); fix the key, then clear `unroutable_at` to retry",
+                o.unroutable
+            ),
+        ));
+    }
     found
 }
 
@@ -233,6 +243,7 @@ mod tests {
             outbox: Some(Outbox {
                 unsent: 0,
                 oldest_unsent_at: None,
+                unroutable: 0,
                 relay: None,
             }),
         }
@@ -291,6 +302,7 @@ mod tests {
         s.outbox = Some(Outbox {
             unsent: 7,
             oldest_unsent_at: Some(minutes_ago(4)),
+            unroutable: 0,
             relay: None,
         });
         assert_eq!(codes(&s), Vec::<&str>::new(), "4 min is not stuck yet");
@@ -300,6 +312,7 @@ mod tests {
         s.outbox = Some(Outbox {
             unsent: 7,
             oldest_unsent_at: Some(minutes_ago(6)),
+            unroutable: 1,
             relay: None,
         });
         assert_eq!(
@@ -308,7 +321,8 @@ mod tests {
                 "window_stuck",
                 "epoch_not_passed",
                 "parked_too_long",
-                "outbox_backlog"
+                "outbox_backlog",
+                "outbox_unroutable"
             ]
         );
         let found = assess(&s, now(), Duration::from_secs(300));

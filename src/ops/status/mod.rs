@@ -110,7 +110,8 @@ pub struct Attention {
     /// Stable: `database_unreachable`, `broker_unreachable`, `not_migrated`,
     /// `no_ring`, `resharding_stuck`, `window_stuck`, `shard_queue_missing`,
     /// `shard_without_consumer`, `epoch_not_passed`, `epoch_unexplained`, `parked_too_long`,
-    /// `dead_letter_queue_missing`, `dead_letters`, `outbox_backlog`.
+    /// `dead_letter_queue_missing`, `dead_letters`, `outbox_backlog`,
+    /// `outbox_unroutable`.
     pub code: &'static str,
     pub message: String,
 }
@@ -209,6 +210,9 @@ pub struct Outbox {
     pub unsent: i64,
     #[serde(serialize_with = "crate::rfc3339::option")]
     pub oldest_unsent_at: Option<DateTime<Utc>>,
+    /// Rows set aside by the relay as unroutable (not in `unsent`): they
+    /// wait for an operator (migration 0017 says how to retry one).
+    pub unroutable: i64,
     /// The session holding the relay's lock (`None`: no relay is active).
     pub relay: Option<Session>,
 }

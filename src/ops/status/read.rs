@@ -154,14 +154,19 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
     .fetch_all(db)
     .await?;
     read.last_applied = applied.into_iter().map(|(s, t)| (shard(s), t)).collect();
-    let (unsent, oldest_unsent_at): (i64, Option<DateTime<Utc>>) =
-        sqlx::query_as("SELECT count(*), min(dibuat_pada) FROM outbox WHERE dikirim_pada IS NULL")
-            .fetch_one(db)
-            .await?;
+    let (unsent, oldest_unsent_at, unroutable): (i64, Option<DateTime<Utc>>, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE unroutable_at IS NULL),
+                    min(dibuat_pada) FILTER (WHERE unroutable_at IS NULL),
+                    count(*) FILTER (WHERE unroutable_at IS NOT NULL)
+             FROM outbox WHERE dikirim_pada IS NULL",
+    )
+    .fetch_one(db)
+    .await?;
     let relay = relay_session(db, names).await?;
     read.outbox = Some(Outbox {
         unsent,
         oldest_unsent_at,
+        unroutable,
         relay,
     });
     Ok(read)
