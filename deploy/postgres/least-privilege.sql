@@ -147,7 +147,13 @@ ALTER ROLE :"operator_role" PASSWORD :'operator_password';
 GRANT CONNECT ON DATABASE :"dbname" TO :"operator_role";
 GRANT USAGE ON SCHEMA public TO :"operator_role";
 GRANT SELECT ON _sqlx_migrations TO :"operator_role";
-GRANT SELECT, INSERT, UPDATE ON urutan_dead_letter TO :"operator_role";
+-- Dead-letter records: read, added for a message found without one, and
+-- resolved (and given the x-death they lacked); never what was recorded
+-- about the message. A table-wide UPDATE of an older run of this script is
+-- taken back first.
+GRANT SELECT, INSERT ON urutan_dead_letter TO :"operator_role";
+REVOKE UPDATE ON urutan_dead_letter FROM :"operator_role";
+GRANT UPDATE (resolved_at, resolution, x_death) ON urutan_dead_letter TO :"operator_role";
 GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"operator_role";
 -- A dead-letter record ends the wait for a returned message (a trigger
 -- deletes it from urutan_dikembalikan).
@@ -183,8 +189,13 @@ GRANT SELECT, INSERT ON urutan_efek_tujuan TO :"dispatcher_role";
 GRANT USAGE ON SEQUENCE urutan_efek_tujuan_tujuan_seq TO :"dispatcher_role";
 GRANT SELECT, INSERT, DELETE ON urutan_efek_rute TO :"dispatcher_role";
 -- Effects: claimed (FOR UPDATE SKIP LOCKED, UPDATE), settled, and purged
--- after EFFECTS_RETENTION.
-GRANT SELECT, UPDATE, DELETE ON urutan_efek TO :"dispatcher_role";
+-- after EFFECTS_RETENTION: their state, attempts, lease and answer only,
+-- never what is sent (isi, message_id, pesanan_id, versi, tujuan). A
+-- table-wide UPDATE of an older run of this script is taken back first.
+GRANT SELECT, DELETE ON urutan_efek TO :"dispatcher_role";
+REVOKE UPDATE ON urutan_efek FROM :"dispatcher_role";
+GRANT UPDATE (keadaan, percobaan, coba_pada, sewa_sampai, sewa_oleh, selesai_pada, kode, jawaban)
+    ON urutan_efek TO :"dispatcher_role";
 -- The schedule the claims and results keep (migration 0011): an order's
 -- row is locked, moved to its due time, and deleted once nothing is pending.
 GRANT SELECT, INSERT, UPDATE, DELETE ON urutan_efek_kepala TO :"dispatcher_role";

@@ -296,7 +296,7 @@ impl ShardWorker {
             // there is nothing left to dead-letter.
             match store::parse_result(&r.result) {
                 Applied::Done(Outcome::DeadLettered(rejection)) => error!(
-                    message_id = %r.message_id,
+                    message_id = ?r.message_id,
                     reason = rejection.reason(),
                     "a released message cannot be dead-lettered (it was acked when it parked)"
                 ),

@@ -723,12 +723,19 @@ impl PgRoles {
             database: env.database.clone(),
             names: kinds.map(|k| (*k, format!("urutan_{k}_{tag}"))).collect(),
         };
+        roles.rerun();
+        roles
+    }
+
+    /// Runs the script again for the same roles (as after an upgrade).
+    pub fn rerun(&self) {
+        let roles = self;
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/deploy/postgres/least-privilege.sql"
         );
         let mut psql = Command::new("psql");
-        psql.arg(format!("{PG_BASE}/{}", env.database)).args([
+        psql.arg(format!("{PG_BASE}/{}", roles.database)).args([
             "-q",
             "-v",
             "ON_ERROR_STOP=1",
@@ -745,7 +752,6 @@ impl PgRoles {
             "least-privilege.sql failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        roles
     }
 
     /// The role of `kind`.

@@ -1479,3 +1479,110 @@ async fn webhooks_ignore_proxies_from_the_environment() {
     dispatcher.stop().await;
     pool.stop().await;
 }
+
+/// What a producer's newline would start: a fake line of urutan's own.
+const FORGED: &str = "2026-12-04T00:00:00Z  INFO urutan: forged";
+
+/// Lines of `log` that a producer's newline started.
+fn forged_lines(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.starts_with(FORGED)).collect()
+}
+
+/// No producer string forges a log line (issue 29): with LOG_FORMAT=text,
+/// the pool dead-letters messages whose message_id, x-pesanan-id or body id
+/// carry a newline and a fake line, and the dispatcher retries, gives up on
+/// and sends effects whose order and message id carry one (rows recorded
+/// before ids were checked: today's worker dead-letters such ids). Every
+/// id is logged escaped, the newline as `\n`, never raw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_newlines_never_forge_log_lines() {
+    let env = TestEnv::new("effects_logforge").await;
+    let db = env.db().await;
+    let server = PayServer::start().await;
+    let effects = format!("*={}", server.url("/charge"));
+    let text_logs = [("LOG_FORMAT", "text"), ("RUST_LOG", "urutan=debug")];
+    let mut vars = env.process_env(2);
+    vars.extend(text_logs.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let mut pool = UrutanProcess::start("run", &vars);
+    pool.wait_ready().await;
+    let mut dispatcher_vars = text_logs.to_vec();
+    dispatcher_vars.push(("EFFECTS_MAX_ATTEMPTS", "2"));
+    let mut dispatcher = dispatcher(&env, &effects, &dispatcher_vars);
+    dispatcher.wait_ready().await;
+
+    let forge = |id: &str| format!("{id}\n{FORGED}");
+    let with = |message_id: String, header: String, body_id: String| {
+        let mut msg = Msg::event_with(&header, 1, &message_id, status_of(1));
+        let body = serde_json::json!({"id": body_id, "status": status_of(1), "versi": 1});
+        msg.body = body.to_string().into_bytes();
+        msg
+    };
+    let msgs = [
+        with(forge("m1"), "P1".into(), "P1".into()),
+        with("m2".into(), forge("P2"), forge("P2")),
+        with("m3".into(), "P3".into(), forge("P3")),
+        with(forge("m4"), forge("P4"), "P4".into()),
+    ];
+    env.publisher().await.send_all(&msgs).await;
+    wait_for("4 dead-letter records", Duration::from_secs(30), || async {
+        let sql = "SELECT count(*) FROM urutan_dead_letter";
+        crate::common::count(&db, sql).await == 4
+    })
+    .await;
+
+    wait_for("the routes in force", Duration::from_secs(30), || async {
+        crate::common::count(&db, "SELECT count(*) FROM urutan_efek_tujuan").await == 1
+    })
+    .await;
+    // E1's endpoint answers 503 (a retry, then dead-lettered); E2's 200.
+    server.set(&forge("E1"), Behaviour::Fail);
+    // A message id with a newline cannot be a header: E3 is dead-lettered
+    // before any request.
+    for (order, message_id) in [
+        ("E1", "E1-v1".to_owned()),
+        ("E2", "E2-v1".to_owned()),
+        ("E3", forge("E3-v1")),
+    ] {
+        let inserted = sqlx::query(
+            "INSERT INTO urutan_efek (pesanan_id, versi, tujuan, message_id, isi)
+             SELECT $1, 1, tujuan, $2,
+                    jsonb_build_object('id', $1::text, 'status', 'dibuat', 'versi', 1,
+                                       'data', jsonb_build_object('amount', 100))
+             FROM urutan_efek_tujuan",
+        )
+        .bind(forge(order))
+        .bind(message_id)
+        .execute(&db)
+        .await
+        .expect("an effect recorded before ids were checked");
+        assert_eq!(inserted.rows_affected(), 1, "one endpoint");
+    }
+    let settled = tokio::time::timeout(Duration::from_secs(30), async {
+        while effects_in(&db, "gagal").await != 2 || effects_in(&db, "terkirim").await != 1 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    if settled.await.is_err() {
+        panic!(
+            "E1 and E3 not dead-lettered or E2 not sent:\n{}",
+            dispatcher.log()
+        );
+    }
+
+    let escaped = format!("\\n{FORGED}");
+    for (name, log) in [
+        ("run", pool.stop().await),
+        ("effects", dispatcher.stop().await),
+    ] {
+        assert!(
+            forged_lines(&log).is_empty(),
+            "urutan {name}: forged lines {:#?}\n{log}",
+            forged_lines(&log)
+        );
+        assert!(
+            log.contains(&escaped),
+            "urutan {name} never logged a producer id:\n{log}"
+        );
+    }
+    db.close().await;
+}

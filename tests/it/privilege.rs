@@ -216,3 +216,80 @@ async fn public_has_no_connect_or_temp_and_definer_functions_ignore_pg_temp() {
         "search_path not pinned: {unsafe_paths:?}"
     );
 }
+
+/// The dispatcher and the operator update only the columns their code
+/// does (issue 29): neither can rewrite what a webhook sends nor what a
+/// dead-letter record says about its message, also where an older run of
+/// the script had granted UPDATE on the whole table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatcher_and_operator_cannot_rewrite_payloads() {
+    let env = TestEnv::new("privilege_cols").await;
+    let admin = env.db().await; // the owner applies the migrations
+    let roles = PgRoles::create(&env, &["operator", "dispatcher"]);
+    // A deployment that ran an older script: table-wide UPDATE grants.
+    for grant in [
+        format!(
+            "GRANT UPDATE ON urutan_efek TO {}",
+            roles.name("dispatcher")
+        ),
+        format!(
+            "GRANT UPDATE ON urutan_dead_letter TO {}",
+            roles.name("operator")
+        ),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(grant))
+            .execute(&admin)
+            .await
+            .expect("old grant");
+    }
+    roles.rerun();
+    admin.close().await;
+
+    let dispatcher = roles.secret_url("dispatcher");
+    let operator = roles.secret_url("operator");
+    for (url, sql) in [
+        (&dispatcher, "UPDATE urutan_efek SET isi = '{}'"),
+        (&dispatcher, "UPDATE urutan_efek SET message_id = 'x'"),
+        (&dispatcher, "UPDATE urutan_efek SET pesanan_id = 'x'"),
+        (&dispatcher, "UPDATE urutan_efek SET versi = 1"),
+        (&dispatcher, "UPDATE urutan_efek SET tujuan = 1"),
+        (&operator, "UPDATE urutan_dead_letter SET body = ''"),
+        (&operator, "UPDATE urutan_dead_letter SET headers = '{}'"),
+        (&operator, "UPDATE urutan_dead_letter SET message_id = 'x'"),
+        (&operator, "UPDATE urutan_dead_letter SET pesanan_id = 'x'"),
+        (&operator, "UPDATE urutan_dead_letter SET routing_key = 'x'"),
+        (&operator, "UPDATE urutan_dead_letter SET exchange = 'x'"),
+        (&operator, "UPDATE urutan_dead_letter SET reason = 'x'"),
+    ] {
+        assert_eq!(
+            refusal(url, sql).await.as_deref(),
+            Some("42501"),
+            "allowed: {sql}"
+        );
+    }
+    // What their code updates (a claim, a result; a resolve, an x-death).
+    for (url, sql) in [
+        (
+            &dispatcher,
+            "UPDATE urutan_efek SET sewa_sampai = now(), sewa_oleh = 'd', percobaan = percobaan + 1
+             WHERE efek = -1",
+        ),
+        (
+            &dispatcher,
+            "UPDATE urutan_efek SET keadaan = 'gagal', kode = 500, jawaban = 'x',
+             sewa_sampai = NULL, sewa_oleh = NULL, coba_pada = now(), selesai_pada = now()
+             WHERE efek = -1",
+        ),
+        (
+            &operator,
+            "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
+             WHERE id = -1",
+        ),
+        (
+            &operator,
+            "UPDATE urutan_dead_letter SET x_death = '[]' WHERE id = -1",
+        ),
+    ] {
+        assert_eq!(refusal(url, sql).await, None, "refused: {sql}");
+    }
+}
