@@ -705,8 +705,10 @@ async fn a_failing_order_waits_while_others_flow() {
     for order in ["F0", "R0", "H0", "S0", "X0"] {
         msgs.extend((1..=3).map(|v| event(order, v)));
     }
-    // X0's first message id is valid for the contract but not as an HTTP
-    // header value: that effect cannot be sent at all.
+    // X0's first message id holds a newline: once an effect that could not
+    // be sent (not a valid HTTP header value), it is now refused by the
+    // worker (`invalid_message_id`, docs/security.md), so X0 v1 has no
+    // effect at all and X0's later versions flow.
     let x0_v1 = msgs.len() - 3;
     msgs[x0_v1].message_id = Some("X0-v1\nbad".into());
     env.publisher().await.send_all(&msgs).await;
@@ -744,12 +746,7 @@ async fn a_failing_order_waits_while_others_flow() {
     .fetch_all(&db)
     .await
     .expect("dead letters");
-    assert_eq!(dead.len(), 2, "{dead:?}");
-    let (order, versi, code, _, attempts) = &dead[1];
-    assert_eq!(
-        (order.as_str(), *versi, *code, *attempts),
-        ("X0", 1, None, 1)
-    );
+    assert_eq!(dead.len(), 1, "{dead:?}");
     assert!(
         server.requests_for("X0").iter().all(|v| *v > 1),
         "X0 v1 never sent"
@@ -769,7 +766,7 @@ async fn a_failing_order_waits_while_others_flow() {
 
     // F0's endpoint recovers: its versions go, in order.
     server.set("F0", Behaviour::Pay);
-    wait_settled(&db, 45, Duration::from_secs(30)).await;
+    wait_settled(&db, 44, Duration::from_secs(30)).await;
     let charged_f0: Vec<i64> = server.book(|b| {
         b.charges
             .iter()
@@ -798,7 +795,7 @@ async fn a_failing_order_waits_while_others_flow() {
             "urutan_effects_dead_letters_total",
             &["reason=\"invalid_request\""]
         ),
-        1.0
+        0.0
     );
     assert!(
         metric_sum(
