@@ -178,7 +178,9 @@ async fn closing_one_shards_connection_leaves_the_other_shards_alone() {
     let _ = urutan::broker::call("connection.close", conn.close(200, "".into())).await;
     pool.wait_ready().await;
     let (_, scrape) = http_get(pool.http, "/metrics").await;
-    assert_eq!(metric_sum(&scrape, "urutan_dead_letters_total", &[]), 0.0);
+    // The metrics recorder is the test process's, shared by every in-process
+    // pool of the suite: the empty DLQ above is this test's dead-letter
+    // check; the reconnects below are a lower bound, so others only add.
     let reconnects = metric_sum(&scrape, "urutan_broker_reconnects_total", &[]);
     assert!(
         reconnects >= 5.0,
