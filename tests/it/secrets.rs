@@ -487,7 +487,7 @@ async fn a_returned_outbox_row_never_reaches_the_relay_logs() {
         }
     })
     .await;
-    relay.wait_output("unroutable (returned)").await;
+    relay.wait_output("unroutable (returned").await;
     db.close().await;
     let status = relay.stop().await;
     assert!(
