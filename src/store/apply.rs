@@ -95,6 +95,11 @@ pub enum BatchResult {
     Event(Applied),
 }
 
+/// The most event bytes one batch statement carries (512 KiB): with Nagle's
+/// algorithm off (sqlx 0.9.1 sets `TCP_NODELAY`) a batch of that size is one
+/// round trip; a larger one is cut into several statements.
+const MAX_STATEMENT_BYTES: usize = 512 * 1024;
+
 /// Applies `items` (one shard's deliveries, in arrival order) in ONE
 /// transaction with exactly the outcomes they would have one by one.
 /// `conn` must not be inside a transaction (a pooled connection: `&mut *pool.acquire().await?`).
@@ -103,9 +108,9 @@ pub async fn apply_batch(
     items: &[BatchItem<'_>],
     shard: u16,
 ) -> Result<Vec<BatchResult>, StoreError> {
-    // Larger batches go as several statements in one transaction where a
-    // connection may still have Nagle's algorithm on (see `nodelay`).
-    let chunks = chunk_by_size(items, super::nodelay::statement_limit());
+    // Larger batches go as several statements in one transaction, so one
+    // statement's parameters stay bounded.
+    let chunks = chunk_by_size(items, MAX_STATEMENT_BYTES);
     if chunks.len() == 1 {
         return apply_chunk(&mut *conn, items, shard).await;
     }

@@ -4,7 +4,6 @@
 
 mod apply;
 mod dead_letter;
-pub mod nodelay;
 mod read;
 mod retention;
 
@@ -132,8 +131,8 @@ pub async fn ensure_database(url: &SecretUrl) -> Result<(), sqlx::Error> {
 /// check that it is still usable.
 const RELEASE_CHECK: Duration = Duration::from_secs(5);
 
-/// Opens a pool of `size` connections, each with Nagle's algorithm off
-/// where it can be turned off ([`nodelay`]). Acquiring waits at most 5 s, so a
+/// Opens a pool of `size` connections (sqlx turns Nagle's algorithm off on
+/// each since 0.9.1). Acquiring waits at most 5 s, so a
 /// database outage surfaces as a transient error instead of a hang. A
 /// connection going back to the pool must answer a ping within
 /// [`RELEASE_CHECK`] or is closed: sqlx's own release ping has no bound, and a
@@ -142,12 +141,10 @@ const RELEASE_CHECK: Duration = Duration::from_secs(5);
 pub async fn connect(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {
     use sqlx::Connection as _;
     let options = options(url)?;
-    let port = options.get_port();
     PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(Duration::from_secs(5))
         .test_before_acquire(false)
-        .after_connect(move |conn, _| Box::pin(nodelay::disable_nagle(conn, port)))
         .after_release(|conn, _| {
             Box::pin(async move {
                 // An error (not `Ok(false)`) makes sqlx close it without the

@@ -297,7 +297,7 @@ async fn in_a_batch_a_violation_and_a_poison_are_dead_lettered_alone() {
 async fn a_large_batch_split_into_several_statements_matches_one_by_one() {
     let env = TestEnv::new("batchsplit").await;
     let db = env.db().await;
-    // Over `store::nodelay`'s largest statement (512 KiB) even with Nagle off.
+    // Over the largest batch statement (`store::apply`'s 512 KiB).
     let filler = "x".repeat(4_000);
     let events: Vec<Event> = stream(11, 8, 150, false)
         .iter()
