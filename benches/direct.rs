@@ -224,12 +224,14 @@ async fn scenario(o: &Options, broker_restart: bool, step: i64) -> anyhow::Resul
     let env = BenchEnv::new("direct").await?;
     let db = env.pool(4).await?;
     sqlx::raw_sql(PARK_LOG).execute(&db).await?;
-    let mut settings = Settings::defaults();
-    settings.amqp_url = env.amqp_url().into();
-    settings.database_url = env.database_url();
-    settings.shard_count = o.shards;
-    settings.metrics_addr = "127.0.0.1:0".parse()?;
-    settings.database_pool_size = Some(6);
+    let settings = Settings {
+        amqp_url: env.amqp_url().into(),
+        database_url: env.database_url(),
+        shard_count: o.shards,
+        metrics_addr: "127.0.0.1:0".parse()?,
+        database_pool_size: Some(6),
+        ..Settings::default()
+    };
 
     let (before, last) = if broker_restart { (5, 8) } else { (4, 7) };
     let pool = Pool::start(&settings).await?;

@@ -305,7 +305,7 @@ async fn check(db: &PgPool, written: i64) -> anyhow::Result<()> {
         "{applied} versions applied, {written} written"
     );
     ensure!(gaps == 0, "{gaps} versions out of order or skipped");
-    let report = urutan::verify::verify(db, None).await?;
+    let report = urutan_ops::verify::verify(db, None).await?;
     ensure!(report.passed(), "verify failed:\n{report}");
     Ok(())
 }

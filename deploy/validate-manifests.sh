@@ -172,7 +172,7 @@ dockerfile() {
     "$PY" - "$DEPLOY/Dockerfile.dockerignore" <<'EOF' || return 1
 import sys
 rules = [l.strip() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")]
-needed = ["Cargo.toml", "Cargo.lock", "build.rs", "src", "migrations"]
+needed = ["Cargo.toml", "Cargo.lock", "crates", "patches", "src", "migrations"]
 bad = [n for n in needed if n in rules or "/" + n in rules or n + "/" in rules]
 if bad or not {"target", ".git"} <= set(rules):
     sys.exit(f"Dockerfile.dockerignore: excludes {bad} or keeps target/.git")
@@ -182,17 +182,28 @@ EOF
     if command -v cargo >/dev/null 2>&1; then
         local stub="$WORK/stub"
         mkdir -p "$stub"
-        cp "$ROOT/Cargo.toml" "$ROOT/Cargo.lock" "$ROOT/build.rs" "$stub/"
+        cp "$ROOT/Cargo.toml" "$ROOT/Cargo.lock" "$stub/"
+        cp -r "$ROOT/patches" "$stub/"
+        # Every crate's manifest must be copied by the deps stage.
+        local manifest
+        for manifest in "$ROOT"/crates/*/Cargo.toml; do
+            manifest=${manifest#"$ROOT/"}
+            grep -q "^COPY $manifest " "$DEPLOY/Dockerfile" \
+                || { echo "Dockerfile: the deps stage does not copy $manifest"; return 1; }
+            mkdir -p "$stub/$(dirname "$manifest")"
+            cp "$ROOT/$manifest" "$stub/$manifest"
+        done
+        cp "$ROOT/crates/urutan/build.rs" "$stub/crates/urutan/"
         "$PY" - "$DEPLOY/Dockerfile" >"$stub/stubs.sh" <<'EOF' || return 1
 import re, sys
 text = open(sys.argv[1]).read().replace("\\\n", " ")
-m = re.search(r"^RUN (mkdir -p src .*?)&& cargo build --release --locked$", text, re.M)
+m = re.search(r"^RUN (mkdir -p src .*?)&& cargo build --release --locked --bin urutan$", text, re.M)
 if not m:
     sys.exit("Dockerfile: the stub step of the deps stage was not found")
 print(m.group(1))
 EOF
         (cd "$stub" && bash -o pipefail stubs.sh \
-            && cargo metadata --offline --locked --no-deps --format-version 1 >/dev/null) \
+            && cargo metadata --offline --locked --format-version 1 >/dev/null) \
             || { echo "the deps stage's stubs do not satisfy Cargo.toml"; return 1; }
         echo "hadolint clean; .dockerignore keeps the sources; deps-stage stubs satisfy Cargo.toml"
     else

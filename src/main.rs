@@ -3,14 +3,14 @@
 
 mod commands;
 mod demo;
+mod settings;
 
 use std::process::ExitCode;
 
 use crate::demo::DemoOptions;
+use crate::settings::{EffectsArgs, RelayArgs, SettingsArgs};
 use clap::{Parser, Subcommand};
 use tracing::error;
-use urutan::config::Settings;
-use urutan::outbox::relay::RelaySettings;
 use urutan::telemetry;
 
 /// Applies order events from RabbitMQ to PostgreSQL in order per entity,
@@ -19,7 +19,7 @@ use urutan::telemetry;
 #[command(version, about)]
 struct Cli {
     #[command(flatten)]
-    settings: Settings,
+    settings: SettingsArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -39,7 +39,7 @@ enum Command {
     #[command(after_help = commands::relay::HELP)]
     Relay {
         #[command(flatten)]
-        relay: RelaySettings,
+        relay: RelayArgs,
     },
     /// Check the invariants (order, exactly once, newest state) from the database; exit 1 on a violation.
     #[command(after_help = commands::verify::HELP)]
@@ -53,25 +53,25 @@ enum Command {
     /// The dead-letter queue: list, show, replay or purge dead-lettered messages.
     Dlq {
         #[command(subcommand)]
-        command: urutan::dlq::DlqCommand,
+        command: urutan_ops::dlq::DlqCommand,
     },
     /// Is the pool healthy? Ring, windows, shards, dead letters, outbox, relay; a check by exit code.
-    #[command(after_help = urutan::ops::status::HELP)]
+    #[command(after_help = urutan_ops::status::HELP)]
     Status {
         #[command(flatten)]
-        options: urutan::ops::status::StatusOptions,
+        options: urutan_ops::status::StatusOptions,
     },
     /// Why is this order in this state? Its versions: applied, parked, dead-lettered, queued, missing.
-    #[command(after_help = urutan::ops::explain::HELP)]
+    #[command(after_help = urutan_ops::explain::HELP)]
     Explain {
         #[command(flatten)]
-        options: urutan::ops::explain::ExplainOptions,
+        options: urutan_ops::explain::ExplainOptions,
     },
     /// The effects dispatcher: deliver webhooks for applied versions (EFFECTS) until SIGTERM/SIGINT.
     #[command(after_help = commands::effects::HELP)]
     Effects {
         #[command(flatten)]
-        effects: urutan::effects::EffectsSettings,
+        effects: EffectsArgs,
     },
 }
 
@@ -93,8 +93,8 @@ fn main() -> ExitCode {
     match runtime.block_on(execute(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         // Reported already (`urutan status`, `urutan explain`): only the code.
-        Err(e) if e.is::<urutan::ops::Exit>() => ExitCode::from(
-            e.downcast_ref::<urutan::ops::Exit>()
+        Err(e) if e.is::<urutan_ops::Exit>() => ExitCode::from(
+            e.downcast_ref::<urutan_ops::Exit>()
                 .map_or(1, |exit| exit.0),
         ),
         Err(e) => {
@@ -105,23 +105,23 @@ fn main() -> ExitCode {
 }
 
 async fn execute(cli: Cli) -> anyhow::Result<()> {
-    let settings = cli.settings;
+    let settings = urutan::config::Settings::from(cli.settings);
     match cli.command {
         Command::Run => commands::run::run(settings).await,
         Command::Migrate => commands::migrate::run(settings).await,
         Command::Topology => commands::topology::run(settings).await,
-        Command::Relay { relay } => commands::relay::run(settings, relay).await,
+        Command::Relay { relay } => commands::relay::run(settings, relay.into()).await,
         Command::Verify => commands::verify::run(settings).await,
         Command::Demo { options } => {
             let passed = demo::run(settings, options).await?;
             anyhow::ensure!(passed, "the demo did not verify");
             Ok(())
         }
-        Command::Dlq { command } => urutan::dlq::run(settings, command).await,
-        Command::Status { options } => Ok(urutan::ops::status(&settings, &options).await?),
+        Command::Dlq { command } => urutan_ops::dlq::run(settings, command).await,
+        Command::Status { options } => Ok(urutan_ops::status(&settings, &options).await?),
         Command::Explain { options } => {
-            Ok(urutan::ops::explain(&settings, &options.order_id).await?)
+            Ok(urutan_ops::explain(&settings, &options.order_id).await?)
         }
-        Command::Effects { effects } => commands::effects::run(settings, effects).await,
+        Command::Effects { effects } => commands::effects::run(settings, effects.into()).await,
     }
 }

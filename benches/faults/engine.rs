@@ -469,7 +469,7 @@ async fn settle(
             conn = crate::workload::connect_any(amqp_url).await;
         }
         let queued = match &conn {
-            Some(c) => match urutan::ops::queue_infos(c, &queues).await {
+            Some(c) => match urutan_ops::queue_infos(c, &queues).await {
                 Ok(infos) => Some(
                     infos
                         .iter()

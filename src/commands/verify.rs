@@ -19,7 +19,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot open {}", settings.database_url))?;
     let dlq = dead_letter_depth(&settings).await;
-    let report = urutan::verify::verify(&pool, dlq).await?;
+    let report = urutan_ops::verify::verify(&pool, dlq).await?;
     println!("{report}");
     anyhow::ensure!(report.passed(), "verification failed");
     Ok(())

@@ -117,10 +117,12 @@ impl DemoEffects {
                 .with_graceful_shutdown(server_stop.cancelled_owned())
                 .await;
         });
-        let mut settings = EffectsSettings::defaults();
-        settings.effects = Some(format!("{PAID}={url}"));
-        settings.effects_secret = Some(raw_secret);
-        settings.effects_poll = Duration::from_millis(50);
+        let settings = EffectsSettings {
+            effects: Some(format!("{PAID}={url}")),
+            effects_secret: Some(raw_secret),
+            effects_poll: Duration::from_millis(50),
+            ..EffectsSettings::default()
+        };
         let config = settings.config()?;
         let dispatcher = Dispatcher::new(db.clone(), config, settings, None).await?;
         let dispatcher = tokio::spawn(dispatcher.run(stop.clone()));

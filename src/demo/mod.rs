@@ -37,8 +37,9 @@ use urutan::outbox::{self, NewEvent, SentRow};
 use urutan::outcome::Outcome;
 use urutan::reshard::ring;
 use urutan::shard::{Hooks, Observed};
+use urutan::store;
 use urutan::supervisor::Supervisor;
-use urutan::{store, verify};
+use urutan_ops::verify;
 
 /// `urutan demo --help`: what the screen shows, examples.
 pub const HELP: &str = "\
@@ -567,7 +568,10 @@ async fn watch(stats: Arc<Stats>, timeout: Duration) -> bool {
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    let _above = urutan::telemetry::print_above(&bar);
+    let _above = urutan::telemetry::print_above({
+        let bar = bar.clone();
+        move |write: &mut dyn FnMut()| bar.suspend(write)
+    });
     let mut written_at = None;
     loop {
         let written_all = stats.written_all.load(Ordering::Relaxed);
@@ -654,6 +658,6 @@ fn print_report(
     let dead = lock(&stats.dead_letters);
     println!("dead-lettered ({}):", dead.len());
     for (id, reason) in dead.iter() {
-        println!("  {}: {reason}", urutan::terminal::Clean(id));
+        println!("  {}: {reason}", urutan_ops::terminal::Clean(id));
     }
 }

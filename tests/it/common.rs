@@ -276,12 +276,13 @@ impl TestEnv {
 
     /// Default settings pointed at this environment, HTTP on a free port.
     pub fn settings(&self, shards: u16) -> Settings {
-        let mut s = Settings::defaults();
-        s.amqp_url = self.amqp_url().into();
-        s.database_url = self.database_url();
-        s.shard_count = shards;
-        s.metrics_addr = "127.0.0.1:0".parse().expect("addr");
-        s
+        Settings {
+            amqp_url: self.amqp_url().into(),
+            database_url: self.database_url(),
+            shard_count: shards,
+            metrics_addr: "127.0.0.1:0".parse().expect("addr"),
+            ..Settings::default()
+        }
     }
 
     /// Environment variables that point the `urutan` binary here.

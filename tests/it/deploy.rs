@@ -14,7 +14,7 @@ use crate::common::{Msg, TestEnv, UrutanProcess, enqueue_tx, http_get, metric_su
 
 const DASHBOARD: &str = include_str!("../../deploy/grafana/urutan.json");
 const ALERTS: &str = include_str!("../../deploy/prometheus/alerts.yaml");
-const METRICS_RS: &str = include_str!("../../src/metrics.rs");
+const METRICS_RS: &str = include_str!("../../crates/urutan/src/metrics.rs");
 /// The broker's Prometheus endpoint with per-queue series (`vhost`, `queue`).
 const RABBITMQ_METRICS: &str = "/metrics/per-object";
 const RABBITMQ_PROMETHEUS_PORT: u16 = 15692;

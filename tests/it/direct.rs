@@ -62,7 +62,9 @@ async fn check(env: &TestEnv, db: &PgPool, orders: usize, versions: i64) {
     assert_gapless_in_order(&history(db).await, orders, versions);
     let conn = env.broker().await;
     assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
-    let report = urutan::verify::verify(db, Some(0)).await.expect("verify");
+    let report = urutan_ops::verify::verify(db, Some(0))
+        .await
+        .expect("verify");
     assert!(report.passed(), "urutan verify: {report:?}");
 }
 

@@ -106,7 +106,7 @@ struct Run {
     lost_direct: Vec<(String, i64)>,
     /// Outbox rows whose producer commit succeeded and which are gone.
     lost_outbox: usize,
-    report: urutan::verify::Report,
+    report: urutan_ops::verify::Report,
     dead_letters: u32,
 }
 
@@ -248,7 +248,7 @@ async fn failover(mode: Replication) -> Run {
     let conn = env.broker().await;
     let dead_letters = queue_len(&conn, "pesanan.dlq").await;
     let _ = urutan::broker::call("connection.close", conn.close(200, "".into())).await;
-    let report = urutan::verify::verify(&new, Some(dead_letters))
+    let report = urutan_ops::verify::verify(&new, Some(dead_letters))
         .await
         .expect("verify");
     let lost_at_promotion = (on_primary - on_standby).max(0);

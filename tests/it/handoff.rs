@@ -248,7 +248,7 @@ pub(crate) async fn drain_and_check(
         "every version applied exactly once"
     );
     assert_eq!(assert_every_entity_gapless(&history), entities);
-    let report = urutan::verify::verify(db, None).await.expect("verify");
+    let report = urutan_ops::verify::verify(db, None).await.expect("verify");
     assert!(report.passed(), "{report}");
     written
 }

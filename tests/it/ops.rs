@@ -230,7 +230,7 @@ async fn status_is_a_check_healthy_stopped_dead_letters_unreachable() {
     );
 
     // Its reads are bounded by their own statement timeout.
-    let reader = urutan::ops::open_database(&env.settings(3), "ops test")
+    let reader = urutan_ops::open_database(&env.settings(3), "ops test")
         .await
         .expect("open");
     let timeout: String = sqlx::query_scalar("SHOW statement_timeout")

@@ -252,7 +252,7 @@ async fn assert_outbox_fully_applied(env: &TestEnv, db: &PgPool, total: i64) {
     let dead = drain_dlq(&conn).await;
     assert!(dead.is_empty(), "{} message(s) dead-lettered", dead.len());
     let _ = urutan::broker::call("connection.close", conn.close(200, "".into())).await;
-    let report = urutan::verify::verify(db, None).await.expect("verify");
+    let report = urutan_ops::verify::verify(db, None).await.expect("verify");
     assert!(report.passed(), "{report}");
     assert_eq!(report.sent_outbox_rows, total);
     assert_eq!(report.unsent_outbox_rows, 0);
@@ -747,7 +747,7 @@ async fn verify_reports_violations() {
     let _shared = broker_shared().await;
     let env = TestEnv::new("verify").await;
     let db = env.db().await;
-    let clean = urutan::verify::verify(&db, None).await.expect("verify");
+    let clean = urutan_ops::verify::verify(&db, None).await.expect("verify");
     assert!(clean.passed(), "an empty database passes:\n{clean}");
 
     // A version applied twice needs the unique constraint out of the way.
@@ -788,7 +788,9 @@ async fn verify_reports_violations() {
         .await
         .expect("insert the broken state");
 
-    let report = urutan::verify::verify(&db, Some(0)).await.expect("verify");
+    let report = urutan_ops::verify::verify(&db, Some(0))
+        .await
+        .expect("verify");
     assert!(!report.passed(), "violations must fail:\n{report}");
     let violations = |fragment: &str| -> i64 {
         let matching: Vec<_> = report

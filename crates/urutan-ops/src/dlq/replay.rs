@@ -1,0 +1,365 @@
+//! `dlq replay` and `dlq purge`: the commands that take messages out of the
+//! DLQ, through a [`Walker`] (publish or drop, with the record resolved in
+//! step; never a message handed back to the queue).
+
+use std::collections::HashSet;
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::rows::{self, Reason, Resolved};
+use super::walk::{self, Published, Taken, Walker};
+use super::{Ctx, PurgeArgs, ReplayArgs};
+use urutan::store::{self, Standing};
+
+/// How often the database is asked what became of replayed messages.
+const POLL: Duration = Duration::from_millis(200);
+
+/// What a replayed message became.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub(super) enum Became {
+    Applied {
+        versi: i64,
+    },
+    /// Recorded as processed, not written: `stored` is as new or newer.
+    Stale {
+        versi: i64,
+        stored: i64,
+    },
+    /// Its message id was processed before the replay.
+    Duplicate {
+        #[serde(serialize_with = "urutan::rfc3339::one")]
+        processed_at: DateTime<Utc>,
+    },
+    /// Dead-lettered again, with a new record.
+    DeadLettered {
+        reason: String,
+        detail: String,
+    },
+    /// Waiting for older versions of its order (see the README, handoff).
+    Parked,
+    /// Not processed within `--wait` (is a pool running?).
+    Pending,
+    /// Not published: still in the DLQ.
+    Kept {
+        why: String,
+    },
+    /// No such message in the DLQ.
+    NotFound {
+        note: String,
+    },
+}
+
+impl Became {
+    fn got_through(&self) -> bool {
+        matches!(
+            self,
+            Self::Applied { .. } | Self::Stale { .. } | Self::Duplicate { .. } | Self::Parked
+        )
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Applied { versi } => format!("applied (v{versi} is now the stored state)"),
+            Self::Stale { versi, stored } => {
+                format!("stale: v{stored} is newer (v{versi} not written)")
+            }
+            Self::Duplicate { processed_at } => {
+                let at = urutan::rfc3339::text(processed_at);
+                format!("duplicate: its message id was already processed at {at}")
+            }
+            Self::DeadLettered { reason, detail } => {
+                format!("dead-lettered again: {reason}: {detail}")
+            }
+            Self::Parked => "parked: waiting for an older version of its order".into(),
+            Self::Pending => "not processed yet (is `urutan run` running?)".into(),
+            Self::Kept { why } => format!("not replayed, still in the DLQ: {why}"),
+            Self::NotFound { note } => note.clone(),
+        }
+    }
+}
+
+/// One replayed (or selected) message.
+#[derive(Debug, Clone, Serialize)]
+pub(super) struct Replayed {
+    pub key: String,
+    pub message_id: Option<String>,
+    pub pesanan_id: Option<String>,
+    pub versi: Option<i64>,
+    pub routing_key: Option<String>,
+    #[serde(flatten)]
+    pub became: Became,
+    /// Its record before the replay (a new record with the key is a new dead letter).
+    #[serde(skip)]
+    old_row: i64,
+}
+
+/// Which messages a replay takes.
+struct Selection<'a> {
+    ids: HashSet<&'a str>,
+    reason: Option<&'a str>,
+    all: bool,
+}
+
+impl Selection<'_> {
+    /// Only ids were asked for, and every one was replayed.
+    fn found_all(&self, replayed: &[Replayed]) -> bool {
+        !self.all
+            && self.reason.is_none()
+            && self.ids.iter().all(|id| {
+                replayed
+                    .iter()
+                    .any(|r| r.key == *id || r.message_id.as_deref() == Some(id))
+            })
+    }
+
+    fn matches(&self, taken: &Taken) -> bool {
+        let row = taken.row.as_ref();
+        self.all
+            || self.ids.contains(taken.key.as_str())
+            || row
+                .and_then(|r| r.message_id.as_deref())
+                .is_some_and(|id| self.ids.contains(id))
+            || (self.reason.is_some() && row.map(|r| r.reason.as_str()) == self.reason)
+    }
+}
+
+/// `urutan dlq replay`.
+pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
+    let mut ids = Vec::with_capacity(args.message_ids.len());
+    for id in &args.message_ids {
+        ids.push(super::full_key(&ctx.db, id).await?);
+    }
+    let selection = Selection {
+        ids: ids.iter().map(String::as_str).collect(),
+        reason: args.reason.as_deref(),
+        all: args.all,
+    };
+    if args.dry_run {
+        return super::predict::dry_run(ctx, args, &ids).await;
+    }
+    let conn = ctx.broker().await?;
+    let mut walker = Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
+    let mut replayed = Vec::new();
+    while let Some(taken) = walker.take().await? {
+        if !selection.matches(&taken) {
+            walker.keep(taken).await?;
+            continue;
+        }
+        replayed.push(replay_one(ctx, &walker, taken).await?);
+        if selection.found_all(&replayed) {
+            break; // the rest of the queue need not move
+        }
+    }
+    walker.close().await?;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
+    for id in &selection.ids {
+        let seen = replayed
+            .iter()
+            .any(|r| r.key == *id || r.message_id.as_deref() == Some(id));
+        if !seen {
+            replayed.push(not_found(ctx, id).await?);
+        }
+    }
+    wait_for_outcomes(ctx, &mut replayed, args.wait).await?;
+    report(ctx, &replayed, args.json)
+}
+
+/// Publishes one message back; its outcome is filled in later.
+async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Result<Replayed> {
+    let row = taken.row.clone();
+    let message_id = row.as_ref().and_then(|r| r.message_id.clone());
+    // A message whose id is already processed ends `duplicate`: nothing in
+    // the database would show it afterwards, so ask before.
+    // (Processed for another order: it will be dead-lettered again as
+    // `message_id_reused`, which its new record shows.)
+    let order = row.as_ref().and_then(|r| r.pesanan_id.as_deref());
+    let processed_at = match (&message_id, order) {
+        (Some(id), Some(order)) => store::processed_at(&ctx.db, id, order).await?,
+        _ => None,
+    };
+    let key = taken.key.clone();
+    let published = walker.replay(taken).await?;
+    let (routing_key, became) = match (published, processed_at) {
+        (Published::Kept(why), _) => (None, Became::Kept { why }),
+        (Published::Confirmed { routing_key }, Some(at)) => {
+            (Some(routing_key), Became::Duplicate { processed_at: at })
+        }
+        (Published::Confirmed { routing_key }, None) => (Some(routing_key), Became::Pending),
+    };
+    Ok(Replayed {
+        key,
+        message_id,
+        pesanan_id: row.as_ref().and_then(|r| r.pesanan_id.clone()),
+        versi: row.as_ref().and_then(|r| r.versi),
+        routing_key,
+        became,
+        old_row: row.map_or(0, |r| r.id),
+    })
+}
+
+/// An id asked for that the walk did not meet.
+async fn not_found(ctx: &Ctx, id: &str) -> anyhow::Result<Replayed> {
+    let queue = ctx.names.dead_letter_queue();
+    let note = match rows::last_resolution(&ctx.db, id).await? {
+        Some(Resolved {
+            resolution,
+            resolved_at,
+        }) => {
+            let at = urutan::rfc3339::text(&resolved_at);
+            format!("not in {queue}: {resolution} at {at}")
+        }
+        None => format!("not in {queue}: no dead-lettered message has this id"),
+    };
+    Ok(Replayed {
+        key: id.to_owned(),
+        message_id: None,
+        pesanan_id: None,
+        versi: None,
+        routing_key: None,
+        became: Became::NotFound { note },
+        old_row: 0,
+    })
+}
+
+/// Polls the database until every published message has an outcome (or
+/// is parked), or `wait` has passed.
+async fn wait_for_outcomes(
+    ctx: &Ctx,
+    replayed: &mut [Replayed],
+    wait: Duration,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        let mut waiting = false;
+        for r in replayed.iter_mut() {
+            if matches!(r.became, Became::Pending | Became::Parked) {
+                r.became = outcome(ctx, r).await?;
+                waiting |= matches!(r.became, Became::Pending | Became::Parked);
+            }
+        }
+        if !waiting || start.elapsed() >= wait {
+            return Ok(());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// What the database says about one replayed message now.
+async fn outcome(ctx: &Ctx, r: &Replayed) -> Result<Became, sqlx::Error> {
+    let dead = rows::dead_lettered_again(&ctx.db, &r.key, r.old_row).await?;
+    if let Some(Reason { reason, detail }) = dead {
+        return Ok(Became::DeadLettered { reason, detail });
+    }
+    let (Some(id), Some(order), Some(versi)) = (&r.message_id, &r.pesanan_id, r.versi) else {
+        return Ok(Became::Pending);
+    };
+    let Standing {
+        applied_by,
+        parked,
+        processed,
+        stored,
+    } = store::standing(&ctx.db, id, order, versi).await?;
+    Ok(if applied_by.as_deref() == Some(id.as_str()) {
+        Became::Applied { versi }
+    } else if parked {
+        Became::Parked
+    } else if processed {
+        Became::Stale {
+            versi,
+            stored: stored.unwrap_or(versi),
+        }
+    } else {
+        Became::Pending
+    })
+}
+
+fn report(ctx: &Ctx, replayed: &[Replayed], json: bool) -> anyhow::Result<()> {
+    let failed = replayed.iter().filter(|r| !r.became.got_through()).count();
+    if json {
+        println!("{}", serde_json::to_string_pretty(replayed)?);
+    } else if replayed.is_empty() {
+        println!(
+            "nothing to replay: no message in {} matches",
+            ctx.names.dead_letter_queue()
+        );
+    } else {
+        let entry = ctx.names.entry_exchange();
+        println!("replayed to `{entry}`:");
+        for r in replayed {
+            let who = r.message_id.as_deref().unwrap_or(&r.key);
+            let order = match (&r.pesanan_id, r.versi) {
+                (Some(o), Some(v)) => format!(" (order {o}, v{v})"),
+                (Some(o), None) => format!(" (order {o})"),
+                _ => String::new(),
+            };
+            let line = format!("{who}{order}: {}", r.became.describe());
+            println!("  {}", crate::terminal::Clean(&line));
+        }
+    }
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} of {} message(s) did not get through (see above)",
+        replayed.len()
+    );
+    Ok(())
+}
+
+/// `urutan dlq purge`.
+pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
+    let queue = ctx.names.dead_letter_queue();
+    let conn = ctx.broker().await?;
+    let depth = walk::depth(&conn, &ctx.names).await?;
+    let recorded = ctx.recorded().await?;
+    if depth == 0 && recorded == 0 {
+        println!("{queue} is empty: nothing to purge");
+        return Ok(());
+    }
+    if !args.yes {
+        confirm(&format!(
+            "Remove the {depth} message(s) in {queue} for good ({recorded} recorded)? [y/N] "
+        ))?;
+    }
+    let started = rows::now(&ctx.db).await?;
+    let mut walker = Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
+    let mut removed = 0u64;
+    while let Some(taken) = walker.take().await? {
+        walker.remove(taken).await?;
+        removed += 1;
+    }
+    walker.close().await?;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
+    // Records whose message is no longer in the queue (e.g. a worker that
+    // crashed between its record and its reject, and then got the message
+    // through): resolved too, once old enough that their message cannot
+    // still be on its way into the DLQ (dead-lettering is asynchronous).
+    let ghosts = rows::resolve_ghosts(&ctx.db, started).await?;
+    println!("purged {removed} message(s) from {queue}; their records are marked purged");
+    if ghosts > 0 {
+        println!("{ghosts} record(s) whose message was no longer in {queue} marked purged too");
+    }
+    Ok(())
+}
+
+/// Asks on the terminal; anything but `y`/`yes` stops.
+fn confirm(question: &str) -> anyhow::Result<()> {
+    let stdin = std::io::stdin();
+    anyhow::ensure!(
+        stdin.is_terminal(),
+        "refusing to purge without --yes (not asked: stdin is not a terminal)"
+    );
+    eprint!("{question}");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    stdin
+        .lock()
+        .read_line(&mut answer)
+        .context("reading the answer")?;
+    let yes = matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+    anyhow::ensure!(yes, "not purged");
+    Ok(())
+}

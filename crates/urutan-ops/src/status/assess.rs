@@ -1,0 +1,345 @@
+//! What needs attention: the one place that decides it, from what
+//! `urutan status` read. Pure.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Attention, Status, attention};
+
+/// Decides what needs attention in what was read, at `now`. Pure.
+pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec<Attention> {
+    let mut found = Vec::new();
+    let stuck = |since: DateTime<Utc>| {
+        (now - since)
+            .to_std()
+            .is_ok_and(|waited| waited > stuck_after)
+    };
+    let age = |since: DateTime<Utc>| crate::view::age(now, since);
+    if let Some(e) = &status.database.error {
+        found.push(attention("database_unreachable", e.clone()));
+    }
+    if let Some(e) = &status.broker.error {
+        found.push(attention("broker_unreachable", e.clone()));
+    }
+    let database_read = status.database.reachable && status.outbox.is_some();
+    if database_read && status.ring.is_none() {
+        found.push(attention(
+            "no_ring",
+            "no ring is recorded: `urutan run` (or `urutan topology`) has not prepared the \
+             topology against this database yet"
+                .into(),
+        ));
+    }
+    if let Some(ring) = status
+        .ring
+        .as_ref()
+        .filter(|r| r.resharding && stuck(r.since))
+    {
+        found.push(attention(
+            "resharding_stuck",
+            format!(
+                "resharding {} -> {} has been in progress for {} (it completes once every shard \
+                 passed epoch {} and removed shards are drained)",
+                ring.from.unwrap_or(ring.shard_count),
+                ring.shard_count,
+                age(ring.since),
+                ring.epoch
+            ),
+        ));
+    }
+    for w in status.windows.iter().filter(|w| stuck(w.opened_at)) {
+        let until = match w.epoch {
+            Some(epoch) => format!("it closes once every shard passes epoch {epoch}"),
+            None => "its epoch is not open yet (did its opener die?)".into(),
+        };
+        found.push(attention(
+            "window_stuck",
+            format!(
+                "window {} ({}) has been open for {}: {until}",
+                w.id,
+                w.reason,
+                age(w.opened_at)
+            ),
+        ));
+    }
+    for s in &status.shards {
+        let expected = s.bound || s.active;
+        match (s.exists, s.consumers) {
+            (Some(false), _) if expected => found.push(attention(
+                "shard_queue_missing",
+                format!(
+                    "shard {:03}: queue {} does not exist on the broker",
+                    s.shard, s.queue
+                ),
+            )),
+            (Some(true), Some(0)) if expected || s.ready.unwrap_or(0) > 0 => found.push(attention(
+                "shard_without_consumer",
+                format!(
+                    "shard {:03}: no consumer on {} ({} ready): is `urutan run` running?",
+                    s.shard,
+                    s.queue,
+                    s.ready.unwrap_or(0)
+                ),
+            )),
+            _ => {}
+        }
+        if let Some(since) = s.epoch_waiting_since.filter(|t| s.active && stuck(*t)) {
+            found.push(attention(
+                "epoch_not_passed",
+                format!(
+                    "shard {:03} is still at epoch {} while a later epoch was opened {} ago: \
+                     its worker has not reached the marker",
+                    s.shard,
+                    s.epoch_passed.unwrap_or(0),
+                    age(since)
+                ),
+            ));
+        }
+        if s.epoch_unexplained {
+            found.push(attention(
+                "epoch_unexplained",
+                format!(
+                    "shard {:03} is at epoch {}, which urutan never recorded: its position was \
+                     not moved by a marker urutan sent (a forged marker, or a hand edit); \
+                     messages on it may overtake older ones of their order",
+                    s.shard,
+                    s.epoch_passed.unwrap_or(0)
+                ),
+            ));
+        }
+        if let Some(since) = s.oldest_parked_at.filter(|t| stuck(*t)) {
+            found.push(attention(
+                "parked_too_long",
+                format!(
+                    "shard {:03}: {} parked message(s), the oldest for {} (order {}: see \
+                     `urutan explain`)",
+                    s.shard,
+                    s.parked,
+                    age(since),
+                    s.oldest_parked_order.as_deref().unwrap_or("?")
+                ),
+            ));
+        }
+    }
+    let dl = &status.dead_letters;
+    if status.broker.reachable {
+        match dl.depth {
+            None => found.push(attention(
+                "dead_letter_queue_missing",
+                format!(
+                    "the dead-letter queue {} does not exist on the broker",
+                    dl.queue
+                ),
+            )),
+            Some(n) if n > 0 => found.push(attention(
+                "dead_letters",
+                format!(
+                    "{n} message(s) in {}: see `urutan dlq list`, fix the cause, then \
+                     `urutan dlq replay`",
+                    dl.queue
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+    if let Some(o) = &status.outbox
+        && let Some(oldest) = o.oldest_unsent_at.filter(|t| stuck(*t))
+    {
+        let relay = match &o.relay {
+            Some(r) => format!("the active relay (pid {}) is not keeping up", r.pid),
+            None => "no relay is active: start `urutan relay`".into(),
+        };
+        found.push(attention(
+            "outbox_backlog",
+            format!(
+                "{} outbox row(s) unsent, the oldest for {}: {relay}",
+                o.unsent,
+                age(oldest)
+            ),
+        ));
+    }
+    if let Some(o) = status.outbox.as_ref().filter(|o| o.unroutable > 0) {
+        found.push(attention(
+            "outbox_unroutable",
+            format!(
+                "{} outbox row(s) set aside: the broker returned them (routing key outside the \
+                 entry binding); fix the key, then clear `unroutable_at` to retry",
+                o.unroutable
+            ),
+        ));
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
+            .expect("time")
+            .with_timezone(&Utc)
+    }
+
+    fn minutes_ago(m: i64) -> DateTime<Utc> {
+        now() - chrono::Duration::minutes(m)
+    }
+
+    fn shard(index: u16, consumers: u32) -> Shard {
+        Shard {
+            shard: index,
+            queue: format!("pesanan.shard-{index:03}"),
+            bound: true,
+            active: true,
+            exists: Some(true),
+            ready: Some(0),
+            consumers: Some(consumers),
+            consumers_registered: None,
+            epoch_passed: Some(3),
+            epoch_waiting_since: None,
+            epoch_unexplained: false,
+            parked: 0,
+            oldest_parked_at: None,
+            oldest_parked_order: None,
+            last_applied_at: None,
+        }
+    }
+
+    fn healthy() -> Status {
+        let up = |url: &str| Reach {
+            url: url.into(),
+            reachable: true,
+            error: None,
+        };
+        Status {
+            checked_at: now(),
+            exit_code: 0,
+            attention: Vec::new(),
+            database: up("postgres://db/urutan"),
+            broker: up("amqp://rabbit/%2f"),
+            ring: Some(Ring {
+                versi: 1,
+                shard_count: 2,
+                from: None,
+                epoch: 1,
+                by: "`urutan run` on a (pid 1)".into(),
+                since: minutes_ago(60),
+                completed_at: Some(minutes_ago(60)),
+                resharding: false,
+            }),
+            epochs: None,
+            windows: Vec::new(),
+            shards: vec![shard(0, 1), shard(1, 1)],
+            replicas_seen: Some(1),
+            replicas_unknown: None,
+            dead_letters: DeadLetters {
+                queue: "pesanan.dlq".into(),
+                depth: Some(0),
+                records_available: true,
+                by_reason: Vec::new(),
+            },
+            outbox: Some(Outbox {
+                unsent: 0,
+                oldest_unsent_at: None,
+                unroutable: 0,
+                relay: None,
+            }),
+        }
+    }
+
+    fn codes(status: &Status) -> Vec<&'static str> {
+        assess(status, now(), Duration::from_secs(300))
+            .into_iter()
+            .map(|a| a.code)
+            .collect()
+    }
+
+    #[test]
+    fn a_healthy_pool_needs_nothing() {
+        assert_eq!(codes(&healthy()), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_shard_without_consumer_or_queue_needs_attention() {
+        let mut s = healthy();
+        s.shards[1].consumers = Some(0);
+        assert_eq!(codes(&s), ["shard_without_consumer"]);
+        s.shards[1].exists = Some(false);
+        s.shards[1].consumers = None;
+        assert_eq!(codes(&s), ["shard_queue_missing"]);
+        // An unbound, inactive queue left over: only if it holds messages.
+        let mut extra = shard(2, 0);
+        (extra.bound, extra.active) = (false, false);
+        let mut s = healthy();
+        s.shards.push(extra);
+        assert_eq!(codes(&s), Vec::<&str>::new());
+        s.shards[2].ready = Some(4);
+        assert_eq!(codes(&s), ["shard_without_consumer"]);
+    }
+
+    #[test]
+    fn a_position_no_recorded_epoch_explains_needs_attention() {
+        let mut s = healthy();
+        s.shards[0].epoch_passed = Some(i64::MAX);
+        s.shards[0].epoch_unexplained = true;
+        assert_eq!(codes(&s), ["epoch_unexplained"]);
+    }
+
+    #[test]
+    fn waits_longer_than_stuck_after_need_attention() {
+        let mut s = healthy();
+        s.windows.push(Window {
+            id: 1,
+            reason: "broker restarted".into(),
+            epoch: Some(9),
+            opened_at: minutes_ago(4),
+        });
+        s.shards[0].epoch_waiting_since = Some(minutes_ago(4));
+        s.shards[0].oldest_parked_at = Some(minutes_ago(4));
+        s.shards[0].parked = 2;
+        s.outbox = Some(Outbox {
+            unsent: 7,
+            oldest_unsent_at: Some(minutes_ago(4)),
+            unroutable: 0,
+            relay: None,
+        });
+        assert_eq!(codes(&s), Vec::<&str>::new(), "4 min is not stuck yet");
+        s.windows[0].opened_at = minutes_ago(6);
+        s.shards[0].epoch_waiting_since = Some(minutes_ago(6));
+        s.shards[0].oldest_parked_at = Some(minutes_ago(6));
+        s.outbox = Some(Outbox {
+            unsent: 7,
+            oldest_unsent_at: Some(minutes_ago(6)),
+            unroutable: 1,
+            relay: None,
+        });
+        assert_eq!(
+            codes(&s),
+            [
+                "window_stuck",
+                "epoch_not_passed",
+                "parked_too_long",
+                "outbox_backlog",
+                "outbox_unroutable"
+            ]
+        );
+        let found = assess(&s, now(), Duration::from_secs(300));
+        assert!(found[3].message.contains("no relay is active"), "{found:?}");
+    }
+
+    #[test]
+    fn dead_letters_and_unreachable_services_need_attention() {
+        let mut s = healthy();
+        s.dead_letters.depth = Some(3);
+        assert_eq!(codes(&s), ["dead_letters"]);
+        s.broker.reachable = false;
+        s.broker.error = Some("cannot connect to the broker".into());
+        s.dead_letters.depth = None;
+        assert_eq!(codes(&s), ["broker_unreachable"]);
+        let mut s = healthy();
+        s.ring = None;
+        assert_eq!(codes(&s), ["no_ring"]);
+    }
+}

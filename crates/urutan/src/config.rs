@@ -1,0 +1,411 @@
+//! Settings: one validated struct, read from environment variables and flags
+//! (docs/contract.md, section 5). A bad value stops the process at start with one line
+//! that names the setting; secrets inside URLs never reach `Debug` or logs.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Everything the worker pool and the other commands need to know.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Broker URL (`amqp://` or `amqps://`), or a cluster's nodes as several
+    /// URLs separated by commas (same vhost in each): every connection goes
+    /// to a live node and moves on when one fails. Passwords are never logged.
+    pub amqp_url: BrokerUrls,
+
+    /// AMQP heartbeat in seconds (0: the broker's, 60 s by default). A silent
+    /// broker link (no FIN, no RST) is noticed after about two heartbeats on
+    /// both sides: the broker then hands this process's shards to a standby
+    /// replica, and this process reconnects. A `heartbeat=` in a node URL wins.
+    pub amqp_heartbeat: u16,
+
+    /// PostgreSQL URL; the database is created if it does not exist.
+    pub database_url: SecretUrl,
+
+    /// The longest a database statement, or a transaction left idle, may
+    /// take (server-side `statement_timeout` and
+    /// `idle_in_transaction_session_timeout`); the worker also gives up waiting
+    /// for one transaction after this plus 5 s, and retries it. Bounds how long
+    /// a silent database link (no FIN, no RST) can hold a message and its
+    /// order's lock. Options in `DATABASE_URL` (`options[statement_timeout]=…`) win.
+    pub database_timeout: Duration,
+
+    /// Number of shard queues (1-999).
+    pub shard_count: u16,
+
+    /// Per-shard prefetch; 1 is the strict mode.
+    pub prefetch: u16,
+
+    /// Ordered batch mode (PREFETCH > 1): most deliveries applied in one
+    /// transaction (default: PREFETCH).
+    pub batch_max: Option<u16>,
+
+    /// Ordered batch mode: how long to wait for more deliveries after the
+    /// first one of a batch, in milliseconds.
+    pub batch_linger_ms: u64,
+
+    /// Deliveries of one message before the queue dead-letters it (`x-delivery-limit`).
+    pub delivery_limit: u32,
+
+    /// Replicas of each quorum queue (`x-quorum-initial-group-size`), fixed
+    /// when the topology is first declared; unset: the broker's default.
+    pub quorum_group_size: Option<u16>,
+
+    /// Address of the HTTP endpoints `/metrics`, `/healthz`, `/readyz`.
+    pub metrics_addr: SocketAddr,
+
+    /// How long processed message ids are kept for deduplication (e.g. `30d`, `12h`).
+    pub dedup_retention: Duration,
+
+    /// How long dead-letter records are kept once resolved (replayed or
+    /// purged with `urutan dlq`), e.g. `90d`.
+    pub dead_letter_retention: Duration,
+
+    /// How long a dead-letter record is kept while unresolved (its message
+    /// still in the DLQ or lost from it), counted from when it was recorded,
+    /// e.g. `90d`. Bounds the table under a flood of poison messages.
+    pub dead_letter_unresolved_retention: Duration,
+
+    /// Log format: `text` or `json` (level from `RUST_LOG`).
+    pub log_format: LogFormat,
+
+    /// Prefix of every broker object name (`pesanan`, `pesanan-hash`, `pesanan.shard-000`, ...).
+    pub topology_prefix: String,
+
+    /// Largest accepted message body; larger ones are dead-lettered.
+    pub max_body_bytes: u32,
+
+    /// Database connections in the pool (default: shard count + 2).
+    pub database_pool_size: Option<u32>,
+
+    /// `declare`: the pool declares (and extends) the topology itself;
+    /// `check`: it only checks it passively, for a least-privilege user
+    /// (declare it with `urutan topology`).
+    pub topology_mode: TopologyMode,
+
+    /// Accept a `SHARD_COUNT` smaller than the ring has (shrinking): the top
+    /// shards are unbound (they get no new messages), drained in order and
+    /// their queues deleted.
+    pub allow_shrink: bool,
+
+    /// Most messages the dead-letter queue holds (`x-max-length`). When it
+    /// is full, further dead letters wait in their shard queue's
+    /// dead-letter backlog (nothing is dropped) until `urutan dlq` makes room.
+    pub dlq_max_length: u64,
+
+    /// Most bytes of message bodies the dead-letter queue holds
+    /// (`x-max-length-bytes`); as DLQ_MAX_LENGTH when reached.
+    pub dlq_max_bytes: u64,
+}
+
+impl Default for Settings {
+    /// Every setting at its documented default (docs/contract.md, section 5):
+    /// the local services, 4 shards, strict mode.
+    fn default() -> Self {
+        fn local<T: FromStr<Err = String>>(url: &str) -> T {
+            url.parse().unwrap_or_else(|e| unreachable!("{url}: {e}"))
+        }
+        let days = |n: u64| Duration::from_secs(n * 86_400);
+        Self {
+            amqp_url: local("amqp://guest:guest@127.0.0.1:5672/%2f"),
+            amqp_heartbeat: 10,
+            database_url: local("postgres://postgres@127.0.0.1:5432/urutan"),
+            database_timeout: Duration::from_secs(30),
+            shard_count: 4,
+            prefetch: 1,
+            batch_max: None,
+            batch_linger_ms: 5,
+            delivery_limit: 5,
+            quorum_group_size: None,
+            metrics_addr: SocketAddr::from(([0, 0, 0, 0], 9464)),
+            dedup_retention: days(30),
+            dead_letter_retention: days(90),
+            dead_letter_unresolved_retention: days(90),
+            log_format: LogFormat::Text,
+            topology_prefix: "pesanan".to_owned(),
+            max_body_bytes: 1024 * 1024,
+            database_pool_size: None,
+            topology_mode: TopologyMode::Declare,
+            allow_shrink: false,
+            dlq_max_length: 100_000,
+            dlq_max_bytes: 1 << 30,
+        }
+    }
+}
+
+impl Settings {
+    /// Deliveries applied per transaction: 1 in strict mode (PREFETCH=1),
+    /// else BATCH_MAX (default PREFETCH), never more than PREFETCH.
+    pub fn batch_size(&self) -> u16 {
+        self.batch_max.unwrap_or(self.prefetch).min(self.prefetch)
+    }
+
+    /// The broker nodes to connect to, with the heartbeat setting applied.
+    pub fn broker(&self) -> BrokerUrls {
+        self.amqp_url.with_heartbeat(self.amqp_heartbeat)
+    }
+
+    /// The database URL with the session limits of [`Self::database_timeout`]
+    /// and TCP keepalives (a dead client's backend, and its locks, go within
+    /// about 30 s) added, except those the URL sets itself.
+    pub fn database(&self) -> SecretUrl {
+        let ms = self.database_timeout.as_millis().to_string();
+        let limits = [
+            ("statement_timeout", ms.as_str()),
+            ("idle_in_transaction_session_timeout", ms.as_str()),
+            ("tcp_keepalives_idle", "10"),
+            ("tcp_keepalives_interval", "5"),
+            ("tcp_keepalives_count", "3"),
+            ("tcp_user_timeout", "30000"),
+        ];
+        self.database_url.with(|u| {
+            let set: Vec<String> = u.query_pairs().map(|(k, _)| k.into_owned()).collect();
+            let mut pairs = u.query_pairs_mut();
+            for (key, value) in limits {
+                let key = format!("options[{key}]");
+                if !set.contains(&key) {
+                    pairs.append_pair(&key, value);
+                }
+            }
+        })
+    }
+
+    /// Connections the database pool may open.
+    pub fn pool_size(&self) -> u32 {
+        self.database_pool_size
+            .unwrap_or(u32::from(self.shard_count) + 2)
+    }
+}
+
+/// Whether `urutan run` declares the topology or only checks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopologyMode {
+    Declare,
+    Check,
+}
+
+impl TopologyMode {
+    /// The setting's values, as written.
+    pub const VALUES: [&str; 2] = ["declare", "check"];
+}
+
+impl FromStr for TopologyMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "declare" => Ok(Self::Declare),
+            "check" => Ok(Self::Check),
+            _ => Err("use `declare` or `check`".into()),
+        }
+    }
+}
+
+/// Output format of the logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    /// The setting's values, as written.
+    pub const VALUES: [&str; 2] = ["text", "json"];
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            _ => Err("use `text` or `json`".into()),
+        }
+    }
+}
+
+/// A URL that may carry a password: usable as a string by the clients, but
+/// printed (`Debug`, `Display`) with the password replaced by `***`.
+#[derive(Clone)]
+pub struct SecretUrl {
+    raw: String,
+    redacted: String,
+}
+
+impl SecretUrl {
+    /// The full URL, password included: only for handing to a client library.
+    pub fn expose(&self) -> &str {
+        &self.raw
+    }
+
+    /// The URL parsed, for tools that need its parts.
+    pub fn parsed(&self) -> url::Url {
+        // Parsing succeeded in `from_str`, so it succeeds again.
+        url::Url::parse(&self.raw).unwrap_or_else(|_| unreachable!("validated in from_str"))
+    }
+
+    /// The same URL with another password-free part changed by `edit`.
+    pub fn with(&self, edit: impl FnOnce(&mut url::Url)) -> SecretUrl {
+        let mut url = self.parsed();
+        edit(&mut url);
+        Self::from_str(url.as_str()).unwrap_or_else(|_| unreachable!("an edited valid URL"))
+    }
+}
+
+impl FromStr for SecretUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut url = url::Url::parse(s).map_err(|e| format!("not a URL ({e})"))?;
+        match url.scheme() {
+            "amqp" | "amqps" | "postgres" | "postgresql" => {}
+            other => return Err(format!("unsupported scheme `{other}`")),
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err("the URL has no host".into());
+        }
+        if url.password().is_some() {
+            // Cannot fail: the URL has a host, so it can carry a password.
+            let _ = url.set_password(Some("***"));
+        }
+        // sqlx also takes the password as a query parameter.
+        if url.query_pairs().any(|(k, _)| k == "password") {
+            let pairs: Vec<(String, String)> = url
+                .query_pairs()
+                .map(|(k, v)| {
+                    let v = if k == "password" {
+                        "***".into()
+                    } else {
+                        v.into_owned()
+                    };
+                    (k.into_owned(), v)
+                })
+                .collect();
+            url.query_pairs_mut().clear().extend_pairs(pairs);
+        }
+        Ok(Self {
+            raw: s.to_owned(),
+            redacted: url.to_string(),
+        })
+    }
+}
+
+impl fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+impl fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+/// The broker's nodes (docs/contract.md, section 5): one `amqp://` or
+/// `amqps://` URL, or a cluster's nodes as several URLs separated by commas.
+/// Every URL names the same vhost, since the topology lives in one vhost.
+/// Printed as the list with every password replaced by `***`.
+#[derive(Clone)]
+pub struct BrokerUrls(Vec<SecretUrl>);
+
+impl BrokerUrls {
+    /// The node URLs in the order given (never empty).
+    pub fn nodes(&self) -> &[SecretUrl] {
+        &self.0
+    }
+
+    /// The same nodes asking for a heartbeat of `seconds` (0: leave it to the
+    /// broker), except those whose URL already names one.
+    pub fn with_heartbeat(&self, seconds: u16) -> BrokerUrls {
+        if seconds == 0 {
+            return self.clone();
+        }
+        let nodes = self.0.iter().map(|node| {
+            if node.parsed().query_pairs().any(|(k, _)| k == "heartbeat") {
+                return node.clone();
+            }
+            node.with(|u| {
+                u.query_pairs_mut()
+                    .append_pair("heartbeat", &seconds.to_string());
+            })
+        });
+        BrokerUrls(nodes.collect())
+    }
+}
+
+impl From<SecretUrl> for BrokerUrls {
+    fn from(url: SecretUrl) -> Self {
+        Self(vec![url])
+    }
+}
+
+impl FromStr for BrokerUrls {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut nodes = Vec::new();
+        for (n, part) in s.split(',').map(str::trim).enumerate() {
+            let which = || format!("URL {} of the list", n + 1);
+            if part.is_empty() {
+                return Err(format!("{} is empty", which()));
+            }
+            let url: SecretUrl = part.parse().map_err(|e| format!("{}: {e}", which()))?;
+            if !matches!(url.parsed().scheme(), "amqp" | "amqps") {
+                return Err(format!("{}: use amqp:// or amqps:// ({url})", which()));
+            }
+            nodes.push(url);
+        }
+        let vhost = |u: &SecretUrl| u.parsed().path().to_owned();
+        if let Some(other) = nodes.iter().find(|u| vhost(u) != vhost(&nodes[0])) {
+            return Err(format!(
+                "every node URL must name the same vhost: {} and {other} differ",
+                nodes[0]
+            ));
+        }
+        Ok(Self(nodes))
+    }
+}
+
+impl fmt::Debug for BrokerUrls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for BrokerUrls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, url) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            fmt::Display::fmt(url, f)?;
+        }
+        Ok(())
+    }
+}
+
+/// `30d`, `12h`, `15m`, `90s` (anything `humantime` reads); zero is refused.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. `30d`, `12h`)"))?;
+    if d.is_zero() {
+        return Err("must be longer than zero".into());
+    }
+    Ok(d)
+}
+
+/// A topology prefix: 1-200 characters from `[A-Za-z0-9._-]`.
+pub fn parse_prefix(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 200
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err("use 1-200 characters from [A-Za-z0-9._-]".into())
+    }
+}

@@ -1,0 +1,277 @@
+//! PostgreSQL: connecting (and creating the database), migrations, the apply
+//! transaction, dead-letter records, retention, and reads for operator
+//! tools. Errors say whether to retry or give up.
+
+mod apply;
+mod dead_letter;
+mod read;
+mod retention;
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+use tracing::info;
+
+use crate::config::SecretUrl;
+use crate::metrics::RetryReason;
+
+pub use apply::{
+    Applied, BatchItem, BatchResult, applied_with_status, apply, apply_batch, parse_result,
+    record_returned,
+};
+pub use dead_letter::{
+    NewDeadLetter, insert_dead_letter, purge_resolved_dead_letters, purge_unresolved_dead_letters,
+    record_dead_letters,
+};
+pub use read::{Standing, processed_at, processed_for, standing, stored_version};
+pub use retention::{Retention, purge_expired, run_retention};
+
+/// The embedded migrations of `migrations/`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// A database failure, with the policy it calls for.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database is unreachable or briefly unable (connection lost, pool
+    /// timeout, serialization failure, deadlock, shutdown): hold the message
+    /// and retry with backoff, in order. Never a reason to dead-letter.
+    #[error("database unavailable ({}): {source}", reason.label())]
+    Transient {
+        reason: RetryReason,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The database refused this message's data (an SQL data or integrity
+    /// exception, or a program limit such as `stack depth limit exceeded`
+    /// that the data hit): requeue it, so the delivery limit dead-letters
+    /// it if it keeps failing. Retrying the same data cannot succeed.
+    #[error("the database refused the message's data: {0}")]
+    Refused(#[source] sqlx::Error),
+}
+
+impl StoreError {
+    /// The `reason` label of `urutan_retries_total`.
+    pub fn reason(&self) -> RetryReason {
+        match self {
+            Self::Transient { reason, .. } => *reason,
+            Self::Refused(_) => RetryReason::Refused,
+        }
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(source: sqlx::Error) -> Self {
+        let reason = match &source {
+            sqlx::Error::PoolTimedOut => RetryReason::PoolTimeout,
+            sqlx::Error::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => RetryReason::Timeout,
+            sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::PoolClosed => {
+                RetryReason::Connection
+            }
+            sqlx::Error::Database(db) => {
+                let code = db.code().unwrap_or_default();
+                match code.as_ref() {
+                    "40001" => RetryReason::Serialization,
+                    "40P01" => RetryReason::Deadlock,
+                    c if c.starts_with("08") || c.starts_with("57") || c.starts_with("53") => {
+                        RetryReason::Connection
+                    }
+                    // 22 data exception, 23 integrity constraint violation,
+                    // 54 program limit exceeded (e.g. 54001 stack depth).
+                    c if c.starts_with("22") || c.starts_with("23") || c.starts_with("54") => {
+                        return Self::Refused(source);
+                    }
+                    _ => RetryReason::Database,
+                }
+            }
+            _ => RetryReason::Database,
+        };
+        Self::Transient { reason, source }
+    }
+}
+
+/// Connection options for `url`. sqlx logs statement text (never the bound
+/// values) at debug level, so event data stays out of the logs.
+fn options(url: &SecretUrl) -> Result<PgConnectOptions, sqlx::Error> {
+    let options: PgConnectOptions = url.expose().parse()?;
+    Ok(options.application_name("urutan"))
+}
+
+/// Creates the database named in `url` if it does not exist yet (connecting
+/// to the `postgres` maintenance database of the same server).
+pub async fn ensure_database(url: &SecretUrl) -> Result<(), sqlx::Error> {
+    let target = options(url)?;
+    let name = target
+        .get_database()
+        .map(str::to_owned)
+        .unwrap_or_else(|| target.get_username().to_owned());
+    let mut admin = target.database("postgres").connect().await?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut admin)
+            .await?;
+    if !exists {
+        let create = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
+        match sqlx::query(sqlx::AssertSqlSafe(create))
+            .execute(&mut admin)
+            .await
+        {
+            Ok(_) => info!(database = %name, "created the database"),
+            // Someone else created it at the same moment: fine.
+            Err(sqlx::Error::Database(e))
+                if matches!(e.code().as_deref(), Some("42P04") | Some("23505")) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    admin.close().await
+}
+
+/// How long a connection going back to the pool may take to answer the
+/// check that it is still usable.
+const RELEASE_CHECK: Duration = Duration::from_secs(5);
+
+/// Opens a pool of `size` connections (sqlx turns Nagle's algorithm off on
+/// each since 0.9.1). Acquiring waits at most 5 s, so a
+/// database outage surfaces as a transient error instead of a hang. A
+/// connection going back to the pool must answer a ping within
+/// [`RELEASE_CHECK`] or is closed: sqlx's own release ping has no bound, and a
+/// connection whose link went silent (no FIN, no RST) would keep its pool
+/// slot forever (and `PgPool::close` would wait for it).
+pub async fn connect(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {
+    use sqlx::Connection as _;
+    let options = options(url)?;
+    PgPoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(Duration::from_secs(5))
+        .test_before_acquire(false)
+        .after_release(|conn, _| {
+            Box::pin(async move {
+                // An error (not `Ok(false)`) makes sqlx close it without the
+                // goodbye a silent link would never carry.
+                match tokio::time::timeout(RELEASE_CHECK, conn.ping()).await {
+                    Ok(answer) => answer.map(|()| true),
+                    Err(_) => Err(sqlx::Error::Io(std::io::ErrorKind::TimedOut.into())),
+                }
+            })
+        })
+        .connect_with(options)
+        .await
+}
+
+/// Creates the database if needed, connects and applies the migrations.
+///
+/// A least-privilege role (see `deploy/postgres/`) may neither create the
+/// database nor run DDL: it gets through when the database exists and every
+/// migration is already applied, and otherwise stops with a message saying
+/// to run `urutan migrate` as the owner.
+pub async fn prepare(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {
+    match ensure_database(url).await {
+        Ok(()) => {}
+        // Refused by the server (no access to `postgres`, no CREATEDB):
+        // connecting says whether the database is there.
+        Err(sqlx::Error::Database(e)) => {
+            tracing::debug!(error = %e, "cannot check or create the database; connecting to it");
+        }
+        Err(unreachable) => return Err(unreachable),
+    }
+    let pool = connect(url, size).await?;
+    let pending = pending_migrations(&pool).await;
+    if pending.as_ref().is_ok_and(Vec::is_empty) {
+        return Ok(pool);
+    }
+    // On a pool of its own, closed afterwards: a failed run leaves the
+    // migrator's session lock behind on the connection it used.
+    // Without the session limits of `Settings::database`: a migration on a
+    // large table may rightly take longer.
+    let unlimited = options(url)?.options([
+        ("statement_timeout", "0"),
+        ("idle_in_transaction_session_timeout", "0"),
+    ]);
+    let migrator_pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_with(unlimited)
+        .await?;
+    let migrated = MIGRATOR.run(&migrator_pool).await;
+    migrator_pool.close().await;
+    match migrated {
+        Ok(()) => Ok(pool),
+        Err(e) if is_permission_denied(&e) => {
+            let pending = pending.unwrap_or_default();
+            Err(sqlx::Error::Configuration(
+                format!(
+                    "{} migration(s) pending ({}) and this database role may not apply them: \
+                     run `urutan migrate` as the database owner",
+                    pending.len().max(1),
+                    pending.join(", ")
+                )
+                .into(),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The embedded migrations not applied (or applied with other contents) in
+/// the database; an error if it cannot tell (no migrations table yet).
+async fn pending_migrations(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    let applied: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success")
+            .fetch_all(pool)
+            .await?;
+    Ok(MIGRATOR
+        .iter()
+        .filter(|m| {
+            !applied
+                .iter()
+                .any(|(v, sum)| *v == m.version && **sum == *m.checksum)
+        })
+        .map(|m| format!("{} {}", m.version, m.description))
+        .collect())
+}
+
+fn is_permission_denied(e: &sqlx::migrate::MigrateError) -> bool {
+    use sqlx::migrate::MigrateError;
+    let (MigrateError::Execute(sqlx::Error::Database(db))
+    | MigrateError::ExecuteMigration(sqlx::Error::Database(db), _)) = e
+    else {
+        return false;
+    };
+    db.code().as_deref() == Some("42501")
+}
+
+/// True if the database answers a trivial query within `limit`.
+pub async fn ping(pool: &PgPool, limit: Duration) -> bool {
+    let Ok(Ok(mut conn)) = tokio::time::timeout(limit, pool.acquire()).await else {
+        return false;
+    };
+    let ping = async |c: &mut sqlx::PgConnection| sqlx::query("SELECT 1").execute(c).await;
+    bounded(&mut conn, limit, ping).await.is_ok()
+}
+
+/// Runs `work` on `conn` for at most `limit`. On a timeout the connection
+/// is closed instead of going back to the pool: sqlx would otherwise test it
+/// with an unbounded ping, and a silent link (packets dropped, no FIN, no
+/// RST) would keep that pool slot forever.
+pub async fn bounded<T, E>(
+    conn: &mut sqlx::pool::PoolConnection<sqlx::Postgres>,
+    limit: Duration,
+    work: impl AsyncFnOnce(&mut sqlx::PgConnection) -> Result<T, E>,
+) -> Result<T, StoreError>
+where
+    StoreError: From<E>,
+{
+    let finished = tokio::time::timeout(limit, work(&mut *conn)).await;
+    match finished {
+        Ok(done) => Ok(done?),
+        Err(_) => {
+            conn.close_on_drop();
+            let silent = std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {limit:?}"),
+            );
+            Err(sqlx::Error::Io(silent).into())
+        }
+    }
+}
