@@ -38,16 +38,8 @@ failed=0
 # ---- installs (idempotent) ---------------------------------------------------
 log_install() { echo "setup $*"; }
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo -- "$@"
-    else
-        echo "need root to run: $*"
-        return 1
-    fi
-}
+# shellcheck source=deploy/host.sh
+source "$(dirname "${BASH_SOURCE[0]}")/host.sh"
 
 # apt_install PACKAGE...: from Debian, quietly; prints apt's output on failure.
 apt_install() {

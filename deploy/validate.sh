@@ -29,16 +29,8 @@ check() {
     fi
 }
 
-as_root() {
-    if [[ $(id -u) -eq 0 ]]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo -- "$@"
-    else
-        log "FAIL need root to run: $*"
-        return 1
-    fi
-}
+# shellcheck source=deploy/host.sh
+source "$(dirname "${BASH_SOURCE[0]}")/host.sh"
 
 if ! command -v promtool >/dev/null 2>&1; then
     log "installing prometheus (for promtool)"

@@ -28,10 +28,7 @@ KEEP=0
 for arg in "$@"; do
     case $arg in
     --keep) KEEP=1 ;;
-    -h | --help)
-        sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
-        exit 0
-        ;;
+    -h | --help) print_help "${BASH_SOURCE[0]}" ;;
     *)
         echo "usage: deploy/brokers/cluster-check.sh [--keep]" >&2
         exit 2

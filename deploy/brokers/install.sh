@@ -14,14 +14,15 @@
 # Nothing is started: deploy/brokers/node.sh starts nodes.
 #
 # The host reaches Debian the way its own apt does: the first Debian mirror
-# of /etc/apt/sources.list{,.d} (default http://deb.debian.org/debian) and
-# apt's proxy if one is configured. URUTAN_BROKERS_MIRROR overrides the
-# mirror. Runs as root on a Debian/Ubuntu host with apt.
+# of /etc/apt/sources.list{,.d} and apt's proxy if one is configured.
+# URUTAN_BROKERS_MIRROR overrides the mirror (needed where apt names none). Runs as root on a Debian/Ubuntu host with apt.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LOG_TAG=install
 # shellcheck source=deploy/brokers/lib.sh
 source "$HERE/lib.sh"
+# shellcheck source=deploy/host.sh
+source "$HERE/../host.sh"
 
 usage() {
     echo "usage: deploy/brokers/install.sh [remove] {4.0|4.3}" >&2
@@ -41,17 +42,6 @@ mkdir -p "$BROKERS_DIR"
 exec 8>"$BROKERS_DIR/.install-${RELEASE}.lock"
 flock -w 1800 8 || die "another install of ${RELEASE} holds ${BROKERS_DIR}/.install-${RELEASE}.lock"
 
-unmount_all() {
-    local m i
-    for i in 1 2 3; do
-        mapfile -t mounts < <(findmnt -rn -o TARGET | grep -F "$ROOT/" | sort -r)
-        ((${#mounts[@]} > 0)) || return 0
-        for m in "${mounts[@]}"; do
-            umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-        done
-    done
-    ! findmnt -rn -o TARGET | grep -qF "$ROOT/"
-}
 
 root_pids() {
     local p
@@ -66,7 +56,7 @@ remove_root() {
     [[ -e "$ROOT" ]] || return 0
     [[ -z "$(root_pids)" ]] ||
         die "processes still run in ${ROOT} (pids $(root_pids | tr '\n' ' ')); stop its nodes first (deploy/brokers/node.sh stop ...)"
-    unmount_all || die "cannot unmount everything under ${ROOT}"
+    unmount_under "$ROOT" || die "cannot unmount everything under ${ROOT}"
     log "$1: deleting ${ROOT}"
     rm -rf --one-file-system "$ROOT"
     [[ ! -e "$ROOT" ]] || die "could not delete ${ROOT}"
@@ -81,18 +71,8 @@ if [[ $ACTION == remove ]]; then
 fi
 
 # --- how this host reaches Debian -------------------------------------------
-host_mirror() {
-    local uri
-    # deb822 sources first (URIs: ...), then one-line ones (deb URI suite ...).
-    uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
-        awk 'tolower($1) == "uris:" { for (i = 2; i <= NF; i++) print $i }' |
-        grep -E '/debian/?$' | head -n 1 || true)
-    [[ -n "$uri" ]] || uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-        awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/) { print $i; break } }' |
-        grep -E '/debian/?$' | head -n 1 || true)
-    echo "${uri:-http://deb.debian.org/debian}"
-}
-MIRROR=${URUTAN_BROKERS_MIRROR:-$(host_mirror)}
+MIRROR=${URUTAN_BROKERS_MIRROR:-$(host_apt_uri /debian)}
+[[ -n "$MIRROR" ]] || die "no Debian mirror in /etc/apt/sources.list{,.d}: set URUTAN_BROKERS_MIRROR"
 MIRROR=${MIRROR%/}
 # apt's proxy on the host, if any (debootstrap's wget reads http_proxy).
 APT_PROXY=$(apt-config dump 2>/dev/null |

@@ -26,6 +26,12 @@ die() {
 }
 log() { printf '%s: %s\n' "${LOG_TAG:-brokers}" "$*"; }
 
+# print_help SCRIPT: the script's header comment (up to `set -euo`), then exit 0.
+print_help() {
+    sed -n '2,/^set -euo/p' "$1" | sed -e '$d' -e 's/^# \{0,1\}//'
+    exit 0
+}
+
 need_root() {
     [[ $(id -u) -eq 0 ]] || die "run as root (debootstrap, mounts, chroot)"
 }

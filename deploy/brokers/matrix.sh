@@ -73,10 +73,7 @@ for arg in "$@"; do
     4.0 | 4.3) VERSIONS+=("$arg") ;;
     --keep) KEEP=1 ;;
     --ci) CI=1 ;;
-    -h | --help)
-        sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'
-        exit 0
-        ;;
+    -h | --help) print_help "${BASH_SOURCE[0]}" ;;
     *)
         echo "usage: deploy/brokers/matrix.sh [4.0] [4.3] [--ci] [--keep]" >&2
         exit 2

@@ -24,15 +24,13 @@
 #   fresh: PASS bookworm minbase + rust 1.95.0 (commit abc1234): debootstrap 53s, ...
 #   fresh: FAIL at <phase>: <why>
 #
-# Environment (all optional): FRESH_MIRROR (Debian mirror, default
-# http://deb.debian.org/debian), FRESH_SECURITY_MIRROR, FRESH_HOST_IP /
+# Environment (all optional): FRESH_MIRROR (Debian mirror, default the
+# host's own from its apt sources), FRESH_SECURITY_MIRROR (likewise), FRESH_HOST_IP /
 # FRESH_NS_IP (default 10.213.0.1 / 10.213.0.2, a /30), FRESH_PROXY_PORT (3128),
 # FRESH_WORKDIR (parent of the root, default /var/tmp).
 set -euo pipefail
 
 readonly SUITE=bookworm
-readonly MIRROR=${FRESH_MIRROR:-http://deb.debian.org/debian}
-readonly SECURITY_MIRROR=${FRESH_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 readonly CACHE=/var/cache/urutan-fresh/debootstrap
 readonly HOST_IP=${FRESH_HOST_IP:-10.213.0.1}
 readonly NS_IP=${FRESH_NS_IP:-10.213.0.2}
@@ -70,6 +68,16 @@ fail() {
 FAIL_WHY=""
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=deploy/host.sh
+source "$HERE/../host.sh"
+# Debian is reached the way the host's apt reaches it.
+MIRROR=${FRESH_MIRROR:-$(host_apt_uri /debian)}
+SECURITY_MIRROR=${FRESH_SECURITY_MIRROR:-$(host_apt_uri /debian-security)}
+readonly MIRROR SECURITY_MIRROR
+[[ -n "$MIRROR" && -n "$SECURITY_MIRROR" ]] || {
+    echo "fresh: FAIL at start: no Debian (or Debian security) mirror in /etc/apt/sources.list{,.d}: set FRESH_MIRROR and FRESH_SECURITY_MIRROR"
+    exit 1
+}
 [[ $(id -u) -eq 0 ]] || {
     echo "fresh: FAIL at start: run as root (it creates a network namespace, mounts and a chroot)"
     exit 1
@@ -152,16 +160,6 @@ kill_all() {
     sleep 1
 }
 
-unmount_root() {
-    local m i
-    for i in 1 2 3; do
-        mapfile -t mounts < <(findmnt -rn -o TARGET | grep -F "$ROOT" | sort -r)
-        ((${#mounts[@]} > 0)) || return 0
-        for m in "${mounts[@]}"; do
-            umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-        done
-    done
-}
 
 cleanup() {
     local left=()
@@ -174,7 +172,7 @@ cleanup() {
         kill "$PROXY_PID" 2>/dev/null
         wait "$PROXY_PID" 2>/dev/null
     fi
-    [[ -n "$ROOT" ]] && unmount_root
+    [[ -n "$ROOT" ]] && { unmount_under "$ROOT" || true; }
     ip netns del "$NS" 2>/dev/null
     ip link del "$VETH_HOST" 2>/dev/null
     # What is left? Never delete the root while anything is mounted in it.

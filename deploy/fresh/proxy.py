@@ -3,8 +3,8 @@
 
 The fresh root runs in a network namespace without NAT: this proxy, listening
 on the host's end of the veth pair, is its only way out. It serves
-  CONNECT host:443      (cargo -> crates.io, pip -> PyPI, over TLS)
-  GET/HEAD http://...   (apt -> deb.debian.org, plain HTTP)
+  CONNECT host:443      (cargo and pip to their registries, over TLS)
+  GET/HEAD http://...   (apt to the Debian mirror, plain HTTP)
 and nothing else. One line per request goes to the log file.
 
     proxy.py LISTEN_ADDR PORT LOGFILE

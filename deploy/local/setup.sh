@@ -12,7 +12,7 @@
 # Result:
 # - gcc, libc6-dev (the C compiler and linker that rustc and the `ring` crate
 #   need; rustup does not bring one) and ca-certificates (cargo's HTTPS to
-#   crates.io) installed;
+#   the Rust crate registry) installed;
 # - PostgreSQL 15+ accepting `psql -h 127.0.0.1 -U postgres` without a
 #   password (loopback logins switched to `trust` in pg_hba.conf), database
 #   `urutan` present;
@@ -67,7 +67,7 @@ pg_server_installed() {
 packages=()
 have cc || packages+=(gcc)
 pkg_installed libc6-dev || packages+=(libc6-dev)
-# cargo fetches crates.io over HTTPS and needs the CA bundle.
+# cargo fetches its registry over HTTPS and needs the CA bundle.
 [[ -s /etc/ssl/certs/ca-certificates.crt ]] || packages+=(ca-certificates)
 # Running: the two services and psql.
 if ! have rabbitmq-server || ! have rabbitmqctl || ! have rabbitmq-plugins; then
