@@ -105,7 +105,13 @@ pub async fn ensure_database(url: &SecretUrl) -> Result<(), sqlx::Error> {
         .get_database()
         .map(str::to_owned)
         .unwrap_or_else(|| target.get_username().to_owned());
-    let mut admin = target.database("postgres").connect().await?;
+    // Creating a database takes a second or more on a busy disk: expected,
+    // so sqlx's slow-statement warning is lowered to debug for it.
+    let mut admin = target
+        .database("postgres")
+        .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1))
+        .connect()
+        .await?;
     let exists: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
             .bind(&name)
