@@ -34,6 +34,13 @@ $$;
 
 
 --
+-- Name: FUNCTION urutan_dikembalikan_mati(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_dikembalikan_mati() IS 'Trigger on urutan_dead_letter: a dead-lettered message does not come back, so its order stops waiting for it (mati: dead).';
+
+
+--
 -- Name: urutan_efek_aktif(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -43,6 +50,13 @@ CREATE FUNCTION public.urutan_efek_aktif() RETURNS boolean
     AS $$
     SELECT EXISTS (SELECT 1 FROM urutan_efek_rute)
 $$;
+
+
+--
+-- Name: FUNCTION urutan_efek_aktif(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_efek_aktif() IS 'Are effects configured (any route in force)? SECURITY DEFINER: the worker''s role needs no rights on the effect tables.';
 
 
 --
@@ -81,6 +95,13 @@ $$;
 
 
 --
+-- Name: FUNCTION urutan_efek_catat(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_efek_catat() IS 'Trigger on pesanan_riwayat: records the applied version''s effects (catat: record), one per matching endpoint, with the state the version wrote. SECURITY DEFINER.';
+
+
+--
 -- Name: urutan_efek_hasil(bigint, integer, text, integer, text, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -114,6 +135,13 @@ $$;
 
 
 --
+-- Name: FUNCTION urutan_efek_hasil(p_efek bigint, p_percobaan integer, p_keadaan text, p_kode integer, p_jawaban text, p_setelah double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_efek_hasil(p_efek bigint, p_percobaan integer, p_keadaan text, p_kode integer, p_jawaban text, p_setelah double precision) IS 'Records a dispatcher''s answer (hasil: result) for attempt p_percobaan of an effect and moves its order''s schedule; false if the effect is no longer that attempt''s.';
+
+
+--
 -- Name: urutan_efek_kepala_baru(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -132,6 +160,13 @@ $$;
 
 
 --
+-- Name: FUNCTION urutan_efek_kepala_baru(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_efek_kepala_baru() IS 'Statement trigger on urutan_efek: new pending effects put their orders on the schedule. SECURITY DEFINER.';
+
+
+--
 -- Name: urutan_efek_kepala_lagi(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -146,6 +181,13 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+
+--
+-- Name: FUNCTION urutan_efek_kepala_lagi(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_efek_kepala_lagi() IS 'Row trigger on urutan_efek: an effect pending again (replayed) puts its order back on the schedule, due now. SECURITY DEFINER.';
 
 
 --
@@ -212,6 +254,13 @@ $$;
 
 
 --
+-- Name: FUNCTION urutan_efek_klaim(p_batas integer, p_sewa double precision, p_oleh text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_efek_klaim(p_batas integer, p_sewa double precision, p_oleh text) IS 'The dispatcher''s claim (klaim): leases up to p_batas due effects, the first pending one of each due order, for p_sewa seconds to p_oleh, from the schedule (urutan_efek_kepala).';
+
+
+--
 -- Name: urutan_epoch_pangkas(integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -232,6 +281,13 @@ $$;
 
 
 --
+-- Name: FUNCTION urutan_epoch_pangkas(p_simpan integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_epoch_pangkas(p_simpan integer) IS 'Deletes the oldest epochs, keeping the newest p_simpan and every epoch an active shard has not passed; returns the rows deleted. SECURITY DEFINER: the worker and relay may insert epochs, not delete them.';
+
+
+--
 -- Name: urutan_epoch_selesai(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -240,6 +296,13 @@ CREATE FUNCTION public.urutan_epoch_selesai() RETURNS bigint
     AS $$
     SELECT min(epoch) FROM urutan_shard WHERE aktif
 $$;
+
+
+--
+-- Name: FUNCTION urutan_epoch_selesai(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_epoch_selesai() IS 'The highest epoch every active shard has passed (NULL: no shard registered).';
 
 
 --
@@ -252,6 +315,13 @@ CREATE FUNCTION public.urutan_jendela_terbuka(p_posisi bigint) RETURNS boolean
     SELECT EXISTS (SELECT 1 FROM urutan_jendela
                    WHERE ditutup_pada IS NULL AND (epoch IS NULL OR epoch > p_posisi))
 $$;
+
+
+--
+-- Name: FUNCTION urutan_jendela_terbuka(p_posisi bigint); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_jendela_terbuka(p_posisi bigint) IS 'Is a ring change not yet behind a message at position p_posisi? True while a window''s epoch is not open, or is above p_posisi.';
 
 
 --
@@ -291,8 +361,13 @@ BEGIN
                       AND NOT (v_bebas AND r.epoch <= v_selesai
                                AND NOT urutan_menunggu_kembali(v_id, r.versi, v_versi));
             message_id := r.message_id;
-            hasil := urutan_tulis(r.message_id, r.pesanan_id, r.status, r.versi, r.data,
-                                  r.shard, r.epoch);
+            hasil := urutan_tulis(
+                coalesce(r.pesan,
+                         jsonb_build_object('message_id', r.message_id, 'id', r.pesanan_id,
+                                            'status', r.status, 'versi', r.versi)
+                         || CASE WHEN r.data IS NULL THEN '{}'::jsonb
+                                 ELSE jsonb_build_object('data', r.data) END),
+                r.shard, r.epoch);
             IF hasil = 'applied' THEN
                 v_versi := r.versi;
             END IF;
@@ -304,6 +379,13 @@ BEGIN
     END LOOP;
 END
 $$;
+
+
+--
+-- Name: FUNCTION urutan_lepas(p_shard integer, p_batas integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer) IS 'Releases (lepas) the parked messages of shard p_shard that may go now, for at most p_batas orders, in version then arrival order; returns each one''s outcome, wait and whether it was the first of its order.';
 
 
 --
@@ -326,6 +408,13 @@ $$;
 
 
 --
+-- Name: FUNCTION urutan_lewati_penanda(p_shard integer, p_epoch bigint); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_lewati_penanda(p_shard integer, p_epoch bigint) IS 'Passes the epoch marker of p_epoch on p_shard if urutan recorded that epoch; false, with the position untouched, for a forged one.';
+
+
+--
 -- Name: urutan_menunggu_kembali(text, bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -336,6 +425,13 @@ CREATE FUNCTION public.urutan_menunggu_kembali(p_id text, p_versi bigint, p_ters
                    WHERE pesanan_id = p_id AND versi < p_versi
                      AND versi > coalesce(p_tersimpan, 0))
 $$;
+
+
+--
+-- Name: FUNCTION urutan_menunggu_kembali(p_id text, p_versi bigint, p_tersimpan bigint); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_menunggu_kembali(p_id text, p_versi bigint, p_tersimpan bigint) IS 'Must version p_versi of order p_id wait for a returned older version? True while one is handed back and not back yet, unless it is no newer than the stored version p_tersimpan.';
 
 
 --
@@ -353,44 +449,111 @@ $$;
 
 
 --
--- Name: urutan_terapkan(text, text, text, bigint, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+-- Name: FUNCTION urutan_sudah_diproses(p_message_id text, p_id text); Type: COMMENT; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.urutan_terapkan(p_message_id text, p_id text, p_status text, p_versi bigint, p_data jsonb, p_shard integer) RETURNS text
+COMMENT ON FUNCTION public.urutan_sudah_diproses(p_message_id text, p_id text) IS 'What a message id that could not be claimed means for order p_id: duplicate (recorded for it, or before orders were recorded) or message_id_reused.';
+
+
+--
+-- Name: urutan_terapkan(jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_terapkan(p_pesan jsonb, p_shard integer) RETURNS text
     LANGUAGE plpgsql
     AS $$
 DECLARE
+    v_message_id TEXT := p_pesan->>'message_id';
+    v_id         TEXT := p_pesan->>'id';
+    v_versi_baru BIGINT := (p_pesan->>'versi')::bigint;
     v_posisi BIGINT;  -- epochs this shard has passed: the message's epoch
     v_epoch  BIGINT;  -- epoch of the entity's last applied message (NULL: never seen)
     v_versi  BIGINT;  -- the entity's stored version (NULL: never seen)
 BEGIN
     -- Back after a return (whatever this delivery's outcome).
-    DELETE FROM urutan_dikembalikan WHERE message_id = p_message_id AND pesanan_id = p_id;
-    INSERT INTO pesan_diproses (message_id, pesanan_id) VALUES (p_message_id, p_id)
+    DELETE FROM urutan_dikembalikan WHERE message_id = v_message_id AND pesanan_id = v_id;
+    INSERT INTO pesan_diproses (message_id, pesanan_id) VALUES (v_message_id, v_id)
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
-        RETURN urutan_sudah_diproses(p_message_id, p_id);
+        RETURN urutan_sudah_diproses(v_message_id, v_id);
     END IF;
     -- One entity at a time across shards (apply, park and release).
-    PERFORM pg_advisory_xact_lock(hashtextextended(p_id, 7261));
+    PERFORM pg_advisory_xact_lock(hashtextextended(v_id, 7261));
     SELECT epoch INTO v_posisi FROM urutan_shard WHERE shard = p_shard;
     v_posisi := coalesce(v_posisi, 0);
-    SELECT epoch, versi INTO v_epoch, v_versi FROM pesanan WHERE id = p_id;
+    SELECT epoch, versi INTO v_epoch, v_versi FROM pesanan WHERE id = v_id;
     -- The next version (or an old one) never waits: nothing it could
     -- overtake exists.
-    IF p_versi > coalesce(v_versi, 0) + 1 AND (
-           EXISTS (SELECT 1 FROM urutan_parkir WHERE pesanan_id = p_id AND epoch <= v_posisi)
+    IF v_versi_baru > coalesce(v_versi, 0) + 1 AND (
+           EXISTS (SELECT 1 FROM urutan_parkir WHERE pesanan_id = v_id AND epoch <= v_posisi)
            OR urutan_jendela_terbuka(v_posisi)
            OR (v_epoch IS DISTINCT FROM v_posisi
                AND v_posisi > coalesce(urutan_epoch_selesai(), v_posisi))
-           OR urutan_menunggu_kembali(p_id, p_versi, v_versi)) THEN
-        INSERT INTO urutan_parkir (pesanan_id, message_id, status, versi, data, shard, epoch)
-        VALUES (p_id, p_message_id, p_status, p_versi, p_data, p_shard, v_posisi);
+           OR urutan_menunggu_kembali(v_id, v_versi_baru, v_versi)) THEN
+        INSERT INTO urutan_parkir (pesanan_id, message_id, status, versi, data, shard, epoch, pesan)
+        VALUES (v_id, v_message_id, p_pesan->>'status', v_versi_baru, p_pesan->'data',
+                p_shard, v_posisi, p_pesan);
         RETURN 'parked';
     END IF;
-    RETURN urutan_tulis(p_message_id, p_id, p_status, p_versi, p_data, p_shard, v_posisi);
+    RETURN urutan_tulis(p_pesan, p_shard, v_posisi);
 END
 $$;
+
+
+--
+-- Name: FUNCTION urutan_terapkan(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_terapkan(p_pesan jsonb, p_shard integer) IS 'Applies one delivery in one transaction: dedup claim (per order), then the versioned write, or parking while an older message of the order may still be queued elsewhere. The event is one jsonb object {message_id, id, status, versi, data?}. Returns applied, stale, duplicate, message_id_reused or parked.';
+
+
+--
+-- Name: urutan_terapkan(text, text, text, bigint, jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_terapkan(p_message_id text, p_id text, p_status text, p_versi bigint, p_data jsonb, p_shard integer) RETURNS text
+    LANGUAGE sql
+    AS $$
+    SELECT urutan_terapkan(
+        jsonb_build_object('message_id', p_message_id, 'id', p_id, 'status', p_status,
+                           'versi', p_versi)
+        || CASE WHEN p_data IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('data', p_data) END,
+        p_shard)
+$$;
+
+
+--
+-- Name: FUNCTION urutan_terapkan(p_message_id text, p_id text, p_status text, p_versi bigint, p_data jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_terapkan(p_message_id text, p_id text, p_status text, p_versi bigint, p_data jsonb, p_shard integer) IS 'The previous signature, kept for workers of the previous version during a rolling upgrade: builds the event and calls urutan_terapkan(jsonb, int).';
+
+
+--
+-- Name: urutan_terapkan_batch(jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_terapkan_batch(p_pesan jsonb, p_shard integer) RETURNS text[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_ids TEXT[] := ARRAY(SELECT e->>'id' FROM jsonb_array_elements(p_pesan) e);
+BEGIN
+    IF (urutan_efek_aktif()
+        AND (SELECT count(DISTINCT id) < count(id) FROM unnest(v_ids) id))
+       OR EXISTS (SELECT 1 FROM urutan_dikembalikan WHERE pesanan_id = ANY (v_ids)) THEN
+        RETURN urutan_terapkan_batch_urut(p_pesan, p_shard);
+    END IF;
+    RETURN urutan_terapkan_batch_himpun(p_pesan, p_shard);
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_terapkan_batch(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_terapkan_batch(p_pesan jsonb, p_shard integer) IS 'Ordered batch mode: a jsonb array of one shard''s deliveries (events, or {"marker": epoch}) in ONE transaction, with exactly the outcomes they would have one by one. Returns one answer per item (urutan_terapkan''s, or marker / marker_forged).';
 
 
 --
@@ -398,59 +561,67 @@ $$;
 --
 
 CREATE FUNCTION public.urutan_terapkan_batch(p_message_ids text[], p_ids text[], p_statuses text[], p_versis bigint[], p_datas text[], p_markers bigint[], p_shard integer) RETURNS text[]
-    LANGUAGE plpgsql
+    LANGUAGE sql
     AS $$
-BEGIN
-    IF (urutan_efek_aktif()
-        AND (SELECT count(DISTINCT id) < count(id) FROM unnest(p_ids) id))
-       OR EXISTS (SELECT 1 FROM urutan_dikembalikan WHERE pesanan_id = ANY (p_ids)) THEN
-        RETURN urutan_terapkan_batch_urut(p_message_ids, p_ids, p_statuses, p_versis,
-                                          p_datas, p_markers, p_shard);
-    END IF;
-    RETURN urutan_terapkan_batch_himpun(p_message_ids, p_ids, p_statuses, p_versis,
-                                        p_datas, p_markers, p_shard);
-END
+    SELECT urutan_terapkan_batch(
+        coalesce(jsonb_agg(
+            CASE WHEN m IS NOT NULL THEN jsonb_build_object('marker', m)
+                 ELSE jsonb_build_object('message_id', mid, 'id', id, 'status', s, 'versi', v)
+                      || CASE WHEN d IS NULL THEN '{}'::jsonb
+                              ELSE jsonb_build_object('data', d::jsonb) END
+            END ORDER BY i), '[]'::jsonb),
+        p_shard)
+    FROM unnest(p_message_ids, p_ids, p_statuses, p_versis, p_datas, p_markers)
+         WITH ORDINALITY AS t(mid, id, s, v, d, m, i)
 $$;
 
 
 --
--- Name: urutan_terapkan_batch_himpun(text[], text[], text[], bigint[], text[], bigint[], integer); Type: FUNCTION; Schema: public; Owner: -
+-- Name: FUNCTION urutan_terapkan_batch(p_message_ids text[], p_ids text[], p_statuses text[], p_versis bigint[], p_datas text[], p_markers bigint[], p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.urutan_terapkan_batch_himpun(p_message_ids text[], p_ids text[], p_statuses text[], p_versis bigint[], p_datas text[], p_markers bigint[], p_shard integer) RETURNS text[]
+COMMENT ON FUNCTION public.urutan_terapkan_batch(p_message_ids text[], p_ids text[], p_statuses text[], p_versis bigint[], p_datas text[], p_markers bigint[], p_shard integer) IS 'The previous signature (one array per field; a marker where p_markers is not NULL), kept for workers of the previous version during a rolling upgrade: calls urutan_terapkan_batch(jsonb, int).';
+
+
+--
+-- Name: urutan_terapkan_batch_himpun(jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer) RETURNS text[]
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_posisi BIGINT;  -- epochs this shard has passed: the epoch of every message here
+    v_ids    TEXT[];  -- the order of each item, in arrival order
     v_klaim  TEXT[];  -- message ids claimed now (not seen before)
     v_hasil  TEXT[];
 BEGIN
-    IF coalesce(array_length(p_markers, 1), 0) = 0 THEN
+    IF coalesce(jsonb_array_length(p_pesan), 0) = 0 THEN
         RETURN '{}';
     END IF;
     -- A marker moves the shard's epoch in the middle of the batch: loop.
-    IF EXISTS (SELECT 1 FROM unnest(p_markers) m WHERE m IS NOT NULL) THEN
-        RETURN urutan_terapkan_batch_urut(p_message_ids, p_ids, p_statuses, p_versis,
-                                          p_datas, p_markers, p_shard);
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(p_pesan) e WHERE e ? 'marker') THEN
+        RETURN urutan_terapkan_batch_urut(p_pesan, p_shard);
     END IF;
+    v_ids := ARRAY(SELECT e->>'id' FROM jsonb_array_elements(p_pesan) WITH ORDINALITY AS t(e, i)
+                   ORDER BY i);
 
     -- Every entity of the batch, one at a time across shards (the loop takes
     -- the same locks one by one; a fixed order here avoids deadlocks).
     PERFORM pg_advisory_xact_lock(k)
-    FROM (SELECT DISTINCT hashtextextended(id, 7261) AS k FROM unnest(p_ids) id ORDER BY 1) s;
+    FROM (SELECT DISTINCT hashtextextended(id, 7261) AS k FROM unnest(v_ids) id ORDER BY 1) s;
 
     -- Could any message park (urutan_terapkan's rule, without its exemption
     -- of next versions)? Then the loop decides, message by message. The
     -- shard's epoch cannot move within this batch.
     SELECT epoch INTO v_posisi FROM urutan_shard WHERE shard = p_shard;
     v_posisi := coalesce(v_posisi, 0);
-    IF EXISTS (SELECT 1 FROM urutan_parkir WHERE pesanan_id = ANY (p_ids) AND epoch <= v_posisi)
+    IF EXISTS (SELECT 1 FROM urutan_parkir WHERE pesanan_id = ANY (v_ids) AND epoch <= v_posisi)
        OR urutan_jendela_terbuka(v_posisi)
        OR (v_posisi > coalesce(urutan_epoch_selesai(), v_posisi)
-           AND EXISTS (SELECT 1 FROM unnest(p_ids) d(id) LEFT JOIN pesanan p ON p.id = d.id
+           AND EXISTS (SELECT 1 FROM unnest(v_ids) d(id) LEFT JOIN pesanan p ON p.id = d.id
                        WHERE p.epoch IS DISTINCT FROM v_posisi)) THEN
-        RETURN urutan_terapkan_batch_urut(p_message_ids, p_ids, p_statuses, p_versis,
-                                          p_datas, p_markers, p_shard);
+        RETURN urutan_terapkan_batch_urut(p_pesan, p_shard);
     END IF;
 
     -- Dedup: the first copy of a message id not seen before is new, for its
@@ -458,7 +629,8 @@ BEGIN
     WITH klaim AS (
         INSERT INTO pesan_diproses (message_id, pesanan_id)
         SELECT DISTINCT ON (message_id) message_id, id
-        FROM unnest(p_message_ids, p_ids) WITH ORDINALITY AS t(message_id, id, i)
+        FROM (SELECT e->>'message_id' AS message_id, e->>'id' AS id, i
+              FROM jsonb_array_elements(p_pesan) WITH ORDINALITY AS t(e, i)) m
         ORDER BY message_id, i
         ON CONFLICT DO NOTHING
         RETURNING message_id
@@ -469,9 +641,9 @@ BEGIN
     -- above every earlier new message of its entity in this batch; otherwise
     -- it is stale. The entity ends at its last applied message.
     WITH masuk AS (
-        SELECT *
-        FROM unnest(p_message_ids, p_ids, p_statuses, p_versis, p_datas)
-             WITH ORDINALITY AS t(message_id, id, status, versi, data, i)
+        SELECT e->>'message_id' AS message_id, e->>'id' AS id, e->>'status' AS status,
+               (e->>'versi')::bigint AS versi, e->'data' AS data, i
+        FROM jsonb_array_elements(p_pesan) WITH ORDINALITY AS t(e, i)
     ),
     baru AS (
         SELECT DISTINCT ON (message_id) *
@@ -488,7 +660,7 @@ BEGIN
     ),
     tulis AS (
         INSERT INTO pesanan AS p (id, status, versi, data, epoch)
-        SELECT DISTINCT ON (id) id, status, versi, data::jsonb, v_posisi
+        SELECT DISTINCT ON (id) id, status, versi, data, v_posisi
         FROM nilai WHERE diterapkan
         ORDER BY id, i DESC
         ON CONFLICT (id) DO UPDATE
@@ -516,22 +688,30 @@ $$;
 
 
 --
--- Name: urutan_terapkan_batch_urut(text[], text[], text[], bigint[], text[], bigint[], integer); Type: FUNCTION; Schema: public; Owner: -
+-- Name: FUNCTION urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.urutan_terapkan_batch_urut(p_message_ids text[], p_ids text[], p_statuses text[], p_versis bigint[], p_datas text[], p_markers bigint[], p_shard integer) RETURNS text[]
+COMMENT ON FUNCTION public.urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer) IS 'The set-based body of the batch (himpun: gathered): one dedup claim, one versioned upsert per order, one history insert. Hands the batch to the per-message loop when a marker is in it or any message could park.';
+
+
+--
+-- Name: urutan_terapkan_batch_urut(jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_terapkan_batch_urut(p_pesan jsonb, p_shard integer) RETURNS text[]
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_hasil TEXT[] := '{}';
+    v_item  JSONB;
 BEGIN
-    FOR i IN 1 .. coalesce(array_length(p_markers, 1), 0) LOOP
-        IF p_markers[i] IS NOT NULL THEN
-            v_hasil := v_hasil || CASE WHEN urutan_lewati_penanda(p_shard, p_markers[i])
+    FOR v_item IN SELECT e FROM jsonb_array_elements(p_pesan) WITH ORDINALITY AS t(e, i)
+                  ORDER BY i LOOP
+        IF v_item ? 'marker' THEN
+            v_hasil := v_hasil || CASE WHEN urutan_lewati_penanda(p_shard, (v_item->>'marker')::bigint)
                                        THEN 'marker' ELSE 'marker_forged' END;
         ELSE
-            v_hasil := v_hasil || urutan_terapkan(p_message_ids[i], p_ids[i], p_statuses[i],
-                                                  p_versis[i], p_datas[i]::jsonb, p_shard);
+            v_hasil := v_hasil || urutan_terapkan(v_item, p_shard);
         END IF;
     END LOOP;
     RETURN v_hasil;
@@ -540,15 +720,25 @@ $$;
 
 
 --
--- Name: urutan_tulis(text, text, text, bigint, jsonb, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+-- Name: FUNCTION urutan_terapkan_batch_urut(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.urutan_tulis(p_message_id text, p_id text, p_status text, p_versi bigint, p_data jsonb, p_shard integer, p_epoch bigint) RETURNS text
+COMMENT ON FUNCTION public.urutan_terapkan_batch_urut(p_pesan jsonb, p_shard integer) IS 'The per-message loop of the batch (urut: in sequence), the reference the set-based body must match: urutan_terapkan per event, urutan_lewati_penanda per marker.';
+
+
+--
+-- Name: urutan_tulis(jsonb, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_tulis(p_pesan jsonb, p_shard integer, p_epoch bigint) RETURNS text
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    v_id    TEXT := p_pesan->>'id';
+    v_versi BIGINT := (p_pesan->>'versi')::bigint;
 BEGIN
     INSERT INTO pesanan AS p (id, status, versi, data, epoch)
-    VALUES (p_id, p_status, p_versi, p_data, p_epoch)
+    VALUES (v_id, p_pesan->>'status', v_versi, p_pesan->'data', p_epoch)
     ON CONFLICT (id) DO UPDATE
         SET status = EXCLUDED.status, versi = EXCLUDED.versi, data = EXCLUDED.data,
             diperbarui_pada = now(), epoch = greatest(p.epoch, EXCLUDED.epoch)
@@ -557,10 +747,17 @@ BEGIN
         RETURN 'stale';
     END IF;
     INSERT INTO pesanan_riwayat (pesanan_id, versi, status, message_id, shard)
-    VALUES (p_id, p_versi, p_status, p_message_id, p_shard);
+    VALUES (v_id, v_versi, p_pesan->>'status', p_pesan->>'message_id', p_shard);
     RETURN 'applied';
 END
 $$;
+
+
+--
+-- Name: FUNCTION urutan_tulis(p_pesan jsonb, p_shard integer, p_epoch bigint); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_tulis(p_pesan jsonb, p_shard integer, p_epoch bigint) IS 'The versioned write (tulis: write) of one event at epoch p_epoch: moves the order forward only, with one history row per applied version. Returns applied or stale; the caller holds the order''s lock.';
 
 
 SET default_tablespace = '';
@@ -599,6 +796,27 @@ CREATE TABLE public.outbox (
 
 
 --
+-- Name: TABLE outbox; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.outbox IS 'Transactional outbox (contract section 4): producers insert rows in their own transaction, `urutan relay` publishes each to the entry exchange (message id = id, header x-pesanan-id = agregat_id) and marks it sent.';
+
+
+--
+-- Name: COLUMN outbox.dikirim_pada; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.outbox.dikirim_pada IS 'When the relay published the row (confirmed by the broker); NULL while unsent. Sent rows are purged after a while.';
+
+
+--
+-- Name: COLUMN outbox.unroutable_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.outbox.unroutable_at IS 'Set by the relay when the broker returned the row as unroutable (its routing key is outside <prefix>.#): set aside, not retried, reported by `urutan status`. Clear it (and unroutable_reason) to retry.';
+
+
+--
 -- Name: outbox_id_seq; Type: SEQUENCE; Schema: public; Owner: -
 --
 
@@ -629,6 +847,20 @@ CREATE TABLE public.pesan_diproses (
 
 
 --
+-- Name: TABLE pesan_diproses; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.pesan_diproses IS 'Deduplication: every message id processed (applied, stale or parked) with the order it was claimed for. Rows older than DEDUP_RETENTION (30 days by default) are purged.';
+
+
+--
+-- Name: COLUMN pesan_diproses.pesanan_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.pesan_diproses.pesanan_id IS 'The order that claimed the id: the same id for another order is message_id_reused (dead-lettered). '''' for rows recorded before orders were recorded (migration 0014): a duplicate for any order.';
+
+
+--
 -- Name: pesanan; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -640,6 +872,27 @@ CREATE TABLE public.pesanan (
     diperbarui_pada timestamp with time zone DEFAULT now() NOT NULL,
     epoch bigint DEFAULT 0 NOT NULL
 );
+
+
+--
+-- Name: TABLE pesanan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.pesanan IS 'Each order''s current state (contract section 4): one row per order, only ever moved forward by versi. Written by the apply functions (urutan_tulis and the set-based batch), never by anyone else.';
+
+
+--
+-- Name: COLUMN pesanan.data; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.pesanan.data IS 'The body''s optional "data" member as sent (NULL when absent or null).';
+
+
+--
+-- Name: COLUMN pesanan.epoch; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.pesanan.epoch IS 'The epoch (shard position) of the message that last applied this order: a message of another epoch may have to wait (park) while an older one can still be queued on another shard.';
 
 
 --
@@ -655,6 +908,20 @@ CREATE TABLE public.pesanan_riwayat (
     shard integer NOT NULL,
     diterapkan_pada timestamp with time zone DEFAULT now() NOT NULL
 );
+
+
+--
+-- Name: TABLE pesanan_riwayat; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.pesanan_riwayat IS 'One row per applied version, in apply order (seq); UNIQUE (pesanan_id, versi). Its AFTER INSERT trigger records the version''s effects.';
+
+
+--
+-- Name: COLUMN pesanan_riwayat.shard; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.pesanan_riwayat.shard IS 'The shard whose worker applied the version (for a released parked message: the shard it was parked by).';
 
 
 --
@@ -709,6 +976,48 @@ CREATE TABLE public.urutan_dead_letter (
 
 
 --
+-- Name: TABLE urutan_dead_letter; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_dead_letter IS 'Dead-letter records, committed before each reject into the DLQ (or by `urutan dlq` for a message found there without one). Rows with resolved_at NULL are in the DLQ now.';
+
+
+--
+-- Name: COLUMN urutan_dead_letter.delivery_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_dead_letter.delivery_key IS 'message_id, or ''sha256:<hex>'' of the message when the id is missing or invalid: one unresolved record per key.';
+
+
+--
+-- Name: COLUMN urutan_dead_letter.shard; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_dead_letter.shard IS 'The shard the delivery came from (-1: unknown, for a record made from the queue).';
+
+
+--
+-- Name: COLUMN urutan_dead_letter.reason; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_dead_letter.reason IS 'The reason label of urutan_dead_letters_total (or, recorded from the queue, the broker''s x-death reason).';
+
+
+--
+-- Name: COLUMN urutan_dead_letter.recorded_by; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_dead_letter.recorded_by IS '''worker'' (before its reject) or ''queue'' (found in the DLQ by `urutan dlq` with no record).';
+
+
+--
+-- Name: COLUMN urutan_dead_letter.recorded_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_dead_letter.recorded_at IS 'When this row was written (dead_lettered_at may be a producer''s x-death time): unresolved rows expire after DEAD_LETTER_UNRESOLVED_RETENTION from it.';
+
+
+--
 -- Name: urutan_dead_letter_id_seq; Type: SEQUENCE; Schema: public; Owner: -
 --
 
@@ -741,6 +1050,13 @@ CREATE TABLE public.urutan_dikembalikan (
 
 
 --
+-- Name: TABLE urutan_dikembalikan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_dikembalikan IS 'Messages a worker handed back to its queue after a failure, until they come back (applied, stale, duplicate or dead-lettered): a newer version of the order waits for them.';
+
+
+--
 -- Name: urutan_efek; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -762,6 +1078,48 @@ CREATE TABLE public.urutan_efek (
     jawaban text,
     CONSTRAINT urutan_efek_keadaan_check CHECK ((keadaan = ANY (ARRAY['menunggu'::text, 'terkirim'::text, 'gagal'::text])))
 );
+
+
+--
+-- Name: TABLE urutan_efek; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_efek IS 'Downstream effects: one webhook per applied version and matching endpoint, recorded in the apply transaction. Per order they go out in (versi, tujuan) order, one at a time.';
+
+
+--
+-- Name: COLUMN urutan_efek.message_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek.message_id IS 'The applied message''s id: the webhook-id and Idempotency-Key of the request.';
+
+
+--
+-- Name: COLUMN urutan_efek.isi; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek.isi IS 'What is sent: the applied event as the contract''s body (id, status, versi, data).';
+
+
+--
+-- Name: COLUMN urutan_efek.keadaan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek.keadaan IS '''menunggu'' pending, ''terkirim'' sent (a 2xx answer), ''gagal'' dead-lettered (a 4xx other than 408/429, or retries exhausted).';
+
+
+--
+-- Name: COLUMN urutan_efek.percobaan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek.percobaan IS 'Attempts started (counted when claimed, so a crash mid-request counts).';
+
+
+--
+-- Name: COLUMN urutan_efek.sewa_sampai; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek.sewa_sampai IS 'The claiming dispatcher (sewa_oleh) holds the effect until then; an expired lease is claimed again, with the same key.';
 
 
 --
@@ -794,6 +1152,20 @@ CREATE TABLE public.urutan_efek_kepala (
 
 
 --
+-- Name: TABLE urutan_efek_kepala; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_efek_kepala IS 'The dispatcher''s schedule: one row per order with a pending effect, also the order''s lock for scheduling (claims, results and inserts take it).';
+
+
+--
+-- Name: COLUMN urutan_efek_kepala.siap_pada; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek_kepala.siap_pada IS 'No later than the moment the order''s first pending effect may go (a claim that finds it not due moves it to the due time).';
+
+
+--
 -- Name: urutan_efek_rute; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -804,6 +1176,13 @@ CREATE TABLE public.urutan_efek_rute (
 
 
 --
+-- Name: TABLE urutan_efek_rute; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_efek_rute IS 'The effect routes in force (status, ''*'' for every status, to endpoint), written by the `urutan effects` started last.';
+
+
+--
 -- Name: urutan_efek_tujuan; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -811,6 +1190,13 @@ CREATE TABLE public.urutan_efek_tujuan (
     tujuan integer NOT NULL,
     url text NOT NULL
 );
+
+
+--
+-- Name: TABLE urutan_efek_tujuan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_efek_tujuan IS 'Every effect endpoint ever configured (an effect keeps pointing at its own).';
 
 
 --
@@ -842,6 +1228,13 @@ CREATE TABLE public.urutan_epoch (
     alasan text NOT NULL,
     dibuka_pada timestamp with time zone DEFAULT now() NOT NULL
 );
+
+
+--
+-- Name: TABLE urutan_epoch; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_epoch IS 'Every epoch opened (a point where the hash ring may have changed: a (re)connect, a broker restart, a resharding), each announced by a marker in every shard queue. Old rows are pruned by urutan_epoch_pangkas.';
 
 
 --
@@ -877,6 +1270,27 @@ CREATE TABLE public.urutan_jendela (
 
 
 --
+-- Name: TABLE urutan_jendela; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_jendela IS 'Windows: ring changes the epoch markers may not separate (a resharding, a broker restart). While one is open for a message''s position, a message that is not its order''s next version parks.';
+
+
+--
+-- Name: COLUMN urutan_jendela.epoch; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_jendela.epoch IS 'The epoch opened after the ring change (NULL: not open yet); the window ends once every shard has passed it.';
+
+
+--
+-- Name: COLUMN urutan_jendela.ditutup_pada; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_jendela.ditutup_pada IS 'Bookkeeping: set by urutan_lepas once every shard passed the epoch (such a window is closed whether or not this is set).';
+
+
+--
 -- Name: urutan_jendela_jendela_seq; Type: SEQUENCE; Schema: public; Owner: -
 --
 
@@ -908,8 +1322,30 @@ CREATE TABLE public.urutan_parkir (
     data jsonb,
     shard integer NOT NULL,
     epoch bigint NOT NULL,
-    diparkir_pada timestamp with time zone DEFAULT now() NOT NULL
+    diparkir_pada timestamp with time zone DEFAULT now() NOT NULL,
+    pesan jsonb
 );
+
+
+--
+-- Name: TABLE urutan_parkir; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_parkir IS 'Messages that must wait for an older message of their order that may still be queued on another shard (or handed back to its queue); urutan_lepas applies them in version, then arrival order.';
+
+
+--
+-- Name: COLUMN urutan_parkir.epoch; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_parkir.epoch IS 'The position (epochs passed by its shard) the message arrived at; it may go once every active shard has passed it and no window is open for it.';
+
+
+--
+-- Name: COLUMN urutan_parkir.pesan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_parkir.pesan IS 'The event as received (the jsonb urutan_terapkan was given): what urutan_lepas applies. The other columns are what the release and the operators query.';
 
 
 --
@@ -949,6 +1385,34 @@ CREATE TABLE public.urutan_ring (
 
 
 --
+-- Name: TABLE urutan_ring; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_ring IS 'Every recorded hash ring, one row per change (the highest versi is current): replicas with different SHARD_COUNTs agree through it.';
+
+
+--
+-- Name: COLUMN urutan_ring.dari; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_ring.dari IS 'The shard count before the change (NULL: the first record).';
+
+
+--
+-- Name: COLUMN urutan_ring.epoch; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_ring.epoch IS 'The epoch opened right after the bindings changed: once every shard has passed it, nothing routed by the old ring is left.';
+
+
+--
+-- Name: COLUMN urutan_ring.selesai; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_ring.selesai IS 'When the old ring''s messages were all done and removed shards deleted (NULL while the resharding is in progress).';
+
+
+--
 -- Name: urutan_ring_berubah; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -957,6 +1421,13 @@ CREATE TABLE public.urutan_ring_berubah (
     sejak timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT urutan_ring_berubah_satu_check CHECK (satu)
 );
+
+
+--
+-- Name: TABLE urutan_ring_berubah; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_ring_berubah IS 'The previous version''s "ring change under way" flag (migration 0005), replaced by urutan_jendela. Kept, empty, for replicas of that version during a rolling upgrade.';
 
 
 --
@@ -987,6 +1458,20 @@ CREATE TABLE public.urutan_shard (
     epoch bigint DEFAULT 0 NOT NULL,
     aktif boolean DEFAULT true NOT NULL
 );
+
+
+--
+-- Name: TABLE urutan_shard; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_shard IS 'Every shard queue and the highest epoch marker its worker has passed: the position a message arriving on it is tagged with.';
+
+
+--
+-- Name: COLUMN urutan_shard.aktif; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_shard.aktif IS 'False once a shrink removed the shard: urutan_epoch_selesai() no longer waits for it.';
 
 
 --

@@ -185,9 +185,11 @@ async fn warm_up(pool: &PgPool, tasks: u16) -> anyhow::Result<()> {
     for i in 0..tasks {
         let mut conn = pool.acquire().await?;
         let entity = format!("warm-{i}");
-        let _: String = sqlx::query_scalar("SELECT urutan_terapkan($1, $2, 'dibuat', 1, NULL, $3)")
-            .bind(format!("{entity}-v1"))
-            .bind(&entity)
+        let event = serde_json::json!({
+            "message_id": format!("{entity}-v1"), "id": entity, "status": "dibuat", "versi": 1,
+        });
+        let _: String = sqlx::query_scalar("SELECT urutan_terapkan($1, $2)")
+            .bind(sqlx::types::Json(event))
             .bind(i32::from(i))
             .fetch_one(&mut *conn)
             .await?;
@@ -222,7 +224,6 @@ async fn apply_chunk(
     shard: u16,
     mode: DbMode,
 ) -> anyhow::Result<()> {
-    let data = |e: &Event| e.data.as_deref().map(|raw| raw.get().to_owned());
     match mode {
         DbMode::PerMessage => {
             // One connection for the chunk, as the worker keeps one between
@@ -235,16 +236,11 @@ async fn apply_chunk(
         DbMode::Loop(_) => {
             let mut tx = pool.begin().await?;
             for e in chunk {
-                let _: String =
-                    sqlx::query_scalar("SELECT urutan_terapkan($1, $2, $3, $4, $5::jsonb, $6)")
-                        .bind(&e.message_id)
-                        .bind(&e.entity_id)
-                        .bind(&e.status)
-                        .bind(e.versi)
-                        .bind(data(e))
-                        .bind(i32::from(shard))
-                        .fetch_one(&mut *tx)
-                        .await?;
+                let _: String = sqlx::query_scalar("SELECT urutan_terapkan($1, $2)")
+                    .bind(sqlx::types::Json(e))
+                    .bind(i32::from(shard))
+                    .fetch_one(&mut *tx)
+                    .await?;
             }
             tx.commit().await?;
         }

@@ -29,13 +29,11 @@ DECLARE b int; base int;
 BEGIN
   FOR b IN 0..$BATCHES - 1 LOOP
     base := b * $BATCH;
-    PERFORM $1(
-      ARRAY(SELECT 'm' || (base + g) FROM generate_series(1, $BATCH) g),
-      ARRAY(SELECT 'E' || ((base + g) * 7919 % 2000) FROM generate_series(1, $BATCH) g),
-      ARRAY(SELECT 'dibayar' FROM generate_series(1, $BATCH) g),
-      ARRAY(SELECT (b + 1)::bigint FROM generate_series(1, $BATCH) g),
-      ARRAY(SELECT '{\"catatan\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}' FROM generate_series(1, $BATCH) g),
-      ARRAY(SELECT NULL::bigint FROM generate_series(1, $BATCH) g), 0);
+    PERFORM $1((SELECT jsonb_agg(jsonb_build_object(
+        'message_id', 'm' || (base + g), 'id', 'E' || ((base + g) * 7919 % 2000),
+        'status', 'dibayar', 'versi', b + 1,
+        'data', '{\"catatan\": \"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}'::jsonb) ORDER BY g)
+      FROM generate_series(1, $BATCH) g), 0);
   END LOOP;
 END \$\$;" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'
 }
@@ -46,13 +44,11 @@ run_commits() { # function name -> milliseconds
     local start end
     start=$(date +%s%N)
     psql "$PGURL/$db" -qAt -v ON_ERROR_STOP=1 -o /dev/null <<SQL
-SELECT format(\$f\$SELECT $1(
-      ARRAY(SELECT 'm' || (%1\$s + g) FROM generate_series(1, $BATCH) g),
-      ARRAY(SELECT 'E' || ((%1\$s + g) * 7919 %% 2000) FROM generate_series(1, $BATCH) g),
-      array_fill('dibayar'::text, ARRAY[$BATCH]),
-      array_fill(%2\$s::bigint, ARRAY[$BATCH]),
-      array_fill('{"catatan": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}'::text, ARRAY[$BATCH]),
-      array_fill(NULL::bigint, ARRAY[$BATCH]), 0)\$f\$, b * $BATCH, b + 1)
+SELECT format(\$f\$SELECT $1((SELECT jsonb_agg(jsonb_build_object(
+      'message_id', 'm' || (%1\$s + g), 'id', 'E' || ((%1\$s + g) * 7919 %% 2000),
+      'status', 'dibayar', 'versi', %2\$s,
+      'data', '{"catatan": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}'::jsonb) ORDER BY g)
+    FROM generate_series(1, $BATCH) g), 0)\$f\$, b * $BATCH, b + 1)
 FROM generate_series(0, $BATCHES - 1) b
 \\gexec
 SQL

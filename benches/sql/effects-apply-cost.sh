@@ -36,8 +36,9 @@ run() { # off|effects|scheduled -> milliseconds
 DO \$\$
 BEGIN
   FOR i IN 0..$APPLIES - 1 LOOP
-    PERFORM urutan_terapkan('m' || i, 'E' || (i % 2000), 'dibayar', (i / 2000 + 1)::bigint,
-                            '{\"catatan\": \"xxxxxxxxxxxxxxxxxxxx\"}'::jsonb, 0);
+    PERFORM urutan_terapkan(jsonb_build_object('message_id', 'm' || i, 'id', 'E' || (i % 2000),
+                            'status', 'dibayar', 'versi', i / 2000 + 1,
+                            'data', '{\"catatan\": \"xxxxxxxxxxxxxxxxxxxx\"}'::jsonb), 0);
   END LOOP;
 END \$\$;" -c '\timing off' \
         -c "SELECT 'check', (SELECT count(*) FROM pesanan_riwayat), (SELECT count(*) FROM urutan_efek)" |

@@ -341,17 +341,13 @@ async fn a_large_batch_split_into_several_statements_matches_one_by_one() {
 async fn limit_locks_per_transaction(db: &PgPool, budget: i64) {
     let statements = [
         "CREATE SEQUENCE lock_overflows".to_owned(),
-        "ALTER FUNCTION urutan_terapkan_batch(TEXT[], TEXT[], TEXT[], BIGINT[], TEXT[], BIGINT[], INT)
-         RENAME TO urutan_terapkan_batch_asli"
+        "ALTER FUNCTION urutan_terapkan_batch(JSONB, INT) RENAME TO urutan_terapkan_batch_asli"
             .to_owned(),
         format!(
-            "CREATE FUNCTION urutan_terapkan_batch(
-                 p_message_ids TEXT[], p_ids TEXT[], p_statuses TEXT[], p_versis BIGINT[],
-                 p_datas TEXT[], p_markers BIGINT[], p_shard INT)
+            "CREATE FUNCTION urutan_terapkan_batch(p_pesan JSONB, p_shard INT)
              RETURNS TEXT[] LANGUAGE plpgsql AS $$
              DECLARE
-                 v_hasil TEXT[] := urutan_terapkan_batch_asli(
-                     p_message_ids, p_ids, p_statuses, p_versis, p_datas, p_markers, p_shard);
+                 v_hasil TEXT[] := urutan_terapkan_batch_asli(p_pesan, p_shard);
              BEGIN
                  IF (SELECT count(*) FROM pg_locks
                      WHERE locktype = 'advisory' AND pid = pg_backend_pid()) > {budget} THEN
@@ -506,7 +502,7 @@ async fn seed_state(db: &PgPool, seed: u64) {
     .expect("diproses");
 }
 
-/// One batch item as the SQL function takes it: message id, order id,
+/// One batch item of these tests: message id, order id,
 /// version (all NULL for a marker) and marker epoch.
 type Item = (Option<String>, Option<String>, Option<i64>, Option<i64>);
 
@@ -534,18 +530,46 @@ async fn the_set_based_batch_matches_the_per_message_loop() {
         if with_marker {
             rows.insert(rows.len() / 2, (None, None, None, Some(3)));
         }
+        // The events as one jsonb array (what `store::apply_batch` sends) ...
         let call = |function: &'static str| {
+            let items: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|r| match r {
+                    (_, _, _, Some(epoch)) => serde_json::json!({ "marker": epoch }),
+                    (message_id, id, versi, None) => serde_json::json!({
+                        "message_id": message_id,
+                        "id": id,
+                        "status": versi.map(|v| format!("s{v}")),
+                        "versi": versi,
+                        "data": versi.map(|v| serde_json::json!({ "v": v })),
+                    }),
+                })
+                .collect();
+            let db = db.clone();
+            async move {
+                let sql = format!("SELECT {function}($1, 0)");
+                let answers: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .bind(sqlx::types::Json(items))
+                    .fetch_one(&db)
+                    .await
+                    .unwrap_or_else(|e| panic!("{function}: {e}"));
+                (answers, full_state(&db).await)
+            }
+        };
+        // ... and as the previous signature's arrays (a worker of the
+        // previous version during a rolling upgrade).
+        let call_previous = || {
             let rows = rows.clone();
             let db = db.clone();
             async move {
-                let sql = format!("SELECT {function}($1, $2, $3, $4, $5, $6, 0)");
+                let sql = "SELECT urutan_terapkan_batch($1, $2, $3, $4, $5, $6, 0)";
                 let statuses: Vec<Option<String>> =
                     rows.iter().map(|r| r.2.map(|v| format!("s{v}"))).collect();
                 let datas: Vec<Option<String>> = rows
                     .iter()
                     .map(|r| r.2.map(|v| format!(r#"{{"v":{v}}}"#)))
                     .collect();
-                let answers: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                let answers: Vec<String> = sqlx::query_scalar(sql)
                     .bind(rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>())
                     .bind(rows.iter().map(|r| r.1.clone()).collect::<Vec<_>>())
                     .bind(statuses)
@@ -554,7 +578,7 @@ async fn the_set_based_batch_matches_the_per_message_loop() {
                     .bind(rows.iter().map(|r| r.3).collect::<Vec<_>>())
                     .fetch_one(&db)
                     .await
-                    .unwrap_or_else(|e| panic!("{function}: {e}"));
+                    .unwrap_or_else(|e| panic!("previous signature: {e}"));
                 (answers, full_state(&db).await)
             }
         };
@@ -563,6 +587,9 @@ async fn the_set_based_batch_matches_the_per_message_loop() {
         seed_state(&db, seed).await;
         let set = call("urutan_terapkan_batch").await;
         assert_eq!(looped, set, "seed {seed}");
+        seed_state(&db, seed).await;
+        let previous = call_previous().await;
+        assert_eq!(looped, previous, "seed {seed}, previous signature");
         reused += looped
             .0
             .iter()

@@ -406,12 +406,12 @@ async fn every_apply_path_records_effects_in_its_transaction() {
     let apply = |id: &str, order: &str, versi: i64| {
         let (db, id, order) = (db.clone(), id.to_owned(), order.to_owned());
         async move {
-            sqlx::query_scalar::<_, String>("SELECT urutan_terapkan($1, $2, $3, $4, $5::jsonb, 0)")
-                .bind(&id)
-                .bind(&order)
-                .bind(status_of(versi))
-                .bind(versi)
-                .bind(serde_json::json!({"amount": versi * 100}).to_string())
+            let event = serde_json::json!({
+                "message_id": id, "id": order, "status": status_of(versi), "versi": versi,
+                "data": {"amount": versi * 100},
+            });
+            sqlx::query_scalar::<_, String>("SELECT urutan_terapkan($1, 0)")
+                .bind(sqlx::types::Json(event))
                 .fetch_one(&db)
                 .await
                 .expect("urutan_terapkan")
@@ -459,27 +459,20 @@ async fn every_apply_path_records_effects_in_its_transaction() {
             .map(|(id, o, v)| (id.to_owned(), o.to_owned(), v))
             .collect();
         async move {
-            let ids: Vec<&str> = items.iter().map(|i| i.0.as_str()).collect();
-            let orders: Vec<&str> = items.iter().map(|i| i.1.as_str()).collect();
-            let statuses: Vec<&str> = items.iter().map(|i| status_of(i.2)).collect();
-            let versis: Vec<i64> = items.iter().map(|i| i.2).collect();
-            let datas: Vec<String> = items
+            let events: Vec<serde_json::Value> = items
                 .iter()
-                .map(|i| serde_json::json!({"amount": i.2 * 100}).to_string())
+                .map(|(id, order, versi)| {
+                    serde_json::json!({
+                        "message_id": id, "id": order, "status": status_of(*versi),
+                        "versi": versi, "data": {"amount": versi * 100},
+                    })
+                })
                 .collect();
-            let markers: Vec<Option<i64>> = vec![None; items.len()];
-            sqlx::query_scalar::<_, Vec<String>>(
-                "SELECT urutan_terapkan_batch($1, $2, $3, $4, $5, $6, 0)",
-            )
-            .bind(&ids)
-            .bind(&orders)
-            .bind(&statuses)
-            .bind(&versis)
-            .bind(&datas)
-            .bind(&markers)
-            .fetch_one(&db)
-            .await
-            .expect("urutan_terapkan_batch")
+            sqlx::query_scalar::<_, Vec<String>>("SELECT urutan_terapkan_batch($1, 0)")
+                .bind(sqlx::types::Json(events))
+                .fetch_one(&db)
+                .await
+                .expect("urutan_terapkan_batch")
         }
     };
     assert_eq!(

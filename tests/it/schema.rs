@@ -98,3 +98,30 @@ async fn sql_schema_sql_is_what_the_migrations_build() {
         );
     }
 }
+
+/// Every table and function of urutan's schema says what it is for
+/// (`COMMENT ON`, shown in `sql/schema.sql` and by `\d+` / `\df+`): a
+/// migration that adds one adds its comment.
+#[tokio::test]
+async fn every_table_and_function_is_documented() {
+    let env = TestEnv::new("schema_docs").await;
+    let db = env.db().await;
+    let undocumented: Vec<String> = sqlx::query_scalar(
+        "SELECT 'table ' || c.relname FROM pg_class c
+         WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+           AND c.relname <> '_sqlx_migrations' AND obj_description(c.oid, 'pg_class') IS NULL
+         UNION ALL
+         SELECT 'function ' || p.oid::regprocedure FROM pg_proc p
+         WHERE p.pronamespace = current_schema()::regnamespace
+           AND obj_description(p.oid, 'pg_proc') IS NULL
+         ORDER BY 1",
+    )
+    .fetch_all(&db)
+    .await
+    .expect("catalog");
+    db.close().await;
+    assert!(
+        undocumented.is_empty(),
+        "without COMMENT ON: {undocumented:?}"
+    );
+}

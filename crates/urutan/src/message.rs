@@ -58,16 +58,23 @@ pub enum EntityHeader<'a> {
 }
 
 /// A valid event: the entity's whole state at version `versi`.
-#[derive(Debug, Clone)]
+///
+/// Serialized, it is the jsonb the apply functions take (`store::apply`):
+/// the contract's body plus `message_id`; a new optional field added here
+/// reaches the SQL functions without changing their signatures.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Event {
     pub message_id: String,
+    #[serde(rename = "id")]
     pub entity_id: String,
     pub status: String,
     /// Always >= 1.
     pub versi: i64,
     /// The optional `data` member, kept as raw JSON text (`None` when absent or null).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<Box<RawValue>>,
     /// When the producer published it, if it said (and the time is representable).
+    #[serde(skip)]
     pub published_at: Option<SystemTime>,
 }
 

@@ -1,9 +1,16 @@
 //! The apply transaction: one call of `urutan_terapkan` (see
-//! `migrations/`): dedup claim (per order: an id recorded for another order
+//! `sql/schema.sql`): dedup claim (per order: an id recorded for another order
 //! is `message_id_reused`), then the versioned upsert and history row, or
 //! parking while older messages of the entity may wait on another shard
 //! (see [`crate::reshard::handoff`]). One statement: one transaction, one round trip.
+//!
+//! The event goes as ONE jsonb value, [`Event`]'s serialization
+//! (`{"message_id", "id", "status", "versi", "data"}`), and a batch as one
+//! jsonb array of them (a marker: `{"marker": epoch}`), so a new optional
+//! field of the message changes no SQL signature.
 
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use sqlx::types::Json;
 use sqlx::{Connection, PgConnection, PgPool};
 
 use super::StoreError;
@@ -28,16 +35,11 @@ pub async fn apply<'c, E>(executor: E, event: &Event, shard: u16) -> Result<Appl
 where
     E: sqlx::PgExecutor<'c>,
 {
-    let result: String =
-        sqlx::query_scalar("SELECT urutan_terapkan($1, $2, $3, $4, $5::jsonb, $6)")
-            .bind(&event.message_id)
-            .bind(&event.entity_id)
-            .bind(&event.status)
-            .bind(event.versi)
-            .bind(event.data.as_deref().map(|raw| raw.get()))
-            .bind(i32::from(shard))
-            .fetch_one(executor)
-            .await?;
+    let result: String = sqlx::query_scalar("SELECT urutan_terapkan($1, $2)")
+        .bind(Json(event))
+        .bind(i32::from(shard))
+        .fetch_one(executor)
+        .await?;
     Ok(parse_result(&result))
 }
 
@@ -86,6 +88,21 @@ pub enum BatchItem<'a> {
     Marker(i64),
     /// A valid event to apply.
     Event(&'a Event),
+}
+
+/// An item as `urutan_terapkan_batch` reads it: the event's jsonb, or
+/// `{"marker": epoch}`.
+impl Serialize for BatchItem<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            BatchItem::Marker(epoch) => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("marker", epoch)?;
+                map.end()
+            }
+            BatchItem::Event(event) => event.serialize(serializer),
+        }
+    }
 }
 
 /// What the batch transaction did with one item.
@@ -160,48 +177,11 @@ async fn apply_chunk<'c, E>(
 where
     E: sqlx::PgExecutor<'c>,
 {
-    let n = items.len();
-    let (mut message_ids, mut ids, mut statuses) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut versis, mut datas, mut markers) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for item in items {
-        match item {
-            BatchItem::Marker(epoch) => {
-                message_ids.push(None);
-                ids.push(None);
-                statuses.push(None);
-                versis.push(None);
-                datas.push(None);
-                markers.push(Some(*epoch));
-            }
-            BatchItem::Event(e) => {
-                message_ids.push(Some(e.message_id.as_str()));
-                ids.push(Some(e.entity_id.as_str()));
-                statuses.push(Some(e.status.as_str()));
-                versis.push(Some(e.versi));
-                datas.push(e.data.as_deref().map(|raw| raw.get()));
-                markers.push(None);
-            }
-        }
-    }
-    let results: Vec<String> =
-        sqlx::query_scalar("SELECT urutan_terapkan_batch($1, $2, $3, $4, $5, $6, $7)")
-            .bind(&message_ids)
-            .bind(&ids)
-            .bind(&statuses)
-            .bind(&versis)
-            .bind(&datas)
-            .bind(&markers)
-            .bind(i32::from(shard))
-            .fetch_one(executor)
-            .await?;
+    let results: Vec<String> = sqlx::query_scalar("SELECT urutan_terapkan_batch($1, $2)")
+        .bind(Json(items))
+        .bind(i32::from(shard))
+        .fetch_one(executor)
+        .await?;
     Ok(results
         .iter()
         .map(|r| match r.as_str() {
@@ -227,6 +207,33 @@ pub async fn applied_with_status(db: &PgPool, status: &str) -> Result<i64, sqlx:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn items_are_sent_as_the_jsonb_the_functions_read() {
+        let event = |data: Option<&str>| Event {
+            message_id: "m-1".into(),
+            entity_id: "P-1".into(),
+            status: "dibayar".into(),
+            versi: 3,
+            data: data.map(|d| serde_json::value::RawValue::from_string(d.into()).expect("raw")),
+            published_at: Some(std::time::SystemTime::UNIX_EPOCH),
+        };
+        let (with, without) = (event(Some(r#"{"total": 5}"#)), event(None));
+        let items = [
+            BatchItem::Event(&with),
+            BatchItem::Marker(7),
+            BatchItem::Event(&without),
+        ];
+        assert_eq!(
+            serde_json::to_string(&items).expect("json"),
+            concat!(
+                r#"[{"message_id":"m-1","id":"P-1","status":"dibayar","versi":3,"data":{"total": 5}},"#,
+                r#"{"marker":7},"#,
+                r#"{"message_id":"m-1","id":"P-1","status":"dibayar","versi":3}]"#
+            ),
+            "data as sent, absent when None; no publish time"
+        );
+    }
 
     #[test]
     fn batches_are_cut_by_size_in_order() {
