@@ -37,6 +37,16 @@ enum Checked {
     Dead(Rejection, Option<String>),
 }
 
+impl Checked {
+    /// The delivery's event, if it is one (a marker's outcome has no lag).
+    fn event(&self) -> Option<&Event> {
+        match self {
+            Checked::Event(event) => Some(event),
+            Checked::Marker(_) | Checked::Dead(..) => None,
+        }
+    }
+}
+
 /// What the batch transaction(s) did with one item, and the database's
 /// error if it refused that item alone.
 type ItemResult = (BatchResult, Option<String>);
@@ -100,11 +110,7 @@ impl Context<'_> {
                 }
                 Checked::Marker(_) | Checked::Event(_) => match results.next() {
                     Some((BatchResult::Event(applied), error)) => {
-                        let event = match prepared {
-                            Checked::Event(event) => Some(event),
-                            _ => None,
-                        };
-                        self.applied(event, applied, error)
+                        self.applied(prepared.event(), applied, error)
                     }
                     // A passed marker (the function answers every item).
                     Some((BatchResult::Marker, _)) | None => Step::Ack,

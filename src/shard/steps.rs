@@ -140,17 +140,17 @@ impl Context<'_> {
     ) -> Result<(Vec<Settle>, bool), BrokerError> {
         let may_release = steps.iter().any(|step| matches!(step, Step::Ack));
         let shard = self.worker.shard;
-        let rows =
-            deliveries
-                .iter()
-                .zip(&steps)
-                .filter_map(|(delivery, step)| match step {
-                    Step::Done(Outcome::DeadLettered(rejection), error) => Some(
-                        dead_letter::rejected(delivery, shard, *rejection, error.as_deref()),
-                    ),
-                    _ => None,
-                })
-                .collect();
+        let rows = deliveries
+            .iter()
+            .zip(&steps)
+            .filter_map(|(delivery, step)| {
+                let Step::Done(Outcome::DeadLettered(rejection), error) = step else {
+                    return None;
+                };
+                let error = error.as_deref();
+                Some(dead_letter::rejected(delivery, shard, *rejection, error))
+            })
+            .collect();
         self.record_dead_letters(rows).await?;
         let mut settles = Vec::with_capacity(deliveries.len());
         for (delivery, step) in deliveries.iter().zip(steps) {
