@@ -15,20 +15,17 @@
 //!   dead-lettered (reason `database_refused`).
 
 use std::collections::VecDeque;
-use std::panic::AssertUnwindSafe;
 
 use futures::StreamExt;
 use lapin::message::Delivery;
-use lapin::{Channel, Consumer};
-use tokio_util::sync::CancellationToken;
 use tracing::{error, info_span, warn};
 
+use super::Context;
 use super::decode::{self, Read};
-use super::hooks;
-use super::{Held, Session, ShardWorker};
+use super::steps::{Held, Step, message_id};
 use crate::broker::{BrokerError, delivery};
 use crate::message::{Event, Rejection};
-use crate::metrics::{self as m, RetryReason};
+use crate::metrics::RetryReason;
 use crate::outcome::{Outcome, Settle};
 use crate::store::{Applied, BatchItem, BatchResult, StoreError};
 
@@ -40,17 +37,19 @@ enum Checked {
     Dead(Rejection, Option<String>),
 }
 
+impl Checked {
+    /// The delivery's event, if it is one (a marker's outcome has no lag).
+    fn event(&self) -> Option<&Event> {
+        match self {
+            Checked::Event(event) => Some(event),
+            Checked::Marker(_) | Checked::Dead(..) => None,
+        }
+    }
+}
+
 /// What the batch transaction(s) did with one item, and the database's
 /// error if it refused that item alone.
 type ItemResult = (BatchResult, Option<String>);
-
-/// How one delivery of a batch ends.
-enum Step {
-    /// Parked, or a marker passed: ack (its outcome, if any, comes later).
-    Ack,
-    /// An outcome, with the last error for a dead letter that has one.
-    Done(Outcome, Option<String>),
-}
 
 /// Most body bytes one batch takes in. Decoding and the batch's statement
 /// copy each body several times: with PREFETCH=256 and bodies of up to the
@@ -64,18 +63,14 @@ fn batch_full(len: usize, bytes: usize, size: u16) -> bool {
     len >= usize::from(size) || bytes >= BATCH_MAX_BODY_BYTES
 }
 
-impl ShardWorker {
+impl Context<'_> {
     /// Adds to `batch` the deliveries that arrive within BATCH_LINGER_MS of
     /// the first one, up to the batch size or [`BATCH_MAX_BODY_BYTES`].
-    pub(super) async fn fill(
-        &self,
-        consumer: &mut Consumer,
-        batch: &mut Vec<Delivery>,
-    ) -> Result<(), BrokerError> {
-        let deadline = tokio::time::Instant::now() + self.batch_linger;
+    pub(super) async fn fill(&mut self, batch: &mut Vec<Delivery>) -> Result<(), BrokerError> {
+        let deadline = tokio::time::Instant::now() + self.worker.batch_linger;
         let mut bytes: usize = batch.iter().map(|d| d.data.len()).sum();
-        while !batch_full(batch.len(), bytes, self.batch_size) {
-            match tokio::time::timeout_at(deadline, consumer.next()).await {
+        while !batch_full(batch.len(), bytes, self.worker.batch_size) {
+            match tokio::time::timeout_at(deadline, self.consumer.next()).await {
                 Ok(Some(next)) => {
                     let next = next?;
                     bytes = bytes.saturating_add(next.data.len());
@@ -93,12 +88,9 @@ impl ShardWorker {
     /// (committed) before any of them is settled.
     pub(super) async fn process_batch(
         &self,
-        ch: &Channel,
-        session: &Session,
         deliveries: &[Delivery],
-        shutdown: &CancellationToken,
     ) -> Result<(Vec<Settle>, bool), BrokerError> {
-        let span = info_span!("batch", shard = self.shard, size = deliveries.len());
+        let span = info_span!("batch", shard = self.worker.shard, size = deliveries.len());
         let _enter = span.enter();
         let prepared: Vec<Checked> = deliveries.iter().map(|d| self.prepare(d)).collect();
         let items: Vec<BatchItem<'_>> = prepared
@@ -109,9 +101,7 @@ impl ShardWorker {
                 Checked::Dead(..) => None,
             })
             .collect();
-        let results = self.apply_in_order(ch, session, &items, shutdown).await?;
-        let mut results = results.into_iter();
-        let mut may_release = false;
+        let mut results = self.apply_in_order(&items).await?.into_iter();
         let steps: Vec<Step> = prepared
             .iter()
             .map(|prepared| match prepared {
@@ -119,86 +109,44 @@ impl ShardWorker {
                     Step::Done(Outcome::DeadLettered(*rejection), error.clone())
                 }
                 Checked::Marker(_) | Checked::Event(_) => match results.next() {
-                    Some((BatchResult::Event(Applied::Done(outcome)), error)) => {
-                        Step::Done(outcome, error)
-                    }
-                    Some((BatchResult::Event(Applied::Parked), _)) => {
-                        session.metrics.parked.increment(1);
-                        may_release = true;
-                        Step::Ack
+                    Some((BatchResult::Event(applied), error)) => {
+                        self.applied(prepared.event(), applied, error)
                     }
                     // A passed marker (the function answers every item).
-                    Some((BatchResult::Marker, _)) | None => {
-                        may_release = true;
-                        Step::Ack
-                    }
+                    Some((BatchResult::Marker, _)) | None => Step::Ack,
                 },
             })
             .collect();
-        let dead_letters = deliveries
-            .iter()
-            .zip(&steps)
-            .filter_map(|(delivery, step)| match step {
-                Step::Done(Outcome::DeadLettered(rejection), error) => {
-                    Some(crate::dead_letter::rejected(
-                        delivery,
-                        self.shard,
-                        *rejection,
-                        error.as_deref(),
-                    ))
-                }
-                _ => None,
-            })
-            .collect();
-        self.record_dead_letters(ch, session, dead_letters, shutdown)
-            .await?;
-        let mut settles = Vec::with_capacity(deliveries.len());
-        for ((delivery, prepared), step) in deliveries.iter().zip(&prepared).zip(steps) {
-            let Step::Done(outcome, _) = step else {
-                settles.push(Settle::Ack);
-                continue;
-            };
-            if let Checked::Event(event) = prepared {
-                session.record_lag(event);
-            }
-            let message_id = delivery.properties.message_id().as_ref();
-            settles.push(self.record(session, outcome, message_id.map(|id| id.as_str())));
-        }
-        Ok((settles, may_release))
+        self.conclude(deliveries, steps).await
     }
 
-    /// The pure part of one delivery: marker, contract check, fault hook.
+    /// The pure part of one delivery: marker, contract check, and the
+    /// before-apply hook, retried in place up to the delivery limit.
     fn prepare(&self, delivery: &Delivery) -> Checked {
-        let event = match decode::read(delivery, &self.queue, self.max_body_bytes) {
+        let event = match decode::read(delivery, &self.worker.queue, self.worker.max_body_bytes) {
             Read::Event(event) => event,
             Read::Marker(epoch) => return Checked::Marker(epoch),
             Read::Invalid(rejection) => {
-                let id = delivery.properties.message_id().as_ref();
                 warn!(
-                    message_id = id.map_or("", |id| id.as_str()),
+                    message_id = message_id(delivery).unwrap_or(""),
                     reason = rejection.reason(),
                     "contract violation in a batch"
                 );
                 return Checked::Dead(rejection, None);
             }
         };
-        let Some(hook) = &self.hooks.before_apply else {
-            return Checked::Event(event);
-        };
-        let attempts = u64::from(self.delivery_limit) + 1;
+        let attempts = u64::from(self.worker.delivery_limit) + 1;
         let left = attempts
             .saturating_sub(delivery::previous_deliveries(delivery))
             .max(1);
         let mut last_error = None;
         for attempt in 1..=left {
-            let run = std::panic::catch_unwind(AssertUnwindSafe(|| hook(&event)));
-            let Err(panic) = run else {
+            let Err(panic) = self.worker.hooks.run_before_apply(&event) else {
                 return Checked::Event(event);
             };
-            last_error = Some(hooks::panic_message(panic.as_ref()));
+            last_error = Some(panic);
             error!(message_id = ?event.message_id, attempt, "the handler panicked on this message");
-            metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => RetryReason::Panic.label())
-                .increment(1);
+            self.retried(RetryReason::Panic);
         }
         Checked::Dead(Rejection::DeliveryLimit, last_error)
     }
@@ -211,26 +159,19 @@ impl ShardWorker {
     /// which 53200 is transient again: held and retried). Smaller
     /// transactions in the same order have the same outcomes, and nothing is
     /// acked before all of them committed. Later batches start from the
-    /// size that fit (see [`Session::group_limit`]).
+    /// size that fit (see [`super::Session::group_limit`]).
     async fn apply_in_order(
         &self,
-        ch: &Channel,
-        session: &Session,
         items: &[BatchItem<'_>],
-        shutdown: &CancellationToken,
     ) -> Result<Vec<ItemResult>, BrokerError> {
         let mut results = Vec::with_capacity(items.len());
         let mut groups: VecDeque<&[BatchItem<'_>]> =
-            items.chunks(session.group_limit().max(1)).collect();
+            items.chunks(self.session.group_limit().max(1)).collect();
         while let Some(group) = groups.pop_front() {
             let splittable = group.len() > 1;
+            let give_up = |e: &StoreError| splittable && lock_table_full(e);
             let applied = self
-                .held_unless(
-                    ch,
-                    shutdown,
-                    |e| splittable && lock_table_full(e),
-                    || session.apply_batch(group, self.shard),
-                )
+                .held_unless(give_up, || self.session.apply_batch(group))
                 .await;
             match applied {
                 Ok(done) => results.extend(done.into_iter().map(|r| (r, None))),
@@ -242,16 +183,13 @@ impl ShardWorker {
                          (out of shared memory); applying it in halves (raise \
                          max_locks_per_transaction or lower BATCH_MAX)"
                     );
-                    metrics::counter!(m::RETRIES_TOTAL, "shard" => session.metrics.shard.clone(), "reason" => RetryReason::LockTableFull.label())
-                        .increment(1);
-                    session.lower_group_limit(first.len());
+                    self.retried(RetryReason::LockTableFull);
+                    self.session.lower_group_limit(first.len());
                     groups.push_front(second);
                     groups.push_front(first);
                 }
                 Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
-                Err(Held::Refused(_)) => {
-                    results.extend(self.one_by_one(ch, session, group, shutdown).await?)
-                }
+                Err(Held::Refused(_)) => results.extend(self.one_by_one(group).await?),
             }
         }
         Ok(results)
@@ -259,28 +197,19 @@ impl ShardWorker {
 
     /// After the database refused the batch: each item in its own
     /// transaction, in order; a refused message is dead-lettered alone.
-    async fn one_by_one(
-        &self,
-        ch: &Channel,
-        session: &Session,
-        items: &[BatchItem<'_>],
-        shutdown: &CancellationToken,
-    ) -> Result<Vec<ItemResult>, BrokerError> {
+    async fn one_by_one(&self, items: &[BatchItem<'_>]) -> Result<Vec<ItemResult>, BrokerError> {
         warn!("the database refused a batch; applying it one message at a time");
         let mut results = Vec::with_capacity(items.len());
         for item in items {
             let single = std::slice::from_ref(item);
-            let applied = self
-                .held(ch, shutdown, || session.apply_batch(single, self.shard))
-                .await;
-            match applied {
-                Ok(mut one) => results.push((one.pop().unwrap_or(BatchResult::Marker), None)),
-                Err(Held::Abandon | Held::GaveUp) => return Err(BrokerError::ChannelLost),
-                Err(Held::Refused(error)) => {
+            let applied = self.held(|| self.session.apply_batch(single)).await?;
+            results.push(match applied {
+                Ok(mut one) => (one.pop().unwrap_or(BatchResult::Marker), None),
+                Err(error) => {
                     let outcome = Outcome::DeadLettered(Rejection::DatabaseRefused);
-                    results.push((BatchResult::Event(Applied::Done(outcome)), Some(error)));
+                    (BatchResult::Event(Applied::Done(outcome)), Some(error))
                 }
-            }
+            });
         }
         Ok(results)
     }

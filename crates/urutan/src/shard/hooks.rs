@@ -117,6 +117,20 @@ impl Hooks {
     }
 }
 
+impl Hooks {
+    /// The one way the before-apply hook is called, in strict, pipelined
+    /// and batch mode alike. A panic in it is the handler failing on this
+    /// message: `Err` with the panic's text (what the message is retried,
+    /// then dead-lettered with).
+    pub(super) fn run_before_apply(&self, event: &Event) -> Result<(), String> {
+        let Some(hook) = &self.before_apply else {
+            return Ok(());
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(event)))
+            .map_err(|panic| panic_message(panic.as_ref()))
+    }
+}
+
 /// The text of a handler's panic payload (what `panic!` or `resume_unwind`
 /// was given): the reason a message that panicked is retried, then
 /// dead-lettered with.

@@ -1,5 +1,5 @@
 //! The database connection a shard worker keeps between consecutive
-//! messages, and the metric handles it registers once.
+//! messages.
 //!
 //! sqlx pings every connection that goes back to the pool (a Sync and its
 //! ReadyForQuery: one more round trip, and a spawned task), so taking a
@@ -24,15 +24,14 @@ use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
 use crate::message::Event;
-use crate::metrics::ShardMetrics;
 use crate::store::{self, Applied, BatchItem, BatchResult, NewDeadLetter, StoreError};
 
 /// Longest time a worker keeps a pooled connection before giving it back.
 pub(super) const HOLD: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A connection taken from the pool, and when.
-pub(super) struct Leased {
-    pub conn: PoolConnection<Postgres>,
+struct Leased {
+    conn: PoolConnection<Postgres>,
     since: Instant,
 }
 
@@ -43,23 +42,24 @@ const GROUP_LIMIT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 /// What one channel life of a shard worker keeps between deliveries.
 pub(super) struct Session {
     pool: PgPool,
+    /// The shard every statement is for.
+    shard: u16,
     /// The longest one apply transaction may take (see [`store::bounded`]).
     limit: std::time::Duration,
     kept: Mutex<Option<Leased>>,
     /// Batch mode: most messages per transaction since PostgreSQL's lock
     /// table last overflowed, and when that was.
     group_limit: Mutex<Option<(usize, Instant)>>,
-    pub metrics: ShardMetrics,
 }
 
 impl Session {
     pub fn new(pool: PgPool, shard: u16, limit: std::time::Duration) -> Self {
         Self {
             pool,
+            shard,
             limit,
             kept: Mutex::new(None),
             group_limit: Mutex::new(None),
-            metrics: ShardMetrics::new(shard),
         }
     }
 
@@ -92,7 +92,7 @@ impl Session {
 
     /// The kept connection if it is younger than [`HOLD`], else a fresh one
     /// from the pool (waiting at most the pool's acquire timeout).
-    pub async fn take(&self) -> Result<Leased, StoreError> {
+    async fn take(&self) -> Result<Leased, StoreError> {
         let kept = self.slot().take();
         if let Some(leased) = kept
             && leased.since.elapsed() < HOLD
@@ -109,65 +109,55 @@ impl Session {
     /// Keeps `leased` for the next statement if `ok` (its statement
     /// succeeded) and it is younger than [`HOLD`]; otherwise it goes back to
     /// the pool.
-    pub fn put(&self, leased: Leased, ok: bool) {
+    fn put(&self, leased: Leased, ok: bool) {
         if ok && leased.since.elapsed() < HOLD {
             *self.slot() = Some(leased);
         }
     }
 
-    /// [`store::apply`] on the kept connection.
-    pub async fn apply(&self, event: &Event, shard: u16) -> Result<Applied, StoreError> {
+    /// Runs `work` (one statement, one transaction) on the kept connection,
+    /// bounded by the database timeout; keeps the connection only if it succeeded.
+    async fn on_kept<T, E>(
+        &self,
+        work: impl AsyncFnOnce(&mut sqlx::PgConnection) -> Result<T, E>,
+    ) -> Result<T, StoreError>
+    where
+        StoreError: From<E>,
+    {
         let mut leased = self.take().await?;
-        let apply = async |conn: &mut sqlx::PgConnection| store::apply(conn, event, shard).await;
-        let applied = store::bounded(&mut leased.conn, self.limit, apply).await;
-        self.put(leased, applied.is_ok());
-        applied
+        let done = store::bounded(&mut leased.conn, self.limit, work).await;
+        self.put(leased, done.is_ok());
+        done
+    }
+
+    /// [`store::apply`] on the kept connection.
+    pub async fn apply(&self, event: &Event) -> Result<Applied, StoreError> {
+        self.on_kept(async |conn| store::apply(conn, event, self.shard).await)
+            .await
     }
 
     /// [`store::apply_batch`] on the kept connection.
     pub async fn apply_batch(
         &self,
         items: &[BatchItem<'_>],
-        shard: u16,
     ) -> Result<Vec<BatchResult>, StoreError> {
-        let mut leased = self.take().await?;
-        let apply =
-            async |conn: &mut sqlx::PgConnection| store::apply_batch(conn, items, shard).await;
-        let results = store::bounded(&mut leased.conn, self.limit, apply).await;
-        self.put(leased, results.is_ok());
-        results
+        self.on_kept(async |conn| store::apply_batch(conn, items, self.shard).await)
+            .await
     }
 
     /// [`store::record_returned`] on the kept connection.
-    pub async fn record_returned(&self, event: &Event, shard: u16) -> Result<(), StoreError> {
-        let mut leased = self.take().await?;
-        let record =
-            async |conn: &mut sqlx::PgConnection| store::record_returned(conn, event, shard).await;
-        let recorded = store::bounded(&mut leased.conn, self.limit, record).await;
-        self.put(leased, recorded.is_ok());
-        recorded
+    pub async fn record_returned(&self, event: &Event) -> Result<(), StoreError> {
+        self.on_kept(async |conn| store::record_returned(conn, event, self.shard).await)
+            .await
     }
 
     /// [`store::record_dead_letters`] on the kept connection.
     pub async fn record_dead_letters(&self, rows: &[NewDeadLetter]) -> Result<(), StoreError> {
-        let mut leased = self.take().await?;
-        let record =
-            async |conn: &mut sqlx::PgConnection| store::record_dead_letters(conn, rows).await;
-        let recorded = store::bounded(&mut leased.conn, self.limit, record).await;
-        self.put(leased, recorded.is_ok());
-        recorded
+        self.on_kept(async |conn| store::record_dead_letters(conn, rows).await)
+            .await
     }
 
     /// When the kept connection is due back to the pool (`None`: none kept).
-    /// Records the publish-to-commit lag of an event that carried a timestamp.
-    pub fn record_lag(&self, event: &Event) {
-        let lag =
-            (event.published_at).and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
-        if let Some(lag) = lag {
-            self.metrics.lag.record(lag.as_secs_f64());
-        }
-    }
-
     pub fn due(&self) -> Option<tokio::time::Instant> {
         let since = self.slot().as_ref()?.since;
         Some(tokio::time::Instant::from_std(since + HOLD))

@@ -14,11 +14,21 @@
 //!   message whose entity is being handed over is parked, and the worker
 //!   releases its parked messages as soon as they may go.
 //!
-//! A delivery goes through `decode` (marker, event or contract violation:
-//! one path for both modes), then `steps` (strict mode: apply with held
-//! retries, record the outcome) or `batch` (several in one transaction),
-//! then `settle` (the one place that acks or rejects). This file runs the
-//! consume loop and the clean stop.
+//! # Layout
+//!
+//! [`ShardWorker`] is the shard's settings; it keeps a broker connection
+//! (`link`) and reopens a failed channel. Each channel life is one
+//! [`Context`] (as mini-redis's per-connection `Handler`): it owns the
+//! channel and its consumer, the kept database connection (`lease`), the
+//! shutdown token and the shard's metrics, runs the consume loop, and its
+//! methods take only a delivery or a batch of them. A delivery goes through
+//! `decode` (marker, event or contract violation: one path for both modes),
+//! then `steps` (strict and pipelined mode: apply with held retries) or
+//! `batch` (several in one transaction); both end in `steps`' one
+//! conclusion (dead-letter records, then each outcome recorded and counted
+//! in one place), then `settle` (the one place that acks or rejects). The
+//! before-apply hook is called only through [`Hooks::run_before_apply`].
+//! This file runs the consume loop and the clean stop.
 
 mod batch;
 mod decode;
@@ -30,7 +40,6 @@ mod steps;
 
 use lease::Session;
 use settle::InHand;
-use steps::Held;
 
 pub(crate) use hooks::env_number;
 pub use hooks::{EventHook, HookError, Hooks, Observed, OutcomeHook};
@@ -44,17 +53,16 @@ use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection};
+use lapin::{Channel, Connection, Consumer};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, error, field, info_span, warn};
+use tracing::{Instrument, debug, field, info_span, warn};
 
 use crate::broker::{BrokerError, call};
 use crate::health::Health;
-use crate::metrics::RetryReason;
+use crate::metrics::ShardMetrics;
+use crate::outcome::Settle;
 use crate::reshard::handoff;
-
-use crate::outcome::{Outcome, Settle};
 
 /// How long a held message may keep retrying after shutdown was requested.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
@@ -81,20 +89,6 @@ pub struct ShardWorker {
     pub pool: PgPool,
     pub health: Arc<Health>,
     pub hooks: Hooks,
-}
-
-/// What handling one delivery decided.
-enum Decision {
-    /// Durable (or refused by contract): settle as the outcome says.
-    Done(Outcome),
-    /// Recorded and parked (its outcome comes at release), or an epoch
-    /// marker passed: ack, and look for parked messages to release.
-    Ack,
-    /// The handler failed on this message (`reason`: the retry label,
-    /// `error`: what failed): reject with requeue.
-    Requeue { reason: RetryReason, error: String },
-    /// The channel died while the message was held: say nothing, it comes back.
-    Abandon,
 }
 
 /// Why [`ShardWorker::run`] returned.
@@ -136,92 +130,127 @@ impl ShardWorker {
         }
     }
 
-    /// One channel's life: register the consumer, handle deliveries in order.
+    /// One channel's life.
     async fn consume(
         &self,
         conn: &Connection,
         shutdown: &CancellationToken,
     ) -> Result<(), BrokerError> {
+        let mut context = Context::open(self, conn, shutdown.clone()).await?;
+        context.run().await
+    }
+}
+
+/// One channel life of a shard worker: it owns the consume loop and
+/// everything the handling of a delivery needs, so that its methods take
+/// only the delivery (or the batch).
+struct Context<'w> {
+    /// The shard's settings, pool and hooks.
+    worker: &'w ShardWorker,
+    /// The channel the consumer lives on: a held message is given up when
+    /// it dies (the broker then redelivers it).
+    ch: Channel,
+    /// The consumer's tag: cancelled at shutdown before the last acks.
+    tag: String,
+    /// The shard queue's deliveries, in arrival order.
+    consumer: Consumer,
+    /// The database connection kept between deliveries.
+    session: Session,
+    /// Cancelled at shutdown: what is in hand is finished, then acked.
+    shutdown: CancellationToken,
+    /// The shard's metric handles (registered once per channel life).
+    metrics: ShardMetrics,
+}
+
+impl<'w> Context<'w> {
+    /// Opens a channel on `conn` and registers the shard's consumer.
+    async fn open(
+        worker: &'w ShardWorker,
+        conn: &Connection,
+        shutdown: CancellationToken,
+    ) -> Result<Self, BrokerError> {
         let ch = call("channel.open", conn.create_channel()).await?;
-        call(
-            "basic.qos",
-            ch.basic_qos(self.prefetch, BasicQosOptions::default()),
-        )
-        .await?;
-        let tag = format!("urutan-{}-{}", std::process::id(), self.queue);
-        let mut consumer = call(
+        let qos = ch.basic_qos(worker.prefetch, BasicQosOptions::default());
+        call("basic.qos", qos).await?;
+        let tag = format!("urutan-{}-{}", std::process::id(), worker.queue);
+        let consumer = call(
             "basic.consume",
             ch.basic_consume(
-                self.queue.as_str().into(),
+                worker.queue.as_str().into(),
                 tag.as_str().into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             ),
         )
         .await?;
-        self.health.set_consumer(self.shard, true);
-        let session = Session::new(self.pool.clone(), self.shard, self.database_timeout);
+        worker.health.set_consumer(worker.shard, true);
+        let session = Session::new(worker.pool.clone(), worker.shard, worker.database_timeout);
+        Ok(Self {
+            worker,
+            ch,
+            tag,
+            consumer,
+            session,
+            shutdown,
+            metrics: ShardMetrics::new(worker.shard),
+        })
+    }
+
+    /// Handles deliveries in order until shutdown (then [`Self::finish`])
+    /// or a broker failure; releases parked messages and gives the kept
+    /// database connection back while idle.
+    async fn run(&mut self) -> Result<(), BrokerError> {
         let mut release_tick = tokio::time::interval(handoff::RELEASE_EVERY);
         release_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Parked messages may be left from an earlier life: look once.
         let mut parked = true;
         loop {
-            let due = session.due();
+            let due = self.session.due();
             let next = tokio::select! {
                 biased;
-                () = shutdown.cancelled() => None,
+                () = self.shutdown.cancelled() => None,
                 _ = release_tick.tick(), if parked => {
-                    parked = self.release_parked(&session).await;
+                    parked = self.release_parked().await;
                     continue;
                 }
-                next = consumer.next() => Some(next),
+                next = self.consumer.next() => Some(next),
                 // Idle: the kept database connection goes back to the pool.
                 () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)),
                     if due.is_some() => {
-                    session.give_back();
+                    self.session.give_back();
                     continue;
                 }
             };
             let delivery = match next {
-                None => {
-                    let finished = self.finish(&ch, &tag, &mut consumer, &session, Vec::new());
-                    return finished.await;
-                }
+                None => return self.finish(Vec::new()).await,
                 Some(Some(Ok(delivery))) => delivery,
                 Some(Some(Err(e))) => return Err(e.into()),
                 Some(None) => return Err(BrokerError::ConsumerCancelled),
             };
-            let received = Instant::now();
-            let mut deliveries = vec![delivery];
-            if self.batch_size > 1 {
-                self.fill(&mut consumer, &mut deliveries).await?;
-            }
-            let (settles, may_release) = if deliveries.len() == 1 {
-                let (settle, may_release) = self
-                    .process(&ch, &session, &deliveries[0], shutdown)
-                    .await?;
-                (vec![settle], may_release)
-            } else {
-                self.process_batch(&ch, &session, &deliveries, shutdown)
-                    .await?
-            };
+            let (in_hand, may_release) = self.handle(delivery).await?;
             parked |= may_release;
-            let in_hand: Vec<InHand> = deliveries
-                .into_iter()
-                .zip(settles)
-                .map(|(delivery, settle)| InHand {
-                    delivery,
-                    settle,
-                    received,
-                })
-                .collect();
-            if shutdown.is_cancelled() {
-                return self
-                    .finish(&ch, &tag, &mut consumer, &session, in_hand)
-                    .await;
+            if self.shutdown.is_cancelled() {
+                return self.finish(in_hand).await;
             }
-            settle::settle_all(&in_hand, &session.metrics).await?;
+            settle::settle_all(&in_hand, &self.metrics).await?;
         }
+    }
+
+    /// Handles `first` and, in batch mode, the deliveries that follow it
+    /// within the linger. Returns them with their broker actions, not sent
+    /// yet, and whether parked messages may now be releasable.
+    async fn handle(&mut self, first: Delivery) -> Result<(Vec<InHand>, bool), BrokerError> {
+        let received = Instant::now();
+        let mut deliveries = vec![first];
+        if self.worker.batch_size > 1 {
+            self.fill(&mut deliveries).await?;
+        }
+        let (settles, may_release) = if deliveries.len() == 1 {
+            self.process(&deliveries[0]).await?
+        } else {
+            self.process_batch(&deliveries).await?
+        };
+        Ok((in_hand(deliveries, settles, received), may_release))
     }
 
     /// Shutdown without spending a delivery or breaking order. Acks are held
@@ -231,84 +260,58 @@ impl ShardWorker {
     /// everything of ours is committed — and only then is everything acked.
     /// Idle, the channel is just closed: a delivery racing in is returned to
     /// the front of the queue before any standby starts.
-    async fn finish(
-        &self,
-        ch: &Channel,
-        tag: &str,
-        consumer: &mut lapin::Consumer,
-        session: &Session,
-        mut unsettled: Vec<InHand>,
-    ) -> Result<(), BrokerError> {
-        let stopping = CancellationToken::new();
-        stopping.cancel();
-        while let Ok(Some(next)) = tokio::time::timeout(SHUTDOWN_LINGER, consumer.next()).await {
+    async fn finish(&mut self, mut unsettled: Vec<InHand>) -> Result<(), BrokerError> {
+        // `shutdown` is cancelled here: a held message gets the shutdown grace.
+        while let Ok(Some(next)) = tokio::time::timeout(SHUTDOWN_LINGER, self.consumer.next()).await
+        {
             let delivery = next?;
             let received = Instant::now();
-            let (settle, _) = self.process(ch, session, &delivery, &stopping).await?;
-            unsettled.push(InHand {
-                delivery,
-                settle,
-                received,
-            });
+            let (settles, _) = self.process(&delivery).await?;
+            unsettled.extend(in_hand(vec![delivery], settles, received));
         }
         if !unsettled.is_empty() {
-            let cancel = ch.basic_cancel(tag.into(), BasicCancelOptions::default());
+            let tag = self.tag.as_str().into();
+            let cancel = self.ch.basic_cancel(tag, BasicCancelOptions::default());
             call("basic.cancel", cancel).await?;
-            settle::settle_all(&unsettled, &session.metrics).await?;
+            settle::settle_all(&unsettled, &self.metrics).await?;
         }
-        let _ = call("channel.close", ch.close(200, "shutting down".into())).await;
+        let _ = call("channel.close", self.ch.close(200, "shutting down".into())).await;
         Ok(())
     }
 
-    /// Decides one delivery inside its span (a panic becomes a requeue).
-    /// Returns the broker action and whether parked messages may now be
-    /// releasable.
-    async fn process(
-        &self,
-        ch: &Channel,
-        session: &Session,
-        delivery: &Delivery,
-        shutdown: &CancellationToken,
-    ) -> Result<(Settle, bool), BrokerError> {
+    /// Strict (and pipelined) mode: decides one delivery inside its span (a
+    /// panic becomes a requeue). Returns its broker action and whether
+    /// parked messages may now be releasable.
+    async fn process(&self, delivery: &Delivery) -> Result<(Vec<Settle>, bool), BrokerError> {
         let span = info_span!(
             "message",
-            shard = self.shard,
+            shard = self.worker.shard,
             message_id = field::Empty,
             entity_id = field::Empty,
             redelivered = delivery.redelivered,
         );
         async {
-            let decided = AssertUnwindSafe(self.decide(ch, session, delivery, shutdown))
-                .catch_unwind()
-                .await;
-            let decision = decided.unwrap_or_else(|panic| {
-                error!("the handler panicked on this message; requeueing it");
-                Decision::Requeue {
-                    reason: RetryReason::Panic,
-                    error: hooks::panic_message(panic.as_ref()),
-                }
-            });
-            let message_id = delivery.properties.message_id().as_ref();
-            let message_id = message_id.map(|id| id.as_str());
-            Ok(match decision {
-                Decision::Abandon => return Err(BrokerError::ChannelLost),
-                Decision::Done(outcome) => {
-                    if let Outcome::DeadLettered(rejection) = outcome {
-                        let row =
-                            crate::dead_letter::rejected(delivery, self.shard, rejection, None);
-                        self.record_dead_letters(ch, session, vec![row], shutdown)
-                            .await?;
-                    }
-                    (self.record(session, outcome, message_id), false)
-                }
-                Decision::Ack => (Settle::Ack, true),
-                Decision::Requeue { reason, error } => {
-                    let requeue = self.requeue(ch, session, delivery, reason, &error, shutdown);
-                    (requeue.await?, false)
-                }
-            })
+            let decided = AssertUnwindSafe(self.decide(delivery)).catch_unwind().await;
+            let step = decided.unwrap_or_else(|panic| {
+                Ok(steps::panicked(hooks::panic_message(panic.as_ref())))
+            })?;
+            self.conclude(std::slice::from_ref(delivery), vec![step])
+                .await
         }
         .instrument(span)
         .await
     }
+}
+
+/// Pairs deliveries with their broker actions, to settle later.
+fn in_hand(deliveries: Vec<Delivery>, settles: Vec<Settle>, received: Instant) -> Vec<InHand> {
+    deliveries
+        .into_iter()
+        .zip(settles)
+        .map(|(delivery, settle)| InHand {
+            delivery,
+            settle,
+            received,
+        })
+        .collect()
 }

@@ -1,20 +1,18 @@
-//! The steps of handling one delivery: decide (marker, decode, apply with
-//! held retries), record the outcome, requeue a failing message, release
-//! parked messages.
+//! The steps of handling a delivery: decide one (marker, decode, apply with
+//! held retries), conclude any (dead-letter records, then each outcome
+//! recorded, or a failing message requeued), release parked messages.
 
 use std::time::{Duration, Instant};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use lapin::Channel;
 use lapin::message::Delivery;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::decode::{self, Read};
-use super::{Decision, Observed, SHUTDOWN_GRACE, Session, ShardWorker};
+use super::{Context, Observed, SHUTDOWN_GRACE};
 use crate::broker::{BrokerError, delivery};
 use crate::dead_letter;
-use crate::message::{self, Rejection};
+use crate::message::{self, Event, Rejection};
 use crate::metrics::{self as m, RetryReason};
 use crate::outcome::{Outcome, Settle};
 use crate::reshard::handoff;
@@ -22,6 +20,19 @@ use crate::store::{self, Applied, NewDeadLetter, StoreError};
 
 /// Entities released per release call (one transaction).
 const RELEASE_BATCH: i32 = 200;
+
+/// How one delivery ends, in strict and batch mode alike.
+pub(super) enum Step {
+    /// Recorded and parked (its outcome comes at release), or an epoch
+    /// marker passed: ack, and look for parked messages to release.
+    Ack,
+    /// Durable (or refused by contract): settle as the outcome says (with
+    /// the last error, for a dead letter that has one).
+    Done(Outcome, Option<String>),
+    /// The handler failed on this message (`reason`: the retry label,
+    /// `error`: what failed): reject with requeue (strict mode only).
+    Requeue { reason: RetryReason, error: String },
+}
 
 /// Why a held database step stopped without a result.
 pub(super) enum Held {
@@ -34,91 +45,143 @@ pub(super) enum Held {
     GaveUp,
 }
 
-impl ShardWorker {
+/// A held database step's answer: `Err` when the channel is lost (the
+/// message comes back), else its result or the database's refusal of the
+/// message's data.
+pub(super) type HeldResult<T> = Result<Result<T, String>, BrokerError>;
+
+/// The id of a delivery, as its producer set it.
+pub(super) fn message_id(delivery: &Delivery) -> Option<&str> {
+    let id = delivery.properties.message_id().as_ref();
+    id.map(|id| id.as_str())
+}
+
+impl Context<'_> {
     /// Marker or message; decodes, then applies with held retries.
-    pub(super) async fn decide(
-        &self,
-        ch: &Channel,
-        session: &Session,
-        delivery: &Delivery,
-        shutdown: &CancellationToken,
-    ) -> Decision {
-        let event = match decode::read(delivery, &self.queue, self.max_body_bytes) {
+    pub(super) async fn decide(&self, delivery: &Delivery) -> Result<Step, BrokerError> {
+        let worker = self.worker;
+        let event = match decode::read(delivery, &worker.queue, worker.max_body_bytes) {
             Read::Event(event) => event,
-            Read::Invalid(rejection) => return Decision::Done(Outcome::DeadLettered(rejection)),
-            Read::Marker(epoch) => {
-                // A step on the pool itself: never wait for a second
-                // connection while keeping one (with a pool smaller than the
-                // shard count, workers would wait on each other).
-                session.give_back();
-                let passed = self
-                    .held(ch, shutdown, || async {
-                        Ok(handoff::pass_recorded_marker(&self.pool, self.shard, epoch).await?)
-                    })
-                    .await;
-                return match passed {
-                    Ok(true) => {
-                        debug!(epoch, "passed an epoch marker");
-                        Decision::Ack
-                    }
-                    Ok(false) => {
-                        warn!(epoch, "a marker for an epoch urutan never recorded");
-                        Decision::Done(Outcome::DeadLettered(Rejection::ReservedHeader))
-                    }
-                    Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
-                    Err(Held::Refused(error)) => Decision::Requeue {
-                        reason: RetryReason::Refused,
-                        error,
-                    },
-                };
+            Read::Invalid(rejection) => {
+                return Ok(Step::Done(Outcome::DeadLettered(rejection), None));
             }
+            Read::Marker(epoch) => return self.pass_marker(epoch).await,
         };
-        if let Some(hook) = &self.hooks.before_apply {
-            hook(&event);
+        if let Err(error) = worker.hooks.run_before_apply(&event) {
+            return Ok(panicked(error));
         }
-        let applied = self
-            .held(ch, shutdown, || session.apply(&event, self.shard))
-            .await;
+        let step = match self.held(|| self.session.apply(&event)).await? {
+            Ok(applied) => self.applied(Some(&event), applied, None),
+            Err(error) => refused(error),
+        };
+        Ok(step)
+    }
+
+    /// An epoch marker in strict mode: passes it, or dead-letters one for
+    /// an epoch urutan never recorded.
+    async fn pass_marker(&self, epoch: i64) -> Result<Step, BrokerError> {
+        // A step on the pool itself: never wait for a second connection
+        // while keeping one (with a pool smaller than the shard count,
+        // workers would wait on each other).
+        self.session.give_back();
+        let (pool, shard) = (&self.worker.pool, self.worker.shard);
+        let passed = self
+            .held(|| async { Ok(handoff::pass_recorded_marker(pool, shard, epoch).await?) })
+            .await?;
+        Ok(match passed {
+            Ok(true) => {
+                debug!(epoch, "passed an epoch marker");
+                Step::Ack
+            }
+            Ok(false) => {
+                warn!(epoch, "a marker for an epoch urutan never recorded");
+                Step::Done(Outcome::DeadLettered(Rejection::ReservedHeader), None)
+            }
+            Err(error) => refused(error),
+        })
+    }
+
+    /// What a committed apply means for its delivery (`event`: the
+    /// delivery's, `None` for a marker; `error`: the database's, for a
+    /// message it refused alone). Counts the publish-to-commit lag and
+    /// parked messages.
+    pub(super) fn applied(
+        &self,
+        event: Option<&Event>,
+        applied: Applied,
+        error: Option<String>,
+    ) -> Step {
         match applied {
-            Ok(Applied::Done(outcome)) => {
-                session.record_lag(&event);
-                Decision::Done(outcome)
+            Applied::Done(outcome) => {
+                let published = event.and_then(|event| event.published_at);
+                let lag =
+                    published.and_then(|t| std::time::SystemTime::now().duration_since(t).ok());
+                if let Some(lag) = lag {
+                    self.metrics.lag.record(lag.as_secs_f64());
+                }
+                Step::Done(outcome, error)
             }
-            Ok(Applied::Parked) => {
-                session.metrics.parked.increment(1);
+            Applied::Parked => {
+                self.metrics.parked.increment(1);
                 debug!("parked until older messages of this entity are done");
-                Decision::Ack
+                Step::Ack
             }
-            Err(Held::Refused(error)) => Decision::Requeue {
-                reason: RetryReason::Refused,
-                error,
-            },
-            Err(Held::Abandon | Held::GaveUp) => Decision::Abandon,
         }
+    }
+
+    /// The end of every decided delivery: the dead-letter records of all of
+    /// them are committed first (one write), then each outcome is recorded,
+    /// or a failing message requeued. Returns each delivery's broker action,
+    /// and whether parked messages may now be releasable.
+    pub(super) async fn conclude(
+        &self,
+        deliveries: &[Delivery],
+        steps: Vec<Step>,
+    ) -> Result<(Vec<Settle>, bool), BrokerError> {
+        let may_release = steps.iter().any(|step| matches!(step, Step::Ack));
+        let shard = self.worker.shard;
+        let rows = deliveries
+            .iter()
+            .zip(&steps)
+            .filter_map(|(delivery, step)| {
+                let Step::Done(Outcome::DeadLettered(rejection), error) = step else {
+                    return None;
+                };
+                let error = error.as_deref();
+                Some(dead_letter::rejected(delivery, shard, *rejection, error))
+            })
+            .collect();
+        self.record_dead_letters(rows).await?;
+        let mut settles = Vec::with_capacity(deliveries.len());
+        for (delivery, step) in deliveries.iter().zip(steps) {
+            settles.push(match step {
+                Step::Ack => Settle::Ack,
+                Step::Done(outcome, _) => self.record(outcome, message_id(delivery)),
+                Step::Requeue { reason, error } => self.requeue(delivery, reason, &error).await?,
+            });
+        }
+        Ok((settles, may_release))
     }
 
     /// Runs a database step for the delivery in hand, holding it through
     /// transient failures (capped, jittered backoff) so nothing behind it
     /// overtakes it.
-    pub(super) async fn held<T, F, Fut>(
-        &self,
-        ch: &Channel,
-        shutdown: &CancellationToken,
-        step: F,
-    ) -> Result<T, Held>
+    pub(super) async fn held<T, F, Fut>(&self, step: F) -> HeldResult<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        self.held_unless(ch, shutdown, |_| false, step).await
+        match self.held_unless(|_| false, step).await {
+            Ok(value) => Ok(Ok(value)),
+            Err(Held::Refused(error)) => Ok(Err(error)),
+            Err(Held::Abandon | Held::GaveUp) => Err(BrokerError::ChannelLost),
+        }
     }
 
     /// [`Self::held`], but a transient error that `give_up` matches ends it
     /// at once with [`Held::GaveUp`].
     pub(super) async fn held_unless<T, F, Fut>(
         &self,
-        ch: &Channel,
-        shutdown: &CancellationToken,
         give_up: impl Fn(&StoreError) -> bool,
         mut step: F,
     ) -> Result<T, Held>
@@ -143,13 +206,12 @@ impl ShardWorker {
                 Err(e) if give_up(&e) => return Err(Held::GaveUp),
                 Err(e) => e,
             };
-            metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => error.reason().label())
-                .increment(1);
-            self.health.set_database(false);
-            if !ch.status().connected() {
+            self.retried(error.reason());
+            self.worker.health.set_database(false);
+            if !self.ch.status().connected() {
                 return Err(Held::Abandon);
             }
-            if shutdown.is_cancelled()
+            if self.shutdown.is_cancelled()
                 && shutdown_at.get_or_insert_with(Instant::now).elapsed() > SHUTDOWN_GRACE
             {
                 warn!("giving up a held message at shutdown; it will be redelivered");
@@ -161,25 +223,28 @@ impl ShardWorker {
         }
     }
 
-    /// Counts, logs and reports an outcome; returns the broker action.
-    pub(super) fn record(
-        &self,
-        session: &Session,
-        outcome: Outcome,
-        message_id: Option<&str>,
-    ) -> Settle {
-        if let Some(hook) = &self.hooks.on_outcome {
+    /// Counts one retry (`urutan_retries_total`), whatever its reason.
+    pub(super) fn retried(&self, reason: RetryReason) {
+        let shard = self.metrics.shard.clone();
+        metrics::counter!(m::RETRIES_TOTAL, "shard" => shard, "reason" => reason.label())
+            .increment(1);
+    }
+
+    /// The one place an outcome is counted, logged and reported; returns the
+    /// broker action.
+    pub(super) fn record(&self, outcome: Outcome, message_id: Option<&str>) -> Settle {
+        if let Some(hook) = &self.worker.hooks.on_outcome {
             hook(&Observed {
-                shard: self.shard,
+                shard: self.worker.shard,
                 outcome,
                 message_id,
             });
         }
-        session.metrics.outcome(outcome);
+        self.metrics.outcome(outcome);
         match outcome {
             Outcome::DeadLettered(rejection) => {
                 warn!(reason = rejection.reason(), detail = %rejection, "dead-lettering a message");
-                let shard = session.metrics.shard.clone();
+                let shard = self.metrics.shard.clone();
                 metrics::counter!(m::DEAD_LETTERS_TOTAL, "shard" => shard, "reason" => rejection.reason())
                     .increment(1);
             }
@@ -194,40 +259,28 @@ impl ShardWorker {
     /// as returned first: the broker may redeliver it behind later messages
     /// (RabbitMQ 3.10.8 after a delivery-limit dead letter), and a newer
     /// version of its order must wait for it.
-    pub(super) async fn requeue(
+    async fn requeue(
         &self,
-        ch: &Channel,
-        session: &Session,
         delivery: &Delivery,
         reason: RetryReason,
         error: &str,
-        shutdown: &CancellationToken,
     ) -> Result<Settle, BrokerError> {
-        metrics::counter!(m::RETRIES_TOTAL, "shard" => self.shard.to_string(), "reason" => reason.label())
-            .increment(1);
+        self.retried(reason);
+        let worker = self.worker;
         let returns = delivery::previous_deliveries(delivery) + 1;
-        if returns > u64::from(self.delivery_limit) {
+        if returns > u64::from(worker.delivery_limit) {
             let rejection = Rejection::DeliveryLimit;
-            let row = dead_letter::rejected(delivery, self.shard, rejection, Some(error));
-            self.record_dead_letters(ch, session, vec![row], shutdown)
-                .await?;
-            let message_id = delivery.properties.message_id().as_ref();
-            let outcome = Outcome::DeadLettered(rejection);
-            self.record(session, outcome, message_id.map(|id| id.as_str()));
+            let row = dead_letter::rejected(delivery, worker.shard, rejection, Some(error));
+            self.record_dead_letters(vec![row]).await?;
+            self.record(Outcome::DeadLettered(rejection), message_id(delivery));
         } else if let Ok(event) =
-            message::decode(&delivery::envelope(delivery), self.max_body_bytes)
+            message::decode(&delivery::envelope(delivery), worker.max_body_bytes)
         {
-            let recorded = self
-                .held(ch, shutdown, || session.record_returned(&event, self.shard))
-                .await;
-            match recorded {
-                Ok(()) => {}
-                Err(Held::Abandon | Held::GaveUp) => return Err(BrokerError::ChannelLost),
-                // Cannot happen (nothing in the row is the producer's to
-                // refuse); the message is requeued unrecorded, as before.
-                Err(Held::Refused(e)) => {
-                    error!(error = %e, "cannot record a returned message")
-                }
+            let recorded = self.held(|| self.session.record_returned(&event));
+            // Cannot be refused (nothing in the row is the producer's to
+            // refuse); if it were, the message is requeued unrecorded, as before.
+            if let Err(e) = recorded.await? {
+                error!(error = %e, "cannot record a returned message");
             }
         }
         Ok(Settle::Requeue)
@@ -243,48 +296,33 @@ impl ShardWorker {
     /// record is sanitised so that it does not), the record is written
     /// without the message's content; refused again, the message is
     /// dead-lettered without a row, and `urutan dlq` records it from the queue.
-    pub(super) async fn record_dead_letters(
-        &self,
-        ch: &Channel,
-        session: &Session,
-        rows: Vec<NewDeadLetter>,
-        shutdown: &CancellationToken,
-    ) -> Result<(), BrokerError> {
+    async fn record_dead_letters(&self, rows: Vec<NewDeadLetter>) -> Result<(), BrokerError> {
         if rows.is_empty() {
             return Ok(());
         }
-        let full = self
-            .held(ch, shutdown, || session.record_dead_letters(&rows))
-            .await;
-        let refused = match full {
-            Ok(()) => return Ok(()),
-            Err(Held::Abandon | Held::GaveUp) => return Err(BrokerError::ChannelLost),
-            Err(Held::Refused(e)) => e,
+        let full = self.held(|| self.session.record_dead_letters(&rows));
+        let Err(refused) = full.await? else {
+            return Ok(());
         };
         warn!(error = %refused, "the database refused a dead-letter record; recording it without the message's content");
         let minimal: Vec<NewDeadLetter> = rows.iter().map(NewDeadLetter::minimal).collect();
-        let bare = self
-            .held(ch, shutdown, || session.record_dead_letters(&minimal))
-            .await;
-        match bare {
-            Ok(()) => Ok(()),
-            Err(Held::Abandon | Held::GaveUp) => Err(BrokerError::ChannelLost),
-            Err(Held::Refused(e)) => {
-                error!(error = %e, "cannot record the dead letter; dead-lettering it without a record (`urutan dlq list` records it from the queue)");
-                Ok(())
-            }
+        let bare = self.held(|| self.session.record_dead_letters(&minimal));
+        if let Err(e) = bare.await? {
+            error!(error = %e, "cannot record the dead letter; dead-lettering it without a record (`urutan dlq list` records it from the queue)");
         }
+        Ok(())
     }
 
     /// Applies this shard's parked messages that may go now. Returns true
     /// while some remain parked. A database failure only delays it.
-    pub(super) async fn release_parked(&self, session: &Session) -> bool {
-        // On the pool itself: see the marker step in `decide`.
-        session.give_back();
-        let released = match handoff::release(&self.pool, self.shard, RELEASE_BATCH).await {
+    pub(super) async fn release_parked(&self) -> bool {
+        let (pool, shard) = (&self.worker.pool, self.worker.shard);
+        // On the pool itself: see the marker step in `pass_marker`.
+        self.session.give_back();
+        let released = match handoff::release(pool, shard, RELEASE_BATCH).await {
             Ok(released) => released,
             Err(e) => {
-                warn!(shard = self.shard, error = %e, "cannot release parked messages yet");
+                warn!(shard, error = %e, "cannot release parked messages yet");
                 return true;
             }
         };
@@ -301,7 +339,7 @@ impl ShardWorker {
                     "a released message cannot be dead-lettered (it was acked when it parked)"
                 ),
                 Applied::Done(outcome) => {
-                    self.record(session, outcome, Some(&r.message_id));
+                    self.record(outcome, Some(&r.message_id));
                 }
                 Applied::Parked => {}
             }
@@ -309,20 +347,39 @@ impl ShardWorker {
         }
         if !released.is_empty() {
             metrics::counter!(m::HANDOFFS_TOTAL).increment(handoffs as u64);
+            let messages = released.len();
             info!(
-                shard = self.shard,
-                messages = released.len(),
+                shard,
+                messages,
                 entities = handoffs,
                 "released parked messages (handoff complete)"
             );
         }
-        match handoff::parked(&self.pool, self.shard).await {
+        match handoff::parked(pool, shard).await {
             Ok(left) => {
-                metrics::gauge!(m::PARKED_MESSAGES, "shard" => self.shard.to_string())
+                metrics::gauge!(m::PARKED_MESSAGES, "shard" => self.metrics.shard.clone())
                     .set(left as f64);
                 left > 0
             }
             Err(_) => true,
         }
+    }
+}
+
+/// The handler panicked on this message (`error`: the panic's text):
+/// requeued (strict mode; a batch retries it in place).
+pub(super) fn panicked(error: String) -> Step {
+    error!("the handler panicked on this message; requeueing it");
+    Step::Requeue {
+        reason: RetryReason::Panic,
+        error,
+    }
+}
+
+/// A message the database refused: the handler's failure, requeued.
+fn refused(error: String) -> Step {
+    Step::Requeue {
+        reason: RetryReason::Refused,
+        error,
     }
 }
