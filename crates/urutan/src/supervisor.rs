@@ -180,37 +180,17 @@ async fn consume_until_shutdown(
         // Everything of this connection stops with `stop`: on shutdown, on
         // a connection loss (the workers end) or when the ring changed.
         let stop = shutdown.child_token();
-        let side_tasks = TaskTracker::new();
-        let watcher = side_tasks.spawn(ring::watch(pool.clone(), (ring, waiting), stop.clone()));
-        if plan.consumed > plan.bound {
-            info!(
-                from = plan.consumed,
-                to = plan.bound,
-                "shrinking: draining the removed shards"
-            );
-            side_tasks.spawn(crate::reshard::retire::retire_shards(
-                pool.clone(),
-                conn.clone(),
-                names.clone(),
-                (plan.bound, plan.consumed),
-                epoch,
-                health.clone(),
-                stop.clone(),
-            ));
-        }
-        side_tasks.close();
-        // Probed once more: whether the shards' connections can tell a
-        // restart by it (see `shard::link`).
-        let sentinel = !broker::restart::restarted(&conn, &names)
-            .await
-            .unwrap_or(true);
-        let link = Arc::new(Link {
-            broker: settings.broker(),
-            names: names.clone(),
-            node: node.into(),
-            sentinel,
-            restart_seen: CancellationToken::new(),
-        });
+        let (side_tasks, watcher) = spawn_side_tasks(
+            pool,
+            &conn,
+            &names,
+            (ring, waiting),
+            plan,
+            epoch,
+            health,
+            &stop,
+        );
+        let link = shard_link(settings, &conn, &names, node).await;
         let workers = start_workers(settings, hooks, pool, health, &names, &link, plan, &stop);
         tokio::select! {
             () = workers.wait() => {}
@@ -238,6 +218,63 @@ async fn consume_until_shutdown(
             lost_before = true;
         }
     }
+}
+
+/// The tasks beside the workers of one connection, stopped by `stop`: the
+/// ring watcher (its handle: whether the ring changed) and, when shrinking,
+/// the retirement of the removed shards.
+#[allow(clippy::too_many_arguments)]
+fn spawn_side_tasks(
+    pool: &PgPool,
+    conn: &Arc<lapin::Connection>,
+    names: &Names,
+    watched: (i64, bool),
+    plan: ShardPlan,
+    epoch: i64,
+    health: &Arc<Health>,
+    stop: &CancellationToken,
+) -> (TaskTracker, tokio::task::JoinHandle<bool>) {
+    let side_tasks = TaskTracker::new();
+    let watcher = side_tasks.spawn(ring::watch(pool.clone(), watched, stop.clone()));
+    if plan.consumed > plan.bound {
+        info!(
+            from = plan.consumed,
+            to = plan.bound,
+            "shrinking: draining the removed shards"
+        );
+        side_tasks.spawn(crate::reshard::retire::retire_shards(
+            pool.clone(),
+            conn.clone(),
+            names.clone(),
+            (plan.bound, plan.consumed),
+            epoch,
+            health.clone(),
+            stop.clone(),
+        ));
+    }
+    side_tasks.close();
+    (side_tasks, watcher)
+}
+
+/// What the shards of connection `conn` share of it.
+async fn shard_link(
+    settings: &Settings,
+    conn: &lapin::Connection,
+    names: &Names,
+    node: usize,
+) -> Arc<Link> {
+    // Probed once more: whether the shards' connections can tell a
+    // restart by it (see `shard::link`).
+    let sentinel = !broker::restart::restarted(conn, names)
+        .await
+        .unwrap_or(true);
+    Arc::new(Link {
+        broker: settings.broker(),
+        names: names.clone(),
+        node: node.into(),
+        sentinel,
+        restart_seen: CancellationToken::new(),
+    })
 }
 
 /// Resolves once `conn` is no longer connected (looked at every 250 ms).

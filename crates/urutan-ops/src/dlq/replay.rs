@@ -337,7 +337,7 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
     // crashed between its record and its reject, and then got the message
     // through): resolved too, once old enough that their message cannot
     // still be on its way into the DLQ (dead-lettering is asynchronous).
-    let ghosts = rows::resolve_ghosts(&ctx.db, started).await?;
+    let ghosts = urutan::store::purge_dead_letters_before(&ctx.db, started).await?;
     println!("purged {removed} message(s) from {queue}; their records are marked purged");
     if ghosts > 0 {
         println!("{ghosts} record(s) whose message was no longer in {queue} marked purged too");

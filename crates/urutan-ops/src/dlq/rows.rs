@@ -1,7 +1,7 @@
 //! The SQL of `urutan dlq` on `urutan_dead_letter`: a message's unresolved
-//! record, resolving one, and the record of an unreadable message; the
-//! records `list`, `show` and `replay --dry-run` read, and what `replay` and
-//! `purge` ask of them.
+//! record and the record of an unreadable message; the records `list`,
+//! `show` and `replay --dry-run` read. Every write to the table is the
+//! core's (`urutan::store`, beside the worker's own).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -38,23 +38,6 @@ pub(crate) async fn find_row(db: &PgPool, key: &str) -> Result<Option<Row>, sqlx
     .bind(key)
     .fetch_optional(db)
     .await
-}
-
-/// Marks a record resolved (once: a resolved row stays as it was).
-pub(crate) async fn resolve<'c>(
-    db: impl sqlx::PgExecutor<'c>,
-    id: i64,
-    resolution: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = $2
-         WHERE id = $1 AND resolved_at IS NULL",
-    )
-    .bind(id)
-    .bind(resolution)
-    .execute(db)
-    .await?;
-    Ok(())
 }
 
 /// The delivery key of the record that stands for a message at the head of
@@ -105,34 +88,6 @@ pub(crate) async fn unreadable_known(db: &PgPool, names: &Names) -> Result<bool,
     .await
 }
 
-/// Marks the record of an unreadable message `purged` (a complete walk did
-/// not meet it: someone removed it); nothing if there is none.
-pub(crate) async fn resolve_unreadable(db: &PgPool, names: &Names) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
-         WHERE delivery_key = $1 AND resolved_at IS NULL",
-    )
-    .bind(unreadable_key(names))
-    .execute(db)
-    .await?;
-    Ok(())
-}
-
-/// Stores the broker's `x-death` entries in record `id`, unless it has some
-/// already.
-pub(crate) async fn store_x_death(
-    db: &PgPool,
-    id: i64,
-    deaths: &[Death],
-) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE urutan_dead_letter SET x_death = $2 WHERE id = $1 AND x_death IS NULL")
-        .bind(id)
-        .bind(sqlx::types::Json(json!(deaths)))
-        .execute(db)
-        .await?;
-    Ok(())
-}
-
 /// The number of unresolved records: the messages recorded as in the DLQ now.
 pub(crate) async fn unresolved_count(db: &PgPool) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM urutan_dead_letter WHERE resolved_at IS NULL")
@@ -155,7 +110,15 @@ pub(crate) async fn keys_with_prefix(
     .await
 }
 
-/// One record as `list` shows it.
+/// The columns of a [`Listed`] record, in its order.
+macro_rules! listed_columns {
+    () => {
+        "id, delivery_key, message_id, pesanan_id, versi, shard, reason, detail, last_error,
+         dead_lettered_at, recorded_by"
+    };
+}
+
+/// One record as `list` shows it; what `show` prints of it starts with it.
 #[derive(Debug, Serialize, sqlx::FromRow)]
 pub(crate) struct Listed {
     pub id: i64,
@@ -182,17 +145,17 @@ pub(crate) async fn list_unresolved(
     since: Option<DateTime<Utc>>,
     limit: u32,
 ) -> Result<Vec<Listed>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, delivery_key, message_id, pesanan_id, versi, shard, reason, detail,
-                last_error, dead_lettered_at, recorded_by
-         FROM urutan_dead_letter
+    sqlx::query_as(concat!(
+        "SELECT ",
+        listed_columns!(),
+        " FROM urutan_dead_letter
          WHERE resolved_at IS NULL
            AND ($1::text IS NULL OR reason = $1)
            AND ($2::text IS NULL OR pesanan_id = $2)
            AND ($3::timestamptz IS NULL OR dead_lettered_at >= $3)
          ORDER BY dead_lettered_at, id
-         LIMIT $4",
-    )
+         LIMIT $4"
+    ))
     .bind(reason)
     .bind(order)
     .bind(since)
@@ -201,24 +164,15 @@ pub(crate) async fn list_unresolved(
     .await
 }
 
-/// A whole record, as `show` prints it.
+/// A whole record, as `show` prints it: the [`Listed`] columns and the rest.
 #[derive(Debug, Serialize, sqlx::FromRow)]
 pub(crate) struct Shown {
-    pub id: i64,
-    pub delivery_key: String,
-    pub message_id: Option<String>,
-    pub pesanan_id: Option<String>,
-    pub versi: Option<i64>,
-    pub shard: i32,
-    pub reason: String,
-    pub detail: String,
-    pub last_error: Option<String>,
-    #[serde(serialize_with = "urutan::rfc3339::one")]
-    pub dead_lettered_at: DateTime<Utc>,
+    #[serde(flatten)]
+    #[sqlx(flatten)]
+    pub listed: Listed,
     #[serde(serialize_with = "urutan::rfc3339::option")]
     pub resolved_at: Option<DateTime<Utc>>,
     pub resolution: Option<String>,
-    pub recorded_by: String,
     pub exchange: Option<String>,
     pub routing_key: Option<String>,
     pub properties: sqlx::types::Json<Value>,
@@ -229,6 +183,14 @@ pub(crate) struct Shown {
     pub x_death: Option<sqlx::types::Json<Vec<Death>>>,
 }
 
+impl std::ops::Deref for Shown {
+    type Target = Listed;
+
+    fn deref(&self) -> &Listed {
+        &self.listed
+    }
+}
+
 /// The newest record with message id `message_id` or delivery key `key`,
 /// an unresolved one (still in the DLQ) first; `None` if there is none.
 pub(crate) async fn newest(
@@ -236,15 +198,16 @@ pub(crate) async fn newest(
     message_id: &str,
     key: &str,
 ) -> Result<Option<Shown>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, delivery_key, message_id, pesanan_id, versi, shard, reason, detail,
-                last_error, dead_lettered_at, resolved_at, resolution, recorded_by, exchange,
-                routing_key, properties, headers, body, body_bytes, x_death
+    sqlx::query_as(concat!(
+        "SELECT ",
+        listed_columns!(),
+        ", resolved_at, resolution, exchange, routing_key, properties, headers, body,
+                body_bytes, x_death
          FROM urutan_dead_letter
          WHERE message_id = $1 OR delivery_key = $2
          ORDER BY resolved_at IS NULL DESC, id DESC
-         LIMIT 1",
-    )
+         LIMIT 1"
+    ))
     .bind(message_id)
     .bind(key)
     .fetch_optional(db)
@@ -343,25 +306,8 @@ pub(crate) async fn dead_lettered_again(
     .await
 }
 
-/// The database's clock now: where a purge starts (see [`resolve_ghosts`]).
+/// The database's clock now: where a purge starts (see
+/// [`urutan::store::purge_dead_letters_before`]).
 pub(crate) async fn now(db: &PgPool) -> Result<DateTime<Utc>, sqlx::Error> {
     sqlx::query_scalar("SELECT now()").fetch_one(db).await
-}
-
-/// Marks `purged` the unresolved records dead-lettered more than a minute
-/// before `started` (a purge's start, from [`now`]): once the purge removed
-/// every message it met, such a record's message is no longer in the DLQ
-/// and cannot still be on its way there. Returns how many were marked.
-pub(crate) async fn resolve_ghosts(
-    db: &PgPool,
-    started: DateTime<Utc>,
-) -> Result<u64, sqlx::Error> {
-    Ok(sqlx::query(
-        "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
-         WHERE resolved_at IS NULL AND dead_lettered_at < $1 - interval '1 minute'",
-    )
-    .bind(started)
-    .execute(db)
-    .await?
-    .rows_affected())
 }

@@ -43,9 +43,10 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionStatus
 use sqlx::PgPool;
 
 use super::DlqError;
-use super::rows::{self, Row, find_row, resolve};
+use super::rows::{self, Row, find_row};
 use urutan::broker::{Names, call};
 use urutan::dead_letter;
+use urutan::store::resolve_dead_letter;
 
 /// A message taken from the DLQ, not yet settled.
 pub(crate) struct Taken {
@@ -199,7 +200,7 @@ impl<'a> Walker<'a> {
         }
         let deaths = dead_letter::deaths(&delivery.properties);
         if let Some(row) = row.as_ref().filter(|r| !r.has_death && !deaths.is_empty()) {
-            rows::store_x_death(self.db, row.id, &deaths).await?;
+            urutan::store::store_dead_letter_x_death(self.db, row.id, &deaths).await?;
         }
         Ok(Taken {
             delivery,
@@ -236,7 +237,7 @@ impl<'a> Walker<'a> {
         let routing_key = self.replay_routing_key(&taken);
         let mut tx = self.db.begin().await?;
         if let (Some(row), false) = (&taken.row, taken.copy) {
-            resolve(&mut *tx, row.id, "replayed").await?;
+            resolve_dead_letter(&mut *tx, row.id, "replayed").await?;
         }
         let props = with_headers(&taken.delivery.properties, |n| {
             !dead_letter::is_added_header(n)
@@ -267,7 +268,7 @@ impl<'a> Walker<'a> {
     /// (committed) before the ack.
     pub async fn remove(&self, taken: Taken) -> Result<(), DlqError> {
         if let (Some(row), false) = (&taken.row, taken.copy) {
-            resolve(self.db, row.id, "purged").await?;
+            resolve_dead_letter(self.db, row.id, "purged").await?;
         }
         ack(&taken.delivery).await
     }
@@ -318,7 +319,8 @@ impl<'a> Walker<'a> {
     pub async fn close(self) -> Result<(), DlqError> {
         let _ = call("channel.close", self.ch.close(200, "done".into())).await;
         if self.complete {
-            rows::resolve_unreadable(self.db, self.names).await?;
+            urutan::store::purge_dead_letter_by_key(self.db, &rows::unreadable_key(self.names))
+                .await?;
         }
         Ok(())
     }

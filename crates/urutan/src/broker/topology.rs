@@ -7,7 +7,7 @@ use lapin::options::{
     ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{Connection, ExchangeKind};
+use lapin::{Channel, Connection, ExchangeKind};
 use tracing::{info, warn};
 
 use super::{BrokerError, call, delivery::ENTITY_HEADER};
@@ -193,42 +193,58 @@ async fn declare_all(
         });
     }
     let ch = call("channel.open", conn.create_channel()).await?;
+    let ch = declare_dead_lettering(conn, ch, names, &queues).await?;
+    declare_entry(&ch, names).await?;
+    let consumed = existing.max(shard_count);
+    declare_shard_queues(&ch, names, &queues, consumed, shard_count).await?;
+    let _ = call("channel.close", ch.close(200, "topology declared".into())).await;
+    // Last: whoever probes it next knows the ring has not been rebuilt by a
+    // restart since this declaration (see `restart`).
+    super::restart::declare_sentinel(conn, names).await?;
+    if existing != 0 && existing < shard_count {
+        info!(
+            from = existing,
+            to = shard_count,
+            "appended new shards to the ring"
+        );
+    }
+    Ok(ShardPlan {
+        bound: shard_count,
+        consumed,
+    })
+}
+
+/// Declares the durable exchange `name` of `kind`.
+async fn declare_exchange(
+    ch: &Channel,
+    name: &str,
+    kind: ExchangeKind,
+    args: FieldTable,
+) -> Result<(), TopologyError> {
     let durable = ExchangeDeclareOptions {
         durable: true,
         ..Default::default()
     };
-    let entry = names.entry_exchange();
-    let hash = names.hash_exchange();
+    call(
+        "exchange.declare",
+        ch.exchange_declare(name.into(), kind, durable, args),
+    )
+    .await
+    .map_err(|e| mismatch_or(e, name))
+}
+
+/// The dead-letter exchange, the DLQ and its binding; returns the channel
+/// to go on with (the DLQ's declaration may have replaced it).
+async fn declare_dead_lettering(
+    conn: &Connection,
+    ch: Channel,
+    names: &Names,
+    queues: &QueueSettings,
+) -> Result<Channel, TopologyError> {
     let dlx = names.dead_letter_exchange();
     let dlq = names.dead_letter_queue();
-    let declare_exchange = |name: String, kind: ExchangeKind, args: FieldTable| {
-        let ch = ch.clone();
-        async move {
-            call(
-                "exchange.declare",
-                ch.exchange_declare(name.as_str().into(), kind, durable, args),
-            )
-            .await
-            .map_err(|e| mismatch_or(e, &name))
-        }
-    };
-    declare_exchange(dlx.clone(), ExchangeKind::Fanout, FieldTable::default()).await?;
-    let queue_opts = QueueDeclareOptions {
-        durable: true,
-        ..Default::default()
-    };
-    let ch = declare_dlq(conn, ch, &dlq, &queues).await?;
-    let declare_exchange = |name: String, kind: ExchangeKind, args: FieldTable| {
-        let ch = ch.clone();
-        async move {
-            call(
-                "exchange.declare",
-                ch.exchange_declare(name.as_str().into(), kind, durable, args),
-            )
-            .await
-            .map_err(|e| mismatch_or(e, &name))
-        }
-    };
+    declare_exchange(&ch, &dlx, ExchangeKind::Fanout, FieldTable::default()).await?;
+    let ch = declare_dlq(conn, ch, &dlq, queues).await?;
     call(
         "queue.bind",
         ch.queue_bind(
@@ -240,11 +256,19 @@ async fn declare_all(
         ),
     )
     .await?;
-    declare_exchange(entry.clone(), ExchangeKind::Topic, FieldTable::default()).await?;
+    Ok(ch)
+}
+
+/// The entry exchange and the consistent-hash exchange bound to it.
+async fn declare_entry(ch: &Channel, names: &Names) -> Result<(), TopologyError> {
+    let entry = names.entry_exchange();
+    let hash = names.hash_exchange();
+    declare_exchange(ch, &entry, ExchangeKind::Topic, FieldTable::default()).await?;
     let mut hash_args = FieldTable::default();
     hash_args.insert("hash-header".into(), string(ENTITY_HEADER));
     declare_exchange(
-        hash.clone(),
+        ch,
+        &hash,
         ExchangeKind::Custom("x-consistent-hash".into()),
         hash_args,
     )
@@ -261,16 +285,28 @@ async fn declare_all(
         ),
     )
     .await?;
-    let consumed = existing.max(shard_count);
+    Ok(())
+}
+
+/// The `consumed` shard queues: those below `shard_count` bound to the
+/// hash exchange, the others (being retired) unbound from it.
+async fn declare_shard_queues(
+    ch: &Channel,
+    names: &Names,
+    queues: &QueueSettings,
+    consumed: u16,
+    shard_count: u16,
+) -> Result<(), TopologyError> {
+    let hash = names.hash_exchange();
+    let queue_opts = QueueDeclareOptions {
+        durable: true,
+        ..Default::default()
+    };
     for index in 0..consumed {
         let queue = names.shard_queue(index);
         call(
             "queue.declare",
-            ch.queue_declare(
-                queue.as_str().into(),
-                queue_opts,
-                shard_args(names, &queues),
-            ),
+            ch.queue_declare(queue.as_str().into(), queue_opts, shard_args(names, queues)),
         )
         .await
         .map_err(|e| mismatch_or(e, &queue))?;
@@ -302,21 +338,7 @@ async fn declare_all(
             .await?;
         }
     }
-    let _ = call("channel.close", ch.close(200, "topology declared".into())).await;
-    // Last: whoever probes it next knows the ring has not been rebuilt by a
-    // restart since this declaration (see `restart`).
-    super::restart::declare_sentinel(conn, names).await?;
-    if existing != 0 && existing < shard_count {
-        info!(
-            from = existing,
-            to = shard_count,
-            "appended new shards to the ring"
-        );
-    }
-    Ok(ShardPlan {
-        bound: shard_count,
-        consumed,
-    })
+    Ok(())
 }
 
 /// Checks, with passive declares only (no configure permission needed),

@@ -433,28 +433,23 @@ async fn update_backlog(db: &mut PgConnection) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// Deletes sent rows older than `retention`, 5,000 per statement.
+/// Deletes sent rows older than `retention`, 5,000 per statement, on the
+/// relay's own connection, without a pause between statements.
 pub async fn purge_sent(db: &mut PgConnection, retention: Duration) -> Result<u64, sqlx::Error> {
-    let mut total = 0;
-    loop {
-        let deleted = sqlx::query(
-            "DELETE FROM outbox WHERE id IN (
-                 SELECT id FROM outbox
-                 WHERE dikirim_pada < now() - make_interval(secs => $1)
-                 ORDER BY id LIMIT 5000)",
-        )
-        .bind(retention.as_secs_f64())
-        .execute(&mut *db)
-        .await?
-        .rows_affected();
-        total += deleted;
-        if deleted < 5000 {
-            if total > 0 {
-                info!(rows = total, "purged sent outbox rows");
-            }
-            return Ok(total);
-        }
+    let total = crate::store::purge_batches_on(
+        db,
+        "DELETE FROM outbox WHERE id IN (
+             SELECT id FROM outbox
+             WHERE dikirim_pada < now() - make_interval(secs => $1)
+             ORDER BY id LIMIT $2)",
+        retention,
+        Duration::ZERO,
+    )
+    .await?;
+    if total > 0 {
+        info!(rows = total, "purged sent outbox rows");
     }
+    Ok(total)
 }
 
 async fn close(conn: Connection) {

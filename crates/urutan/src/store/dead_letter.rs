@@ -109,6 +109,69 @@ pub async fn record_dead_letters(
     Ok(())
 }
 
+/// Marks record `id` resolved as `resolution` (`replayed` or `purged`), once:
+/// a resolved row stays as it was (`urutan dlq replay` and `purge`).
+pub async fn resolve_dead_letter<'c>(
+    executor: impl PgExecutor<'c>,
+    id: i64,
+    resolution: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = $2
+         WHERE id = $1 AND resolved_at IS NULL",
+    )
+    .bind(id)
+    .bind(resolution)
+    .execute(executor)
+    .await?;
+    Ok(())
+}
+
+/// Marks the unresolved record of delivery key `key` `purged`; nothing if
+/// there is none (`urutan dlq`: an unreadable message someone removed).
+pub async fn purge_dead_letter_by_key(pool: &PgPool, key: &str) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
+         WHERE delivery_key = $1 AND resolved_at IS NULL",
+    )
+    .bind(key)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Stores the broker's `x-death` entries in record `id`, unless it has some
+/// already (`urutan dlq` meeting the message in the queue).
+pub async fn store_dead_letter_x_death(
+    pool: &PgPool,
+    id: i64,
+    deaths: &[crate::dead_letter::Death],
+) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE urutan_dead_letter SET x_death = $2 WHERE id = $1 AND x_death IS NULL")
+        .bind(id)
+        .bind(Json(serde_json::json!(deaths)))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Marks `purged` the unresolved records dead-lettered more than a minute
+/// before `started` (the start of a `urutan dlq purge` that removed every
+/// message it met). Returns how many were marked.
+pub async fn purge_dead_letters_before(
+    pool: &PgPool,
+    started: chrono::DateTime<chrono::Utc>,
+) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
+         WHERE resolved_at IS NULL AND dead_lettered_at < $1 - interval '1 minute'",
+    )
+    .bind(started)
+    .execute(pool)
+    .await?
+    .rows_affected())
+}
+
 /// Deletes resolved dead-letter rows resolved longer than `retention` ago,
 /// in batches. Returns how many rows went.
 pub async fn purge_resolved_dead_letters(

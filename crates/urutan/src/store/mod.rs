@@ -21,10 +21,12 @@ pub use apply::{
     record_returned,
 };
 pub use dead_letter::{
-    NewDeadLetter, insert_dead_letter, purge_resolved_dead_letters, purge_unresolved_dead_letters,
-    record_dead_letters,
+    NewDeadLetter, insert_dead_letter, purge_dead_letter_by_key, purge_dead_letters_before,
+    purge_resolved_dead_letters, purge_unresolved_dead_letters, record_dead_letters,
+    resolve_dead_letter, store_dead_letter_x_death,
 };
 pub use read::{Standing, processed_at, processed_for, standing, stored_version};
+pub(crate) use retention::purge_batches_on;
 pub use retention::{Retention, purge_expired, run_retention};
 
 /// The embedded migrations of `migrations/`.

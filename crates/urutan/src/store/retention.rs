@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -30,28 +30,71 @@ pub async fn purge_expired(pool: &PgPool, retention: Duration) -> Result<u64, sq
     .await
 }
 
+/// Pause between two batches of a store purge, to leave room for the
+/// workers.
+const PAUSE: Duration = Duration::from_millis(50);
+
 /// Runs `delete` (binding `$1` = `retention` in seconds, `$2` = [`BATCH`])
-/// until it deletes fewer than `BATCH` rows, pausing between batches; every
-/// retention of the store goes through here. Returns how many rows went.
+/// on the pool until it deletes fewer than `BATCH` rows, pausing between
+/// batches; every retention of the store goes through here. Returns how
+/// many rows went.
 pub(super) async fn purge_in_batches(
     pool: &PgPool,
     delete: &'static str,
     retention: Duration,
 ) -> Result<u64, sqlx::Error> {
+    purge_batches_on(pool, delete, retention, PAUSE).await
+}
+
+/// Where a purge runs its batches: a pool (a connection per batch) or one
+/// connection of its own (the outbox relay's).
+pub(crate) trait PurgeOn {
+    /// Runs one batch of `delete`; how many rows went.
+    async fn delete_batch(&mut self, delete: &'static str, secs: f64) -> Result<u64, sqlx::Error>;
+}
+
+impl PurgeOn for &PgPool {
+    async fn delete_batch(&mut self, delete: &'static str, secs: f64) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(delete)
+            .bind(secs)
+            .bind(BATCH)
+            .execute(*self)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl PurgeOn for &mut PgConnection {
+    async fn delete_batch(&mut self, delete: &'static str, secs: f64) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(delete)
+            .bind(secs)
+            .bind(BATCH)
+            .execute(&mut **self)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// The one purge loop: runs `delete` (binding `$1` = `retention` in
+/// seconds, `$2` = [`BATCH`]) on `db` until it deletes fewer than `BATCH`
+/// rows, sleeping `pause` between batches (none if zero). Returns how many
+/// rows went.
+pub(crate) async fn purge_batches_on(
+    mut db: impl PurgeOn,
+    delete: &'static str,
+    retention: Duration,
+    pause: Duration,
+) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {
-        let deleted = sqlx::query(delete)
-            .bind(retention.as_secs_f64())
-            .bind(BATCH)
-            .execute(pool)
-            .await?
-            .rows_affected();
+        let deleted = db.delete_batch(delete, retention.as_secs_f64()).await?;
         total += deleted;
         if deleted < BATCH as u64 {
             return Ok(total);
         }
-        // Leave room for the workers between batches.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
     }
 }
 
