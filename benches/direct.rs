@@ -24,15 +24,7 @@
 //! versions skipped (published but never applied: applied out of order and
 //! found stale). Results: `benches/results/direct.{md,json}`.
 
-#[allow(dead_code)]
-#[path = "e2e/env.rs"]
-mod env;
-#[path = "../tests/support/http.rs"]
-mod http;
-#[path = "../tests/support/process.rs"]
-mod process;
-#[path = "../tests/support/scratch.rs"]
-mod scratch;
+use urutan_testkit::bench_env as env;
 
 use std::time::Duration;
 
@@ -221,7 +213,7 @@ async fn scenario(o: &Options, broker_restart: bool, step: i64) -> anyhow::Resul
             "versions with gaps"
         }
     );
-    let env = BenchEnv::new("direct").await?;
+    let env = BenchEnv::bench("direct").await?;
     let db = env.pool(4).await?;
     sqlx::raw_sql(PARK_LOG).execute(&db).await?;
     let settings = Settings {

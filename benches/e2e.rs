@@ -15,30 +15,20 @@
 //!
 //! Without `--bench` (as under `cargo test --all-targets`) it does nothing.
 
-#[path = "e2e/ab.rs"]
-mod ab;
-#[path = "e2e/ceilings.rs"]
-mod ceilings;
-#[path = "e2e/chart.rs"]
-mod chart;
-#[path = "e2e/env.rs"]
-mod env;
-#[path = "../tests/support/http.rs"]
-mod http;
-#[path = "e2e/load.rs"]
-mod load;
-#[path = "../tests/support/process.rs"]
-mod process;
-#[path = "e2e/procfs.rs"]
-mod procfs;
-#[path = "e2e/report.rs"]
-mod report;
-#[path = "e2e/runs.rs"]
-mod runs;
-#[path = "../tests/support/scratch.rs"]
-mod scratch;
-#[path = "e2e/sustained.rs"]
-mod sustained;
+// The bench's own modules, in `benches/e2e/`.
+mod e2e {
+    pub mod ab;
+    pub mod ceilings;
+    pub mod chart;
+    pub mod load;
+    pub mod procfs;
+    pub mod report;
+    pub mod runs;
+    pub mod sustained;
+}
+
+use e2e::{ab, ceilings, chart, load, procfs, report, runs, sustained};
+use urutan_testkit::{bench_env as env, http, process};
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -24,36 +24,9 @@
 //!
 //! Without `--bench` (as under `cargo test --all-targets`) it does nothing.
 
-#[path = "faults/check.rs"]
-mod check;
-#[path = "faults/engine.rs"]
-mod engine;
-#[path = "faults/fleet.rs"]
-mod fleet;
-#[path = "faults/inject.rs"]
-mod inject;
-#[path = "faults/links.rs"]
-mod links;
-#[path = "faults/payee.rs"]
-mod payee;
+use urutan_testkit::faults::{engine, fleet, inject, report, services};
+
 // The test proxy, shared with the integration tests (not every mode is used here).
-#[path = "../tests/support/http.rs"]
-mod http;
-#[path = "../tests/support/process.rs"]
-mod process;
-#[path = "faults/procs.rs"]
-mod procs;
-#[allow(dead_code)]
-#[path = "../tests/it/proxy.rs"]
-mod proxy;
-#[path = "faults/report.rs"]
-mod report;
-#[path = "../tests/support/scratch.rs"]
-mod scratch;
-#[path = "faults/services.rs"]
-mod services;
-#[path = "faults/workload.rs"]
-mod workload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -13,10 +13,7 @@
 //! `--minutes M` (stop after M minutes; default 60). Exits non-zero if a
 //! case failed.
 
-#[path = "../tests/it/interleave.rs"]
-mod interleave;
-#[path = "../tests/support/scratch.rs"]
-mod scratch;
+use urutan_testkit::interleave;
 
 use std::time::Duration;
 

@@ -15,15 +15,7 @@
 //! applied exactly once and gapless in order, and `urutan verify` must pass.
 //! Results: `benches/results/reshard.{md,json}`.
 
-#[allow(dead_code)]
-#[path = "e2e/env.rs"]
-mod env;
-#[path = "../tests/support/http.rs"]
-mod http;
-#[path = "../tests/support/process.rs"]
-mod process;
-#[path = "../tests/support/scratch.rs"]
-mod scratch;
+use urutan_testkit::{bench_env as env, process};
 
 use std::path::Path;
 use std::process::Command;
@@ -347,7 +339,7 @@ fn write(report: &Report) -> anyhow::Result<()> {
 }
 
 async fn run(o: Options) -> anyhow::Result<Report> {
-    let env = BenchEnv::new("reshard").await?;
+    let env = BenchEnv::bench("reshard").await?;
     let db = env.pool(4).await?;
     let relay = start(&env, "relay", &["relay"], &[])?;
     let first = worker(&env, &o, 4, false)?;

@@ -14,39 +14,9 @@
 //! database failover is one more kind (about 15 s more, the old primary's
 //! rejoin included); without it, the run is on the shared services as before.
 
-#[path = "../benches/faults/check.rs"]
-mod check;
-#[path = "../benches/faults/engine.rs"]
-mod engine;
-#[path = "../benches/faults/fleet.rs"]
-mod fleet;
-#[path = "../benches/faults/inject.rs"]
-mod inject;
-#[path = "../benches/faults/links.rs"]
-mod links;
-#[path = "../benches/faults/payee.rs"]
-mod payee;
-// The test proxy, shared with the integration tests (not every mode is used here).
-#[path = "support/http.rs"]
-mod http;
-#[path = "support/process.rs"]
-mod process;
-#[path = "../benches/faults/procs.rs"]
-mod procs;
-#[allow(dead_code)]
-#[path = "it/proxy.rs"]
-mod proxy;
-#[path = "../benches/faults/report.rs"]
-mod report;
-#[path = "support/scratch.rs"]
-mod scratch;
-#[path = "../benches/faults/services.rs"]
-mod services;
-#[path = "../benches/faults/workload.rs"]
-mod workload;
+use urutan_testkit::faults::{ci as faults_ci, inject};
 
-#[path = "support/faults_ci.rs"]
-mod faults_ci;
+// The test proxy, shared with the integration tests (not every mode is used here).
 
 use std::time::Duration;
 

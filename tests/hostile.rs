@@ -7,6 +7,8 @@
 //! `PROPTEST_CASES` does not override them (they are set explicitly), edit
 //! `cases()` for a longer soak.
 
+use urutan_testkit::wire;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -22,9 +24,6 @@ use urutan::broker::delivery::{ENTITY_HEADER, envelope, epoch_marker, previous_d
 use urutan::message::{
     EntityHeader, Envelope, Event, MAX_DEPTH, MAX_HEADERS_DEPTH, MAX_VERSI, Rejection, decode,
 };
-
-#[path = "support/wire.rs"]
-mod wire;
 
 /// The contract's default body limit.
 const MIB: usize = 1024 * 1024;

@@ -64,7 +64,7 @@ const BATCH_LINGER: Duration = Duration::from_millis(5);
 /// first) and acks them with one `multiple` ack. Timed from the first
 /// delivery to the last ack.
 pub async fn broker_only(work: Workload, shards: u16, prefetch: u16) -> anyhow::Result<Measured> {
-    let env = BenchEnv::new(&format!("broker_s{shards}_p{prefetch}")).await?;
+    let env = BenchEnv::bench(&format!("broker_s{shards}_p{prefetch}")).await?;
     prepare_backlog(&env, shards, work).await?;
     let total = work.len();
     let conn = load::connect(&env.amqp_url(), "urutan-bench ack-only").await?;
@@ -262,7 +262,7 @@ pub async fn db_only(
     unix_db: bool,
 ) -> anyhow::Result<(Measured, String)> {
     let tag = format!("db_t{tasks}_{mode:?}");
-    let mut env = BenchEnv::new(&tag).await?;
+    let mut env = BenchEnv::bench(&tag).await?;
     env.use_unix_socket(unix_db);
     let pool = env.pool(u32::from(tasks) + 2).await?;
     {

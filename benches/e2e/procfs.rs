@@ -168,40 +168,38 @@ pub fn busy_share(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<f64> {
 /// shared child-process type (`tests/support/process.rs`).
 pub use crate::process::Urutan as Worker;
 
-impl Worker {
-    /// Starts `bin run` on `env` with `SHARD_COUNT`/`PREFETCH`, logging (at
-    /// warn) to `log`.
-    pub fn start(
-        bin: &Path,
-        env: &BenchEnv,
-        shards: u16,
-        prefetch: u16,
-        log: PathBuf,
-    ) -> anyhow::Result<Self> {
-        Self::start_with(bin, env, shards, prefetch, &[], log)
-    }
+/// Starts `bin run` on `env` with `SHARD_COUNT`/`PREFETCH`, logging (at
+/// warn) to `log`.
+pub fn start_worker(
+    bin: &Path,
+    env: &BenchEnv,
+    shards: u16,
+    prefetch: u16,
+    log: PathBuf,
+) -> anyhow::Result<Worker> {
+    start_worker_with(bin, env, shards, prefetch, &[], log)
+}
 
-    /// [`Worker::start`] with more environment variables (e.g. `BATCH_MAX`).
-    pub fn start_with(
-        bin: &Path,
-        env: &BenchEnv,
-        shards: u16,
-        prefetch: u16,
-        extra: &[(&str, String)],
-        log: PathBuf,
-    ) -> anyhow::Result<Self> {
-        let mut vars = vec![
-            ("AMQP_URL", env.amqp_url().expose().to_owned()),
-            ("DATABASE_URL", env.database_url().expose().to_owned()),
-            ("SHARD_COUNT", shards.to_string()),
-            ("PREFETCH", prefetch.to_string()),
-            ("RUST_LOG", "warn".to_owned()),
-            ("LOG_FORMAT", "text".to_owned()),
-            (OWNER_VAR, std::process::id().to_string()),
-        ];
-        vars.extend(extra.iter().cloned());
-        Self::spawn(bin, "worker", &["run"], &vars, log)
-    }
+/// [`start_worker`] with more environment variables (e.g. `BATCH_MAX`).
+pub fn start_worker_with(
+    bin: &Path,
+    env: &BenchEnv,
+    shards: u16,
+    prefetch: u16,
+    extra: &[(&str, String)],
+    log: PathBuf,
+) -> anyhow::Result<Worker> {
+    let mut vars = vec![
+        ("AMQP_URL", env.amqp_url().expose().to_owned()),
+        ("DATABASE_URL", env.database_url().expose().to_owned()),
+        ("SHARD_COUNT", shards.to_string()),
+        ("PREFETCH", prefetch.to_string()),
+        ("RUST_LOG", "warn".to_owned()),
+        ("LOG_FORMAT", "text".to_owned()),
+        (OWNER_VAR, std::process::id().to_string()),
+    ];
+    vars.extend(extra.iter().cloned());
+    Worker::spawn(bin, "worker", &["run"], &vars, log)
 }
 
 /// The status code of a GET (bounded to 2 s), `None` if there was no answer.

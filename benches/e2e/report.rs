@@ -12,7 +12,6 @@ use crate::ceilings::Measured;
 use crate::procfs::{CpuSplit, Machine};
 use crate::runs::{LatencyRow, WorkerRun};
 
-#[path = "markdown.rs"]
 mod markdown;
 pub use markdown::write_backlog;
 

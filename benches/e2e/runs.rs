@@ -154,13 +154,13 @@ pub async fn throughput(
     let suffix = if unix_db { "_unix" } else { "" };
     let batch = if extra.is_empty() { "" } else { "_b1" };
     let tag = format!("worker_s{shards}_p{prefetch}{batch}{suffix}");
-    let mut env = BenchEnv::new(&tag).await?;
+    let mut env = BenchEnv::bench(&tag).await?;
     env.use_unix_socket(unix_db);
     let pool = env.pool(2).await?;
     let publish_rate = prepare_backlog(&env, shards, work).await?;
     let total = work.len();
     let log = logs.join(format!("{tag}.log"));
-    let mut worker = Worker::start_with(bin, &env, shards, prefetch, extra, log)?;
+    let mut worker = crate::procfs::start_worker_with(bin, &env, shards, prefetch, extra, log)?;
     let limit = drain_limit(total);
     let started = Instant::now();
     let mut first: Option<Mark> = None;
@@ -300,7 +300,7 @@ pub async fn latency(
     secs: f64,
 ) -> anyhow::Result<Vec<LatencyRow>> {
     let tag = format!("latency_s{shards}_p{prefetch}");
-    let env = BenchEnv::new(&tag).await?;
+    let env = BenchEnv::bench(&tag).await?;
     let pool = env.pool(2).await?;
     let conn = load::connect(&env.amqp_url(), "urutan-bench latency").await?;
     topology::declare(&conn, &Names::new("pesanan"), shards, 5, false).await?;
@@ -363,7 +363,7 @@ pub async fn start_consuming(
     extra: &[(&str, String)],
     log: PathBuf,
 ) -> anyhow::Result<Worker> {
-    let mut worker = Worker::start_with(bin, env, shards, prefetch, extra, log)?;
+    let mut worker = crate::procfs::start_worker_with(bin, env, shards, prefetch, extra, log)?;
     worker.wait_ready(Duration::from_secs(60)).await?;
     let start = Instant::now();
     loop {
@@ -428,13 +428,13 @@ pub async fn backlog(
 ) -> anyhow::Result<BacklogRun> {
     let scraped = scrape.map_or(String::new(), |d| format!("_scrape{}s", d.as_secs()));
     let tag = format!("backlog_s{shards}_p{prefetch}{scraped}");
-    let env = BenchEnv::new(&tag).await?;
+    let env = BenchEnv::bench(&tag).await?;
     let pool = env.pool(2).await?;
     eprintln!("e2e: publishing {} messages", work.len());
     let publish_rate = prepare_backlog(&env, shards, work).await?;
     eprintln!("e2e: published at {publish_rate:.0} msg/s; starting the worker");
     let log: PathBuf = logs.join(format!("{tag}.log"));
-    let mut worker = Worker::start(bin, &env, shards, prefetch, log)?;
+    let mut worker = crate::procfs::start_worker(bin, &env, shards, prefetch, log)?;
     let started = Instant::now();
     let ticks = clock_ticks();
     let total = work.len();

@@ -169,7 +169,7 @@ pub async fn curve(
             batch_max,
         } => format!("sustained_p{prefetch}_b{batch_max}"),
     };
-    let env = BenchEnv::new(&tag).await?;
+    let env = BenchEnv::bench(&tag).await?;
     let conn = Arc::new(load::connect(&env.amqp_url(), "urutan-bench sustained").await?);
     topology::declare(&conn, &Names::new("pesanan"), plan.shards, 5, false).await?;
     let done: DoneTimes = Arc::default();

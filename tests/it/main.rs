@@ -3,7 +3,6 @@
 //! (a broker restart, a database stop) and run alone (see deploy/local/test.sh).
 
 mod batch;
-mod common;
 mod dedup;
 mod deploy;
 mod direct;
@@ -13,8 +12,6 @@ mod failover;
 mod forged_marker;
 mod handoff;
 mod hostile;
-#[path = "../support/http.rs"]
-mod http;
 mod interleave;
 mod limits;
 mod nodelay;
@@ -23,22 +20,18 @@ mod ops;
 mod pipeline;
 mod poison;
 mod privilege;
-#[path = "../support/process.rs"]
-mod process;
-mod proxy;
 mod raw_amqp;
 mod recovery;
 mod relay;
 mod replicas;
 mod ring;
 mod schema;
-#[path = "../support/scratch.rs"]
-mod scratch;
 mod secrets;
 mod shard_isolation;
 mod shrink_race;
 mod silence;
 mod tooling;
 mod topology;
-#[path = "../support/wire.rs"]
-mod wire;
+
+use urutan_testkit::fixtures as common;
+use urutan_testkit::{proxy, scratch, wire};

@@ -106,33 +106,6 @@ pub(crate) fn hash_bindings(env: &TestEnv) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The consistent-hash ring of `pesanan-hash`, in bucket order.
-pub(crate) fn ring(env: &TestEnv) -> Vec<String> {
-    let out = sh(
-        "rabbitmq-diagnostics",
-        &[
-            "-q",
-            "consistent_hash_exchange_ring_state",
-            "-p",
-            &env.vhost,
-            "pesanan-hash",
-            "--formatter",
-            "json",
-        ],
-    );
-    let state: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    let buckets = state["buckets"].as_object().expect("buckets");
-    let mut ring: Vec<(u64, String)> = buckets
-        .iter()
-        .map(|(i, q)| {
-            let index = i.parse().expect("bucket index");
-            (index, q.as_str().expect("queue").to_owned())
-        })
-        .collect();
-    ring.sort();
-    ring.into_iter().map(|(_, q)| q).collect()
-}
-
 fn shard(i: u16) -> String {
     Names::new("pesanan").shard_queue(i)
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::check::Check;
-use crate::inject::Kind;
+use crate::faults::check::Check;
+use crate::faults::inject::Kind;
 
 /// Timestamps as RFC 3339 text (chrono is built without its serde feature).
 fn rfc3339<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {

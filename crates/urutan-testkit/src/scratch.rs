@@ -9,8 +9,6 @@
 //! exit hook can delete what a run leaves when it is cut short
 //! ([`delete_alive`]).
 
-#![allow(dead_code)]
-
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;

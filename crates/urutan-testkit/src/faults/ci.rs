@@ -5,12 +5,11 @@
 //! within [`E2E_BOUND_MS`]. Included with `#[path]` next to the engine's
 //! modules.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::engine::{self, Options};
-use crate::inject::Kind;
-use crate::report::RunReport;
+use crate::faults::engine::{self, Options};
+use crate::faults::inject::Kind;
+use crate::faults::report::RunReport;
 
 /// Upper bound of the end-to-end recovery: the relay's reconnect backoff
 /// (its attempts fail for as long as the broker is away, each waiting
@@ -38,14 +37,14 @@ pub fn options(kinds: &[Kind], seed: u64, logs: &str) -> Options {
         direct_entities: 0,
         seed,
         shards: 12,
-        consume: crate::fleet::Consume::ROTATION.to_vec(),
+        consume: crate::faults::fleet::Consume::ROTATION.to_vec(),
         entities: 200,
         rate: 150,
         handler_delay_ms: 2,
         gap_ms: (500, 1500),
         db_stop_secs: (10, 10),
         recovery_limit: Duration::from_secs(30),
-        log_dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{logs}-{seed}")),
+        log_dir: crate::target_tmpdir().join(format!("{logs}-{seed}")),
     }
 }
 
@@ -57,12 +56,12 @@ pub async fn run(what: &str, opts: &Options, limit: Duration) -> (RunReport, f64
         "{what}: seed {seed} (replay: FAULTS_SEED={seed}), logs in {}",
         opts.log_dir.display()
     );
-    let services = crate::services::Services::from_env().expect("services");
+    let services = crate::faults::services::Services::from_env().expect("services");
     let report = tokio::time::timeout(limit, engine::run(&services, opts))
         .await
         .unwrap_or_else(|_| panic!("{what}: the run did not finish within {limit:?}"))
         .unwrap_or_else(|e| panic!("{what}: the run could not be set up or checked: {e:#}"));
-    let md = crate::report::markdown(&report);
+    let md = crate::faults::report::markdown(&report);
     eprintln!("{md}");
     if let Ok(path) = std::env::var("FAULTS_REPORT") {
         std::fs::write(&path, &md).expect("write FAULTS_REPORT");

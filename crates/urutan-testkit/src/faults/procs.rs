@@ -10,9 +10,7 @@ use anyhow::Context;
 /// The `urutan` binary as built: `URUTAN_BIN`, else the one cargo built with
 /// this target (release under `cargo bench`, debug under `cargo test`).
 fn built_binary() -> PathBuf {
-    std::env::var_os("URUTAN_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_urutan")))
+    crate::binary()
 }
 
 static FROZEN: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);

@@ -4,8 +4,6 @@
 //! not UTF-8). Shared by the pure suite (`tests/hostile.rs`) and the raw
 //! publisher of the integration tests (`tests/it/raw_amqp.rs`).
 
-#![allow(dead_code)]
-
 /// Appends a short string: a length octet, then the bytes (at most 255).
 pub fn shortstr(out: &mut Vec<u8>, s: &[u8]) {
     out.push(u8::try_from(s.len()).expect("a short string is at most 255 bytes"));

@@ -37,7 +37,7 @@ pub use crate::scratch::Scratch as BenchEnv;
 impl BenchEnv {
     /// Creates the scenario's vhost and database (not migrated: see
     /// [`Self::pool`]) on the local services.
-    pub async fn new(tag: &str) -> anyhow::Result<Self> {
+    pub async fn bench(tag: &str) -> anyhow::Result<Self> {
         let tag: String = tag
             .chars()
             .map(|c| {

@@ -9,9 +9,9 @@ use lapin::options::{BasicAckOptions, BasicGetOptions};
 use serde::Serialize;
 use sqlx::PgPool;
 
+use crate::faults::services::Services;
+use crate::faults::workload::{DirectLedger, Ledger, direct_entity, direct_message_id};
 use crate::scratch::Scratch;
-use crate::services::Services;
-use crate::workload::{DirectLedger, Ledger, direct_entity, direct_message_id};
 
 /// One invariant's result.
 #[derive(Debug, Clone, Serialize)]
@@ -41,7 +41,7 @@ async fn outstanding(
     .bind(stale)
     .fetch_one(db)
     .await?;
-    Ok(rows + crate::inject::queued(services, &env.vhost).await? as i64)
+    Ok(rows + crate::faults::inject::queued(services, &env.vhost).await? as i64)
 }
 
 /// Waits (at most `limit`) until nothing is outstanding; returns how long it
@@ -147,7 +147,7 @@ pub async fn database_checks(db: &PgPool, ledger: &Ledger) -> anyhow::Result<Vec
 
 /// `urutan verify` (the binary) against the run: (passed, its output).
 pub async fn run_verify(env: &Scratch) -> anyhow::Result<(bool, String)> {
-    let out = tokio::process::Command::new(crate::procs::binary())
+    let out = tokio::process::Command::new(crate::faults::procs::binary())
         .arg("verify")
         .env("AMQP_URL", env.amqp_urls())
         .env("DATABASE_URL", env.database_url().expose())
@@ -170,13 +170,13 @@ pub async fn queue_checks(
     env: &Scratch,
     ledger: &Ledger,
 ) -> anyhow::Result<Vec<Check>> {
-    let queued = crate::inject::queued(services, &env.vhost).await?;
+    let queued = crate::faults::inject::queued(services, &env.vhost).await?;
     let mut checks = vec![Check {
         name: "all shard queues empty".into(),
         violations: queued as i64,
         examples: Vec::new(),
     }];
-    let conn = crate::workload::connect_any(&env.amqp_urls())
+    let conn = crate::faults::workload::connect_any(&env.amqp_urls())
         .await
         .context("no broker node answers")?;
     let ch = conn.create_channel().await?;
@@ -329,7 +329,7 @@ pub async fn reordered(db: &PgPool) -> anyhow::Result<Vec<chrono::DateTime<chron
 /// in version order, every request signed.
 pub async fn effects_checks(
     db: &PgPool,
-    payee: &crate::payee::Payee,
+    payee: &crate::faults::payee::Payee,
     limit: Duration,
 ) -> anyhow::Result<Vec<Check>> {
     let start = Instant::now();

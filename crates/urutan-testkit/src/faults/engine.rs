@@ -17,13 +17,13 @@ use rand::{RngExt, SeedableRng};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::fleet::{Fleet, FleetConfig};
-use crate::inject::{Ctx, Kind, Then, inject};
-use crate::links::{DbName, Links};
-use crate::report::{DirectSummary, FaultRecord, MixSummary, RunReport, summarize};
+use crate::faults::fleet::{Fleet, FleetConfig};
+use crate::faults::inject::{Ctx, Kind, Then, inject};
+use crate::faults::links::{DbName, Links};
+use crate::faults::report::{DirectSummary, FaultRecord, MixSummary, RunReport, summarize};
+use crate::faults::services::Services;
+use crate::faults::workload::{DirectLedger, Ledger, mix, produce, produce_direct};
 use crate::scratch::Scratch;
-use crate::services::Services;
-use crate::workload::{DirectLedger, Ledger, mix, produce, produce_direct};
 
 /// How a run goes.
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ pub struct Options {
     pub seed: u64,
     pub shards: u16,
     /// How successive worker replicas consume (PREFETCH, BATCH_MAX), cycled.
-    pub consume: Vec<crate::fleet::Consume>,
+    pub consume: Vec<crate::faults::fleet::Consume>,
     pub entities: usize,
     /// Events per second written through the outbox.
     pub rate: u32,
@@ -86,7 +86,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         None => services.clone(),
     };
     let _restarter = services.restarter();
-    let _binary = crate::procs::freeze_binary()?;
+    let _binary = crate::faults::procs::freeze_binary()?;
     let tag = format!("{}_{:x}", std::process::id(), opts.seed & 0xff_ffff);
     let env: Scratch = services.scratch(&tag).await?;
     std::fs::create_dir_all(&opts.log_dir).context("create the log directory")?;
@@ -94,7 +94,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(5))
         .connect_lazy(env.database_url().expose())?;
-    let payee = crate::payee::Payee::start().await?;
+    let payee = crate::faults::payee::Payee::start().await?;
     // One broker: the fleet's links go through proxies (the wire faults).
     let links = match services.cluster {
         None => Some(Links::start(&env.amqp_urls(), env.database_url().expose()).await?),
@@ -284,16 +284,18 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     );
     eprintln!("[faults] draining ...");
     let drain =
-        crate::check::drain(services, &env, &db, &ledger.stale, Duration::from_secs(300)).await;
-    let (verify_passed, verify_output) = crate::check::run_verify(&env).await?;
-    let mut checks = crate::check::database_checks(&db, &ledger).await?;
-    checks.extend(crate::check::queue_checks(services, &env, &ledger).await?);
+        crate::faults::check::drain(services, &env, &db, &ledger.stale, Duration::from_secs(300))
+            .await;
+    let (verify_passed, verify_output) = crate::faults::check::run_verify(&env).await?;
+    let mut checks = crate::faults::check::database_checks(&db, &ledger).await?;
+    checks.extend(crate::faults::check::queue_checks(services, &env, &ledger).await?);
     if opts.direct_rate > 0 {
-        checks.extend(crate::check::direct_checks(&db, &direct_ledger).await?);
+        checks.extend(crate::faults::check::direct_checks(&db, &direct_ledger).await?);
     }
-    checks.extend(crate::check::effects_checks(&db, &payee, Duration::from_secs(120)).await?);
+    checks
+        .extend(crate::faults::check::effects_checks(&db, &payee, Duration::from_secs(120)).await?);
     if let Err(left) = drain {
-        checks.push(crate::check::Check {
+        checks.push(crate::faults::check::Check {
             name: "drained within 300 s".into(),
             violations: left.max(1),
             examples: vec![format!("{left} outstanding at the deadline")],
@@ -306,7 +308,7 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         f.processed = seq_marks[i + 1] - seq_marks[i];
     }
     attribute(&db, &mut faults).await?;
-    let reordered = crate::check::reordered(&db).await?;
+    let reordered = crate::faults::check::reordered(&db).await?;
     for at in &reordered {
         if let Some(f) = faults.iter_mut().rev().find(|f| f.started <= *at) {
             f.reordered += 1;
@@ -315,12 +317,12 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     let history_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM pesanan_riwayat")
         .fetch_one(&db)
         .await?;
-    let moved_entities = crate::check::moved_entities(&db).await?;
+    let moved_entities = crate::faults::check::moved_entities(&db).await?;
     db.close().await;
     Ok(RunReport {
         seed: opts.seed,
         settings: settings_line(opts) + cut_short.as_deref().unwrap_or(""),
-        binary: crate::procs::binary().display().to_string(),
+        binary: crate::faults::procs::binary().display().to_string(),
         git_commit: git_commit(),
         started,
         duration_s: clock.elapsed().as_secs_f64(),
@@ -466,7 +468,7 @@ async fn settle(
     let mut settled = None;
     while start.elapsed() < limit {
         if conn.is_none() {
-            conn = crate::workload::connect_any(amqp_url).await;
+            conn = crate::faults::workload::connect_any(amqp_url).await;
         }
         let queued = match &conn {
             Some(c) => match urutan_ops::queue_infos(c, &queues).await {
@@ -484,7 +486,7 @@ async fn settle(
             },
             None => None,
         };
-        let unsent = crate::inject::unsent(db).await.ok();
+        let unsent = crate::faults::inject::unsent(db).await.ok();
         if let (Some(queued), Some(unsent)) = (queued, unsent) {
             if queued <= most && unsent <= most as i64 {
                 settled = Some(start.elapsed());
@@ -524,7 +526,7 @@ async fn measure_recovery(
     while Instant::now() < deadline && (workers.is_none() || e2e.is_none()) {
         if published.is_none() {
             attempts += 1;
-            if crate::workload::publish_probe(amqp_url, &probe)
+            if crate::faults::workload::publish_probe(amqp_url, &probe)
                 .await
                 .is_ok()
             {

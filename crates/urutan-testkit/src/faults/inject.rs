@@ -12,11 +12,11 @@ use rand::rngs::StdRng;
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::fleet::Fleet;
-use crate::links::{DbName, Links};
-use crate::payee::Payee;
+use crate::faults::fleet::Fleet;
+use crate::faults::links::{DbName, Links};
+use crate::faults::payee::Payee;
+use crate::faults::services::Services;
 use crate::scratch::Scratch;
-use crate::services::Services;
 
 /// A fault the suite injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -337,7 +337,7 @@ async fn failover(cx: Ctx<'_>) -> anyhow::Result<Injection> {
         return Ok(done(v.clone(), Some(v)));
     }
     let services = cx.services;
-    let old = crate::links::primary(services).await?;
+    let old = crate::faults::links::primary(services).await?;
     let killed = std::time::Instant::now();
     services.pair(&["kill-primary"]).await?;
     services.pair(&["promote"]).await?;
@@ -602,7 +602,7 @@ async fn stop_workers_then(
         .await
         .context("count the backlog")?;
     let unsent = unsent(cx.db).await.unwrap_or(-1);
-    for _ in 0..crate::fleet::REPLICAS {
+    for _ in 0..crate::faults::fleet::REPLICAS {
         let w = cx.fleet.spawn_worker(cx.rng)?;
         cx.fleet.workers.push(w);
     }
@@ -637,7 +637,7 @@ pub async fn queued(services: &Services, vhost: &str) -> anyhow::Result<u64> {
 
 async fn rolling(mut cx: Ctx<'_>) -> anyhow::Result<Injection> {
     let mut fresh = cx.fleet.spawn_worker(cx.rng)?;
-    fresh.wait_ready(crate::fleet::READY_LIMIT).await?;
+    fresh.wait_ready(crate::faults::fleet::READY_LIMIT).await?;
     let i = pick_active(&mut cx).await;
     let old = &mut cx.fleet.workers[i];
     old.signal("TERM")?;

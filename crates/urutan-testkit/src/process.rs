@@ -8,8 +8,6 @@
 //! Every process still running is listed, so a signal handler can stop
 //! what a run leaves when it is cut short ([`kill_alive`]).
 
-#![allow(dead_code)]
-
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};

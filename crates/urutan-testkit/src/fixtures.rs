@@ -2,8 +2,6 @@
 //! database (dropped at the end, even on panic), talks to the real services,
 //! and bounds every wait.
 
-#![allow(dead_code)]
-
 use std::future::Future;
 use std::net::SocketAddr;
 use std::process::Command;
@@ -131,7 +129,7 @@ pub fn restart_broker_until_the_ring_changes(env: &TestEnv) -> bool {
 
 fn restart_until_the_ring_changes(env: &TestEnv) -> bool {
     let keeps = broker_keeps_rings();
-    let before = crate::topology::ring(env);
+    let before = ring(env);
     for restart in 1..=8 {
         sh("rabbitmqctl", &["-q", "stop_app"]);
         sh("rabbitmqctl", &["-q", "start_app"]);
@@ -156,10 +154,10 @@ fn restart_until_the_ring_changes(env: &TestEnv) -> bool {
 /// then 0 of 300 orders moved).
 fn settled_ring(env: &TestEnv, buckets: usize) -> Vec<String> {
     let start = Instant::now();
-    let mut last = crate::topology::ring(env);
+    let mut last = ring(env);
     loop {
         std::thread::sleep(Duration::from_millis(500));
-        let now = crate::topology::ring(env);
+        let now = ring(env);
         if now.len() == buckets && now == last {
             return now;
         }
@@ -557,7 +555,7 @@ impl UrutanProcess {
     pub fn start<K: AsRef<str>, V: AsRef<str>>(command: &str, vars: &[(K, V)]) -> Self {
         let logs = tempfile::tempdir().expect("a log directory");
         let process = crate::process::Urutan::spawn(
-            std::path::Path::new(env!("CARGO_BIN_EXE_urutan")),
+            &crate::cargo_binary(),
             &format!("urutan {command}"),
             &[command],
             vars,
@@ -733,7 +731,7 @@ impl PgRoles {
         let roles = self;
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/deploy/postgres/least-privilege.sql"
+            "/../../deploy/postgres/least-privilege.sql"
         );
         let mut psql = Command::new("psql");
         psql.arg(format!("{PG_BASE}/{}", roles.database)).args([
@@ -820,7 +818,7 @@ impl std::fmt::Display for Ran {
 /// Runs `urutan <args>` against `env` (extra variables in `vars`, which
 /// override), stdin closed, at most 90 s.
 pub async fn urutan(env: &TestEnv, vars: &[(&str, &str)], args: &[&str]) -> Ran {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"));
+    let mut cmd = tokio::process::Command::new(crate::cargo_binary());
     for (k, v) in env.process_env(1) {
         cmd.env(k, v);
     }
@@ -844,4 +842,32 @@ pub async fn urutan(env: &TestEnv, vars: &[(&str, &str)], args: &[&str]) -> Ran 
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// The consistent-hash ring of `pesanan-hash`, in bucket order.
+pub fn ring(env: &TestEnv) -> Vec<String> {
+    let out = sh(
+        "rabbitmq-diagnostics",
+        &[
+            "-q",
+            "consistent_hash_exchange_ring_state",
+            "-p",
+            &env.vhost,
+            "pesanan-hash",
+            "--formatter",
+            "json",
+        ],
+    );
+    let state: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let buckets = state["buckets"].as_object().expect("buckets");
+    let mut ring: Vec<(u64, String)> = buckets
+        .iter()
+        .map(|(i, q)| {
+            let index = i.parse().expect("bucket index");
+            (index, q.as_str().expect("queue").to_owned())
+        })
+        .collect();
+    ring.sort();
+    ring.into_iter().map(|(_, q)| q).collect()
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rand::RngExt;
 use rand::rngs::StdRng;
 
-use crate::procs::Proc;
+use crate::faults::procs::Proc;
 
 /// How one replica consumes: `PREFETCH`, and `BATCH_MAX` if set (`2/1` is
 /// pipelined strict mode: one message applied at a time, the next on hand).
@@ -186,7 +186,7 @@ impl Fleet {
         env.extend(
             [
                 ("EFFECTS", format!("*={}", self.config.effects_url)),
-                ("EFFECTS_SECRET", crate::payee::SECRET.to_owned()),
+                ("EFFECTS_SECRET", crate::faults::payee::SECRET.to_owned()),
                 ("EFFECTS_TIMEOUT", "2s".to_owned()),
                 ("EFFECTS_BACKOFF_MIN", "200ms".to_owned()),
                 ("EFFECTS_BACKOFF_MAX", "5s".to_owned()),

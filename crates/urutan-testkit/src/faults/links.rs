@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 
 use anyhow::Context;
 
+use crate::faults::services::Services;
 use crate::proxy::Proxy;
-use crate::services::Services;
 
 /// A proxy in front of the broker and one in front of the database.
 pub struct Links {

@@ -1,0 +1,1649 @@
+//! A deterministic interleaving model of per-order order across ring
+//! changes (issue 13), driving the REAL decision code: the SQL functions of
+//! `migrations/` through `store::apply`, `handoff::release`,
+//! `handoff::pass_marker`, `handoff::record_epoch`, `handoff::open_window`,
+//! `handoff::close_windows`, `handoff::register_shards` and
+//! `handoff::ring_change_unfinished`, against the real PostgreSQL (one
+//! database per worker, emptied between cases). Only the broker is
+//! simulated: shard queues are in-memory `VecDeque`s, the consistent-hash
+//! ring is a jump hash over the bound shards in ring order.
+//!
+//! Each case (a seed) draws shards, orders (each published by ONE producer,
+//! a direct one or the outbox relay, in increasing `versi`, sometimes with
+//! gaps) and ring changes (broker restarts that rebuild the ring in another
+//! order, grow, shrink), then runs a random interleaving of atomic steps:
+//! direct publishes, relay connects/markers/batches, one step of a
+//! `prepare_topology` (the pool's, or `urutan topology`'s while the pool
+//! keeps consuming), one shard handling its front item (a marker or a
+//! message; sometimes the ack is a separate, later step), releases, pool
+//! crashes between commit and ack, pool reconnects, retirement steps. At the
+//! end everything is drained and released, and the invariant is checked:
+//! every order's history (`pesanan_riwayat` by `seq`) is every published
+//! version exactly once, in increasing `versi`; nothing came out `stale`;
+//! nothing is left parked or queued; every redelivery was a `duplicate`; no
+//! retired queue was deleted with a message in it.
+//!
+//! `legacy` runs the protocol before the fix (no windows, no sentinel; the
+//! "ring change cut short" flag of migration 0005 instead) against a
+//! database with only migrations 0001-0006: it shows the bug the windows
+//! fix (see `benches/interleave.rs --legacy`).
+//!
+//! Environment: `URUTAN_INTERLEAVE_CASES` (default 1000, ~50-80 s in debug here),
+//! `URUTAN_INTERLEAVE_SEED` (replay one case, with its trace),
+//! `URUTAN_INTERLEAVE_BASE` (first seed of the run), `URUTAN_INTERLEAVE_WORKERS`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::Postgres;
+use urutan::config::SecretUrl;
+use urutan::message::Event;
+use urutan::outcome::Outcome;
+use urutan::reshard::handoff;
+use urutan::store::{self, Applied};
+
+pub const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
+
+/// Default first seed of a run (CI runs the same cases every time; the
+/// bench draws another base unless told).
+pub const DEFAULT_BASE: u64 = 0x5EED_0013;
+
+/// Every wait on the database is bounded by this (per statement).
+const STATEMENT_LIMIT: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------
+// Randomness: SplitMix64, so a seed means the same case on every platform
+// and whatever version of `rand`.
+
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo + 1)
+    }
+    /// True with probability `percent` / 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next_u64() % 100 < percent
+    }
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+/// The seed of case `i` of a run starting at `base`.
+pub fn case_seed(base: u64, i: u64) -> u64 {
+    Rng::new(base.wrapping_add(i.wrapping_mul(0xD1B5_4A32_D192_ED03))).next_u64()
+}
+
+/// Jump consistent hash (Lamping & Veach): a bucket in `0..n`; growing `n`
+/// moves keys only to the new buckets, like appending shards to the
+/// x-consistent-hash ring.
+fn jump(mut key: u64, n: usize) -> usize {
+    let (mut b, mut j) = (-1i64, 0i64);
+    while j < n as i64 {
+        b = j;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
+    }
+    b as usize
+}
+
+// ---------------------------------------------------------------------------
+// The case.
+
+#[derive(Debug, Clone)]
+struct OrderSpec {
+    id: String,
+    key: u64,
+    versions: Vec<i64>,
+    /// Published through the outbox relay (else: a direct producer).
+    relay: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Restart,
+    Grow,
+    Shrink,
+}
+
+#[derive(Debug, Clone)]
+struct Spec {
+    shards: usize,
+    orders: Vec<OrderSpec>,
+    changes: Vec<Change>,
+}
+
+fn draw_spec(rng: &mut Rng) -> Spec {
+    let shards = rng.range(2, 6);
+    let orders = (0..rng.range(3, 8))
+        .map(|i| {
+            let count = rng.range(5, 15);
+            // Some producers skip versions (1, 2, 4, 7, ...).
+            let gaps = rng.chance(40);
+            let mut v = if gaps && rng.chance(30) { 2 } else { 1 };
+            let mut versions = Vec::with_capacity(count);
+            for _ in 0..count {
+                versions.push(v);
+                v += if gaps && rng.chance(35) {
+                    rng.range(2, 4) as i64
+                } else {
+                    1
+                };
+            }
+            OrderSpec {
+                id: format!("o{i}"),
+                key: rng.next_u64(),
+                versions,
+                relay: rng.chance(25),
+            }
+        })
+        .collect();
+    let changes = (0..rng.range(0, 3))
+        .map(|_| match rng.below(5) {
+            0 | 1 => Change::Restart,
+            2 | 3 => Change::Grow,
+            _ => Change::Shrink,
+        })
+        .collect();
+    Spec {
+        shards,
+        orders,
+        changes,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The simulated broker and processes.
+
+#[derive(Debug, Clone)]
+enum Item {
+    Marker(i64),
+    Msg {
+        order: usize,
+        versi: i64,
+        mid: String,
+    },
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    items: VecDeque<Item>,
+    exists: bool,
+    /// The front item was handled (committed) and is not acked yet.
+    inflight: bool,
+}
+
+/// One `prepare_topology` in progress; `step` is the next thing it does.
+#[derive(Debug)]
+struct Prep {
+    owner: Owner,
+    /// The broker connection it runs on (dead once the broker restarted).
+    conn: u64,
+    step: Step,
+    wanted: usize,
+    /// `Plan::Change { from, to }` (None: `Keep`).
+    change: Option<(usize, usize)>,
+    bound: usize,
+    consumed: usize,
+    epoch: i64,
+    marker_shards: Vec<i32>,
+    marker_i: usize,
+    /// Dies (process killed) right before this step.
+    dies_at: Option<Step>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// The worker pool (re)connecting; consumes once prepared.
+    Pool,
+    /// `urutan topology` resharding while the pool keeps consuming.
+    Topology,
+}
+
+/// The steps of `reshard::prepare::prepare_topology`, in its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Step {
+    /// `pause_publishing`, then `ring::current` + `ring::resolve`.
+    Pause,
+    /// `broker::restart::restarted` (probe), `open_window` if missing.
+    Probe,
+    /// `open_window("resharding ...")` for a `Plan::Change`.
+    ReshardWindow,
+    /// `topology::declare`: bind/unbind, then declare the sentinel (last).
+    Declare,
+    /// `handoff::register_shards(plan.consumed)`.
+    Register,
+    /// `open_epoch`, database half: `record_epoch`.
+    RecordEpoch,
+    /// `open_epoch`, broker half: one marker per active shard (one per step).
+    Markers,
+    /// `close_windows(epoch)`.
+    CloseWindows,
+    /// `ring::record_change`, `resume_publishing`; the pool starts consuming.
+    Resume,
+}
+
+const DEATH_POINTS: [Step; 7] = [
+    Step::Probe,
+    Step::ReshardWindow,
+    Step::Declare,
+    Step::Register,
+    Step::RecordEpoch,
+    Step::Markers,
+    Step::CloseWindows,
+];
+
+#[derive(Debug)]
+enum PoolState {
+    Down,
+    Preparing,
+    Consuming {
+        conn: u64,
+        consumed: usize,
+        retire: Option<Retire>,
+    },
+}
+
+/// `retire::retire_shards`: shards `from..top` (top first) once each has
+/// passed `epoch`.
+#[derive(Debug, Clone, Copy)]
+struct Retire {
+    from: usize,
+    top: usize,
+    epoch: i64,
+}
+
+#[derive(Debug)]
+enum RelayState {
+    Down,
+    /// `session`: "relay connected" epoch recorded, putting its markers.
+    Marking {
+        conn: u64,
+        epoch: i64,
+        shards: Vec<i32>,
+        i: usize,
+    },
+    Ready {
+        conn: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RingRecord {
+    count: usize,
+    epoch: i64,
+    done: bool,
+}
+
+/// What one run of cases saw (summed over cases).
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub steps: u64,
+    pub messages: u64,
+    pub parked: u64,
+    pub released: u64,
+    pub duplicates: u64,
+    pub restarts: u64,
+    pub remaps: u64,
+    pub grows: u64,
+    pub shrinks: u64,
+    pub retired: u64,
+    pub prep_deaths: u64,
+    pub pool_crashes: u64,
+    pub windows: u64,
+    pub epochs: u64,
+}
+
+impl Stats {
+    fn add(&mut self, o: &Stats) {
+        self.steps += o.steps;
+        self.messages += o.messages;
+        self.parked += o.parked;
+        self.released += o.released;
+        self.duplicates += o.duplicates;
+        self.restarts += o.restarts;
+        self.remaps += o.remaps;
+        self.grows += o.grows;
+        self.shrinks += o.shrinks;
+        self.retired += o.retired;
+        self.prep_deaths += o.prep_deaths;
+        self.pool_crashes += o.pool_crashes;
+        self.windows += o.windows;
+        self.epochs += o.epochs;
+    }
+}
+
+struct Sim<'a> {
+    db: &'a PgPool,
+    legacy: bool,
+    rng: Rng,
+    spec: Spec,
+    queues: Vec<Queue>,
+    /// Bound shards in ring order.
+    ring: Vec<usize>,
+    broker_gen: u64,
+    sentinel: bool,
+    pool: PoolState,
+    /// SHARD_COUNT of the pool.
+    pool_count: usize,
+    /// The recorded ring changed under the consuming pool (`ring::watch`).
+    pool_must_reprepare: bool,
+    prep: Option<Prep>,
+    /// A `urutan topology` died; its operator runs it again.
+    topology_died: bool,
+    /// A prepare holds `pause_publishing` (relay batches wait).
+    paused: bool,
+    relay: RelayState,
+    /// Outbox rows in id order: (order, versi).
+    outbox: Vec<(usize, i64)>,
+    outbox_sent: usize,
+    /// Next version index per order (direct producers).
+    next_direct: Vec<usize>,
+    changes_left: Vec<Change>,
+    ring_rec: RingRecord,
+    /// Message ids whose apply committed.
+    committed: HashSet<String>,
+    violations: Vec<String>,
+    trace: Vec<String>,
+    keep_trace: bool,
+    stats: Stats,
+}
+
+impl<'a> Sim<'a> {
+    fn log(&mut self, line: impl FnOnce() -> String) {
+        if self.keep_trace {
+            let n = self.trace.len();
+            self.trace.push(format!("{n:4} {}", line()));
+        }
+    }
+
+    /// `kind`: one of [`KINDS`].
+    fn violation(&mut self, kind: &str, what: String) {
+        let what = format!("{kind}: {what}");
+        self.log(|| format!("VIOLATION {what}"));
+        self.violations.push(what);
+    }
+
+    async fn conn(&self) -> anyhow::Result<PoolConnection<Postgres>> {
+        Ok(tokio::time::timeout(STATEMENT_LIMIT, self.db.acquire()).await??)
+    }
+
+    fn route(&self, order: usize) -> Option<usize> {
+        if self.ring.is_empty() {
+            return None;
+        }
+        Some(self.ring[jump(self.spec.orders[order].key, self.ring.len())])
+    }
+
+    fn existing(&self) -> usize {
+        self.queues
+            .iter()
+            .rposition(|q| q.exists)
+            .map_or(0, |i| i + 1)
+    }
+
+    /// Shards a live consumer of the pool takes from.
+    fn live_shards(&self) -> Vec<usize> {
+        match &self.pool {
+            PoolState::Consuming { conn, consumed, .. } if *conn == self.broker_gen => (0
+                ..*consumed)
+                .filter(|&s| self.queues.get(s).is_some_and(|q| q.exists))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn ensure_queue(&mut self, s: usize) {
+        while self.queues.len() <= s {
+            self.queues.push(Queue::default());
+        }
+        self.queues[s].exists = true;
+    }
+
+    /// A producer publishes through the exchange: the CURRENT ring picks the
+    /// queue (nothing else: no pause, no marker).
+    fn publish(&mut self, order: usize, versi: i64, mid: String) -> bool {
+        let Some(shard) = self.route(order) else {
+            return false;
+        };
+        self.log(|| format!("publish {mid} -> shard {shard}"));
+        self.queues[shard]
+            .items
+            .push_back(Item::Msg { order, versi, mid });
+        self.stats.messages += 1;
+        true
+    }
+
+    fn direct_left(&self) -> Vec<usize> {
+        (0..self.spec.orders.len())
+            .filter(|&o| {
+                !self.spec.orders[o].relay
+                    && self.next_direct[o] < self.spec.orders[o].versions.len()
+            })
+            .collect()
+    }
+
+    fn publish_direct(&mut self, order: usize) -> bool {
+        let versi = self.spec.orders[order].versions[self.next_direct[order]];
+        let mid = format!("{}-v{versi}", self.spec.orders[order].id);
+        if self.publish(order, versi, mid) {
+            self.next_direct[order] += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    // -- the relay (`outbox::relay`) ----------------------------------------
+
+    /// `session`: connects, then `open_epoch("relay connected")` OUTSIDE the
+    /// publish lock (as the real relay does): record now, markers later.
+    async fn relay_connect(&mut self) -> anyhow::Result<()> {
+        let (epoch, shards) = handoff::record_epoch(&mut *self.conn().await?, "relay connected")
+            .await
+            .context("record_epoch")?;
+        self.stats.epochs += 1;
+        self.log(|| format!("relay connected: epoch {epoch} recorded for {shards:?}"));
+        self.relay = RelayState::Marking {
+            conn: self.broker_gen,
+            epoch,
+            shards,
+            i: 0,
+        };
+        Ok(())
+    }
+
+    fn put_marker(&mut self, shard: i32, epoch: i64) -> bool {
+        let s = shard as usize;
+        // Published to the default exchange, mandatory, confirmed: a queue
+        // that is gone returns it (NotConfirmed).
+        if self.queues.get(s).is_some_and(|q| q.exists) {
+            self.queues[s].items.push_back(Item::Marker(epoch));
+            true
+        } else {
+            false
+        }
+    }
+
+    fn relay_mark(&mut self) {
+        let (conn, epoch, shard, last) = match &self.relay {
+            RelayState::Marking {
+                conn,
+                epoch,
+                shards,
+                i,
+            } => (*conn, *epoch, shards[*i], *i + 1 == shards.len()),
+            _ => return,
+        };
+        if conn != self.broker_gen || !self.put_marker(shard, epoch) {
+            self.log(|| format!("relay: marker {epoch} for shard {shard} failed; relay down"));
+            self.relay = RelayState::Down;
+            return;
+        }
+        self.log(|| format!("relay: marker {epoch} -> shard {shard}"));
+        if last {
+            self.relay = RelayState::Ready { conn };
+        } else if let RelayState::Marking { i, .. } = &mut self.relay {
+            *i += 1;
+        }
+    }
+
+    /// `relay_batch`: holds the pause shared; a ring change cut short
+    /// (a window without epoch; legacy: the flag) opens an epoch and closes
+    /// it first; then publishes up to `n` rows in id order.
+    async fn relay_batch(&mut self, n: usize) -> anyhow::Result<()> {
+        let RelayState::Ready { conn } = self.relay else {
+            return Ok(());
+        };
+        if conn != self.broker_gen {
+            self.relay = RelayState::Down;
+            return Ok(());
+        }
+        if self.paused {
+            return Ok(()); // waits on the shared lock
+        }
+        let mut db = self.conn().await?;
+        let unfinished = if self.legacy {
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM urutan_ring_berubah)")
+                .fetch_one(&mut *db)
+                .await?
+        } else {
+            handoff::ring_change_unfinished(&mut db).await?
+        };
+        if unfinished {
+            let (epoch, shards) =
+                handoff::record_epoch(&mut db, "a ring change was cut short").await?;
+            self.stats.epochs += 1;
+            for &s in &shards {
+                if !self.put_marker(s, epoch) {
+                    self.log(|| format!("relay: cut-short marker {epoch} to {s} failed"));
+                    self.relay = RelayState::Down;
+                    return Ok(());
+                }
+            }
+            if self.legacy {
+                sqlx::query("DELETE FROM urutan_ring_berubah")
+                    .execute(&mut *db)
+                    .await?;
+            } else {
+                handoff::close_windows(&mut db, epoch).await?;
+            }
+            self.log(|| format!("relay: ring change cut short: epoch {epoch}, windows closed"));
+        }
+        drop(db);
+        for _ in 0..n {
+            if self.outbox_sent == self.outbox.len() {
+                break;
+            }
+            let (order, versi) = self.outbox[self.outbox_sent];
+            let mid = format!("out-{}", self.outbox_sent + 1);
+            if !self.publish(order, versi, mid) {
+                break;
+            }
+            self.outbox_sent += 1;
+        }
+        Ok(())
+    }
+
+    // -- prepare_topology --------------------------------------------------
+
+    fn start_prep(&mut self, owner: Owner, wanted: usize) {
+        let dies_at = if self.rng.chance(12) {
+            Some(DEATH_POINTS[self.rng.below(DEATH_POINTS.len())])
+        } else {
+            None
+        };
+        if owner == Owner::Pool {
+            // A reconnect: the old connection's consumers are gone; what
+            // they had not acked goes back to the front of its queue.
+            for q in &mut self.queues {
+                q.inflight = false;
+            }
+            self.pool = PoolState::Preparing;
+        }
+        self.log(|| {
+            format!("prepare ({owner:?}, SHARD_COUNT {wanted}) starts; dies at {dies_at:?}")
+        });
+        self.prep = Some(Prep {
+            owner,
+            conn: self.broker_gen,
+            step: Step::Pause,
+            wanted,
+            change: None,
+            bound: 0,
+            consumed: 0,
+            epoch: 0,
+            marker_shards: Vec::new(),
+            marker_i: 0,
+            dies_at,
+        });
+    }
+
+    /// The preparing process is gone (killed, or its broker connection
+    /// failed): its session ends, and with it the pause.
+    fn abort_prep(&mut self, why: &str) {
+        let Some(prep) = self.prep.take() else {
+            return;
+        };
+        self.paused = false;
+        self.log(|| format!("prepare ({:?}) {why} before {:?}", prep.owner, prep.step));
+        match prep.owner {
+            Owner::Pool => self.pool = PoolState::Down,
+            Owner::Topology => self.topology_died = true,
+        }
+    }
+
+    /// One step of the prepare in progress, in `prepare_topology`'s order.
+    async fn prep_step(&mut self, may_die: bool) -> anyhow::Result<()> {
+        let Some(step) = self.prep.as_ref().map(|p| p.step) else {
+            return Ok(());
+        };
+        if may_die && self.prep.as_ref().and_then(|p| p.dies_at) == Some(step) {
+            self.stats.prep_deaths += 1;
+            self.abort_prep("died");
+            return Ok(());
+        }
+        let broker_alive = self
+            .prep
+            .as_ref()
+            .is_some_and(|p| p.conn == self.broker_gen);
+        let legacy = self.legacy;
+        match step {
+            Step::Pause => {
+                // pause_publishing: relay batches are atomic here, so the
+                // exclusive lock is free at once.
+                self.paused = true;
+                let wanted = self.prep.as_ref().map_or(0, |p| p.wanted);
+                let rec = self.ring_rec;
+                let change = (wanted != rec.count).then_some((rec.count, wanted));
+                let prep = self.prep.as_mut().context("prep")?;
+                prep.change = change;
+                prep.step = Step::Probe;
+            }
+            Step::Probe => {
+                if !broker_alive {
+                    self.abort_prep("lost the broker");
+                    return Ok(());
+                }
+                // New protocol only: the old one had no sentinel.
+                if !legacy && !self.sentinel {
+                    handoff::open_window(&mut *self.conn().await?, "broker restarted").await?;
+                    self.stats.windows += 1;
+                    self.log(|| "probe: sentinel missing -> window opened".to_owned());
+                }
+                self.prep.as_mut().context("prep")?.step = Step::ReshardWindow;
+            }
+            Step::ReshardWindow => {
+                let change = self.prep.as_ref().and_then(|p| p.change);
+                if legacy {
+                    // Before the fix: `ring_change_begins`, unconditionally.
+                    sqlx::query(
+                        "INSERT INTO urutan_ring_berubah DEFAULT VALUES ON CONFLICT DO NOTHING",
+                    )
+                    .execute(&mut *self.conn().await?)
+                    .await?;
+                } else if let Some((from, to)) = change {
+                    handoff::open_window(
+                        &mut *self.conn().await?,
+                        &format!("resharding {from} -> {to}"),
+                    )
+                    .await?;
+                    self.stats.windows += 1;
+                    self.log(|| format!("window opened: resharding {from} -> {to}"));
+                }
+                self.prep.as_mut().context("prep")?.step = Step::Declare;
+            }
+            Step::Declare => {
+                if !broker_alive {
+                    self.abort_prep("lost the broker");
+                    return Ok(());
+                }
+                let target = self.prep.as_ref().map_or(0, |p| p.wanted);
+                let consumed = self.existing().max(target);
+                for index in 0..consumed {
+                    self.ensure_queue(index);
+                    if index >= target {
+                        self.ring.retain(|&s| s != index);
+                    } else if !self.ring.contains(&index) {
+                        // Binding in index order appends a new shard.
+                        self.ring.push(index);
+                    }
+                }
+                // Last, in `topology::declare` (new code only).
+                self.sentinel = true;
+                let ring = self.ring.clone();
+                self.log(|| format!("declare: bound {target}, consumed {consumed}, ring {ring:?}"));
+                let prep = self.prep.as_mut().context("prep")?;
+                prep.bound = target;
+                prep.consumed = consumed;
+                prep.step = Step::Register;
+            }
+            Step::Register => {
+                let consumed = self.prep.as_ref().map_or(0, |p| p.consumed);
+                handoff::register_shards(&mut *self.conn().await?, consumed as u16).await?;
+                self.prep.as_mut().context("prep")?.step = Step::RecordEpoch;
+            }
+            Step::RecordEpoch => {
+                let (epoch, shards) =
+                    handoff::record_epoch(&mut *self.conn().await?, "topology prepared").await?;
+                self.stats.epochs += 1;
+                self.log(|| format!("prepare: epoch {epoch} recorded for {shards:?}"));
+                let prep = self.prep.as_mut().context("prep")?;
+                prep.epoch = epoch;
+                prep.marker_shards = shards;
+                prep.marker_i = 0;
+                prep.step = Step::Markers;
+            }
+            Step::Markers => {
+                let (epoch, shard, done) = {
+                    let p = self.prep.as_ref().context("prep")?;
+                    match p.marker_shards.get(p.marker_i) {
+                        Some(&s) => (p.epoch, Some(s), false),
+                        None => (p.epoch, None, true),
+                    }
+                };
+                if let Some(shard) = shard {
+                    if !broker_alive || !self.put_marker(shard, epoch) {
+                        self.abort_prep("could not put a marker");
+                        return Ok(());
+                    }
+                    self.log(|| format!("prepare: marker {epoch} -> shard {shard}"));
+                    self.prep.as_mut().context("prep")?.marker_i += 1;
+                }
+                if done {
+                    self.prep.as_mut().context("prep")?.step = Step::CloseWindows;
+                }
+            }
+            Step::CloseWindows => {
+                let epoch = self.prep.as_ref().map_or(0, |p| p.epoch);
+                if legacy {
+                    sqlx::query("DELETE FROM urutan_ring_berubah")
+                        .execute(&mut *self.conn().await?)
+                        .await?;
+                } else {
+                    handoff::close_windows(&mut *self.conn().await?, epoch).await?;
+                    self.log(|| format!("close_windows({epoch})"));
+                }
+                self.prep.as_mut().context("prep")?.step = Step::Resume;
+            }
+            Step::Resume => {
+                let prep = self.prep.take().context("prep")?;
+                if let Some((_, to)) = prep.change {
+                    self.ring_rec = RingRecord {
+                        count: to,
+                        epoch: prep.epoch,
+                        done: false,
+                    };
+                }
+                self.paused = false;
+                self.log(|| format!("prepare ({:?}) done: epoch {}", prep.owner, prep.epoch));
+                match prep.owner {
+                    Owner::Pool => {
+                        let retire = (prep.consumed > prep.bound).then_some(Retire {
+                            from: prep.bound,
+                            top: prep.consumed,
+                            epoch: prep.epoch,
+                        });
+                        self.pool = PoolState::Consuming {
+                            conn: prep.conn,
+                            consumed: prep.consumed,
+                            retire,
+                        };
+                        self.pool_must_reprepare = false;
+                    }
+                    Owner::Topology => {
+                        self.topology_died = false;
+                        // `ring::watch` of the consuming pool sees the new
+                        // record and prepares again.
+                        self.pool_must_reprepare = true;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // -- the worker pool ---------------------------------------------------
+
+    /// One shard handles its front item (or acks the one it handled).
+    async fn consume(&mut self, shard: usize, ack_now: bool) -> anyhow::Result<()> {
+        if self.queues[shard].inflight {
+            self.queues[shard].items.pop_front();
+            self.queues[shard].inflight = false;
+            return Ok(());
+        }
+        let Some(item) = self.queues[shard].items.front().cloned() else {
+            return Ok(());
+        };
+        self.stats.steps += 1;
+        match item {
+            Item::Marker(epoch) => {
+                handoff::pass_marker(self.db, shard as u16, epoch).await?;
+                self.log(|| format!("shard {shard}: passed marker {epoch}"));
+            }
+            Item::Msg { order, versi, mid } => {
+                let event = Event {
+                    message_id: mid.clone(),
+                    entity_id: self.spec.orders[order].id.clone(),
+                    status: "dibuat".to_owned(),
+                    versi,
+                    data: None,
+                    published_at: None,
+                };
+                let applied = tokio::time::timeout(
+                    STATEMENT_LIMIT,
+                    store::apply(self.db, &event, shard as u16),
+                )
+                .await?
+                .map_err(|e| anyhow::anyhow!("apply: {e}"))?;
+                self.log(|| format!("shard {shard}: {mid} -> {applied:?}"));
+                let redelivery = !self.committed.insert(mid.clone());
+                match applied {
+                    Applied::Done(Outcome::Duplicate) if redelivery => self.stats.duplicates += 1,
+                    _ if redelivery => self.violation(
+                        "redelivery",
+                        format!("redelivered {mid} came out {applied:?}"),
+                    ),
+                    Applied::Done(Outcome::Applied) => {}
+                    Applied::Done(Outcome::Stale) => {
+                        self.violation("stale", format!("{mid} came out stale (shard {shard})"))
+                    }
+                    Applied::Parked => self.stats.parked += 1,
+                    other => self.violation(
+                        "first-delivery",
+                        format!("{mid} came out {other:?} on first delivery"),
+                    ),
+                }
+            }
+        }
+        if ack_now {
+            self.queues[shard].items.pop_front();
+        } else {
+            self.queues[shard].inflight = true;
+        }
+        Ok(())
+    }
+
+    async fn release(&mut self, shard: usize) -> anyhow::Result<usize> {
+        let released = tokio::time::timeout(
+            STATEMENT_LIMIT,
+            handoff::release(self.db, shard as u16, 200),
+        )
+        .await??;
+        for r in &released {
+            self.stats.released += 1;
+            let (id, result) = (r.message_id.clone(), r.result.clone());
+            self.log(|| format!("shard {shard}: released {id} -> {result}"));
+            if r.result != "applied" {
+                self.violation(
+                    "stale",
+                    format!("released {} came out {}", r.message_id, r.result),
+                );
+            }
+        }
+        Ok(released.len())
+    }
+
+    /// One attempt of `retire::retire_when_drained` for the top shard left.
+    async fn retire_step(&mut self) -> anyhow::Result<bool> {
+        let PoolState::Consuming {
+            conn,
+            retire: Some(r),
+            ..
+        } = self.pool
+        else {
+            return Ok(false);
+        };
+        if conn != self.broker_gen {
+            return Ok(false);
+        }
+        let shard = r.top - 1;
+        // The real decision: past the marker, and nothing it parked waits.
+        if urutan::reshard::retire::progress(self.db, shard as u16, r.epoch).await?
+            == urutan::reshard::retire::Progress::Draining
+        {
+            return Ok(false);
+        }
+        // queue.delete: whatever is still in it is gone.
+        let lost: Vec<String> = self.queues[shard]
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Msg { mid, .. } if !self.committed.contains(mid) => Some(mid.clone()),
+                _ => None,
+            })
+            .collect();
+        if !lost.is_empty() {
+            self.violation(
+                "lost",
+                format!("retired shard {shard} deleted with {lost:?} in it"),
+            );
+        }
+        self.queues[shard] = Queue::default();
+        self.ring.retain(|&s| s != shard);
+        sqlx::query("UPDATE urutan_shard SET aktif = false WHERE shard = $1")
+            .bind(shard as i32)
+            .execute(self.db)
+            .await?;
+        self.stats.retired += 1;
+        self.log(|| format!("retired shard {shard}"));
+        if let PoolState::Consuming { retire, .. } = &mut self.pool {
+            *retire = (shard > r.from).then_some(Retire { top: shard, ..r });
+        }
+        Ok(true)
+    }
+
+    /// `ring::drained` + `complete`: the resharding in progress is over.
+    async fn resharding_done(&mut self) -> anyhow::Result<bool> {
+        if self.ring_rec.done {
+            return Ok(true);
+        }
+        let drained: bool = sqlx::query_scalar(
+            "SELECT coalesce(min(epoch) FILTER (WHERE aktif), 0) >= $1
+                    AND NOT coalesce(bool_or(aktif AND shard >= $2), false)
+             FROM urutan_shard",
+        )
+        .bind(self.ring_rec.epoch)
+        .bind(self.ring_rec.count as i32)
+        .fetch_one(self.db)
+        .await?;
+        self.ring_rec.done = drained;
+        Ok(drained)
+    }
+
+    fn broker_restart(&mut self, remap: bool) {
+        self.broker_gen += 1;
+        // Non-durable: the sentinel is gone.
+        self.sentinel = false;
+        self.stats.restarts += 1;
+        if remap && self.ring.len() > 1 {
+            let before = self.ring.clone();
+            while self.ring == before {
+                self.rng.shuffle(&mut self.ring);
+            }
+            self.stats.remaps += 1;
+        }
+        // Every connection drops; unacked deliveries go back to the front.
+        for q in &mut self.queues {
+            q.inflight = false;
+        }
+        if matches!(self.pool, PoolState::Consuming { .. }) {
+            self.pool = PoolState::Down;
+        }
+        self.relay = RelayState::Down;
+        let ring = self.ring.clone();
+        self.log(|| format!("BROKER RESTART (remap {remap}): ring {ring:?}"));
+    }
+
+    fn pool_crash(&mut self) {
+        self.stats.pool_crashes += 1;
+        for q in &mut self.queues {
+            q.inflight = false;
+        }
+        if self.prep.as_ref().is_some_and(|p| p.owner == Owner::Pool) {
+            self.abort_prep("crashed");
+        }
+        self.pool = PoolState::Down;
+        self.log(|| "pool crashed (unacked deliveries back to the front)".to_owned());
+    }
+
+    /// Starts a ring change (`Change`), if one may start now.
+    async fn ring_change(&mut self, change: Change) -> anyhow::Result<bool> {
+        match change {
+            Change::Restart => {
+                let remap = self.rng.chance(80);
+                self.broker_restart(remap);
+                Ok(true)
+            }
+            Change::Grow | Change::Shrink => {
+                if self.prep.is_some() || !self.resharding_done().await? {
+                    return Ok(false);
+                }
+                let count = self.ring_rec.count;
+                let to = if change == Change::Grow {
+                    count + self.rng.range(1, 3)
+                } else if count > 2 {
+                    count - self.rng.range(1, (count - 2).min(2))
+                } else {
+                    return Ok(true); // nothing to shrink: spent
+                };
+                self.pool_count = to;
+                if change == Change::Grow {
+                    self.stats.grows += 1;
+                } else {
+                    self.stats.shrinks += 1;
+                }
+                // Either `urutan topology` while the pool consumes, or the
+                // pool restarted with the new SHARD_COUNT.
+                if self.rng.chance(50) {
+                    self.start_prep(Owner::Topology, to);
+                } else {
+                    self.start_prep(Owner::Pool, to);
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    fn all_published(&self) -> bool {
+        self.direct_left().is_empty() && self.outbox_sent == self.outbox.len()
+    }
+
+    /// One random step.
+    async fn step(&mut self) -> anyhow::Result<()> {
+        let live = self.live_shards();
+        let busy: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&s| !self.queues[s].items.is_empty())
+            .collect();
+        let direct = self.direct_left();
+        let roll = self.rng.below(1000);
+        match roll {
+            0..=399 if !busy.is_empty() => {
+                let s = busy[self.rng.below(busy.len())];
+                let ack_now = self.rng.chance(85);
+                self.consume(s, ack_now).await?;
+            }
+            400..=599 if !direct.is_empty() => {
+                let o = direct[self.rng.below(direct.len())];
+                self.publish_direct(o);
+            }
+            600..=679 => match self.relay {
+                RelayState::Down => {
+                    if self.outbox_sent < self.outbox.len() {
+                        self.relay_connect().await?;
+                    }
+                }
+                RelayState::Marking { .. } => self.relay_mark(),
+                RelayState::Ready { .. } => {
+                    let n = self.rng.range(1, 3);
+                    self.relay_batch(n).await?;
+                }
+            },
+            680..=759 if !live.is_empty() => {
+                let s = live[self.rng.below(live.len())];
+                self.release(s).await?;
+            }
+            760..=879 if self.prep.is_some() => self.prep_step(true).await?,
+            880..=909 if self.prep.is_none() && self.topology_died && self.rng.chance(50) => {
+                // The operator saw `urutan topology` fail and runs it again.
+                self.start_prep(Owner::Topology, self.pool_count);
+            }
+            880..=909 if self.prep.is_none() => {
+                let live = matches!(self.pool,
+                    PoolState::Consuming { conn, .. } if conn == self.broker_gen);
+                let reconnect = self.pool_must_reprepare || !live || self.rng.chance(10);
+                if reconnect {
+                    self.start_prep(Owner::Pool, self.pool_count);
+                }
+            }
+            910..=919 if self.pool_inflight() => self.pool_crash(),
+            920..=929 if !matches!(self.relay, RelayState::Down) && self.rng.chance(30) => {
+                self.log(|| "relay connection dropped".to_owned());
+                self.relay = RelayState::Down;
+            }
+            930..=969 => {
+                self.retire_step().await?;
+            }
+            970..=999 if !self.changes_left.is_empty() => {
+                let change = self.changes_left[0];
+                if self.ring_change(change).await? {
+                    self.changes_left.remove(0);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn pool_inflight(&self) -> bool {
+        self.queues.iter().any(|q| q.inflight)
+    }
+
+    /// Ends the case: everything published, prepared, consumed, released.
+    async fn drain(&mut self) -> anyhow::Result<()> {
+        while self.prep.is_some() {
+            self.prep_step(false).await?;
+        }
+        for o in 0..self.spec.orders.len() {
+            while !self.spec.orders[o].relay
+                && self.next_direct[o] < self.spec.orders[o].versions.len()
+            {
+                self.publish_direct(o);
+            }
+        }
+        let mut idle_rounds = 0;
+        for _round in 0..200 {
+            let mut progress = false;
+            if self.topology_died {
+                // The operator runs the failed `urutan topology` again
+                // (until then, with no relay running, nothing closes the
+                // window it left open, and the pool does not consume the
+                // shards it bound: see the report of issue 13).
+                self.start_prep(Owner::Topology, self.pool_count);
+                while self.prep.is_some() {
+                    self.prep_step(false).await?;
+                }
+                progress = true;
+            }
+            let pool_live =
+                matches!(self.pool, PoolState::Consuming { conn, .. } if conn == self.broker_gen);
+            if !pool_live || self.pool_must_reprepare {
+                self.start_prep(Owner::Pool, self.pool_count);
+                while self.prep.is_some() {
+                    self.prep_step(false).await?;
+                }
+                progress = true;
+            }
+            // The relay publishes what is left.
+            loop {
+                match self.relay {
+                    RelayState::Down if self.outbox_sent < self.outbox.len() => {
+                        self.relay_connect().await?
+                    }
+                    RelayState::Marking { .. } => self.relay_mark(),
+                    RelayState::Ready { .. } if self.outbox_sent < self.outbox.len() => {
+                        self.relay_batch(3).await?
+                    }
+                    _ => break,
+                }
+                progress = true;
+            }
+            // Every live shard, in a random interleaving, until empty.
+            loop {
+                let busy: Vec<usize> = self
+                    .live_shards()
+                    .into_iter()
+                    .filter(|&s| !self.queues[s].items.is_empty())
+                    .collect();
+                if busy.is_empty() {
+                    break;
+                }
+                let s = busy[self.rng.below(busy.len())];
+                self.consume(s, true).await?;
+                progress = true;
+            }
+            for s in self.live_shards() {
+                if self.release(s).await? > 0 {
+                    progress = true;
+                }
+            }
+            while self.retire_step().await? {
+                progress = true;
+            }
+            let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM urutan_parkir")
+                .fetch_one(self.db)
+                .await?;
+            let queued = self.queues.iter().any(|q| !q.items.is_empty());
+            let retiring = matches!(
+                self.pool,
+                PoolState::Consuming {
+                    retire: Some(_),
+                    ..
+                }
+            );
+            if parked == 0 && !queued && !retiring {
+                return Ok(());
+            }
+            if progress {
+                idle_rounds = 0;
+            } else {
+                idle_rounds += 1;
+                if idle_rounds >= 3 {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn check(&mut self) -> anyhow::Result<()> {
+        let parked: Vec<(String, i32, i64)> =
+            sqlx::query_as("SELECT message_id, shard, epoch FROM urutan_parkir ORDER BY seq")
+                .fetch_all(self.db)
+                .await?;
+        if !parked.is_empty() {
+            let shards: Vec<(i32, bool)> =
+                sqlx::query_as("SELECT shard, aktif FROM urutan_shard ORDER BY shard")
+                    .fetch_all(self.db)
+                    .await?;
+            self.violation("left-parked", format!(
+                "left parked: {parked:?} (message, shard, epoch); shards (shard, aktif): {shards:?}"
+            ));
+            // Reported; now release them anyway (as if their shard's worker
+            // still ran) so that the history check below also says whether
+            // the order would have been kept.
+            let stranded: HashSet<i32> = parked.iter().map(|p| p.1).collect();
+            for _ in 0..20 {
+                for &s in &stranded {
+                    self.release(s as usize).await?;
+                }
+            }
+        }
+        let leftover: Vec<String> = self
+            .queues
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| q.items.iter().any(|i| matches!(i, Item::Msg { .. })))
+            .map(|(s, q)| format!("shard {s}: {} items", q.items.len()))
+            .collect();
+        if !leftover.is_empty() {
+            self.violation("unconsumed", format!("never consumed: {leftover:?}"));
+        }
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT pesanan_id, versi FROM pesanan_riwayat ORDER BY seq")
+                .fetch_all(self.db)
+                .await?;
+        let mut history: HashMap<String, Vec<i64>> = HashMap::new();
+        for (id, versi) in rows {
+            history.entry(id).or_default().push(versi);
+        }
+        for o in self.spec.orders.clone() {
+            let got = history.remove(&o.id).unwrap_or_default();
+            if got != o.versions {
+                // Only missing versions (still parked, say), or out of order?
+                let in_order = got.windows(2).all(|w| w[0] < w[1])
+                    && got.iter().all(|v| o.versions.contains(v));
+                let kind = if in_order {
+                    "history-missing"
+                } else {
+                    "history"
+                };
+                self.violation(
+                    kind,
+                    format!("history of {} is {got:?}, published {:?}", o.id, o.versions),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The kinds of violation, as reported.
+pub const KINDS: [&str; 8] = [
+    "history",
+    "history-missing",
+    "stale",
+    "redelivery",
+    "first-delivery",
+    "lost",
+    "left-parked",
+    "unconsumed",
+];
+
+/// What one case found.
+#[derive(Debug)]
+pub struct CaseResult {
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub trace: Vec<String>,
+    pub stats: Stats,
+}
+
+/// Runs one case on `db` (emptied first).
+pub async fn run_case(
+    db: &PgPool,
+    seed: u64,
+    legacy: bool,
+    keep_trace: bool,
+) -> anyhow::Result<CaseResult> {
+    reset(db, legacy).await?;
+    let mut rng = Rng::new(seed);
+    let spec = draw_spec(&mut rng);
+    let mut outbox_rows: Vec<(usize, i64)> = Vec::new();
+    {
+        // The application writes the relay orders' rows in some interleaving.
+        let mut next: Vec<usize> = vec![0; spec.orders.len()];
+        loop {
+            let left: Vec<usize> = (0..spec.orders.len())
+                .filter(|&o| spec.orders[o].relay && next[o] < spec.orders[o].versions.len())
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            let o = left[rng.below(left.len())];
+            outbox_rows.push((o, spec.orders[o].versions[next[o]]));
+            next[o] += 1;
+        }
+    }
+    let shards = spec.shards;
+    let mut sim = Sim {
+        db,
+        legacy,
+        rng,
+        queues: Vec::new(),
+        ring: Vec::new(),
+        broker_gen: 0,
+        sentinel: false,
+        pool: PoolState::Down,
+        pool_count: shards,
+        pool_must_reprepare: false,
+        prep: None,
+        topology_died: false,
+        paused: false,
+        relay: RelayState::Down,
+        outbox: outbox_rows,
+        outbox_sent: 0,
+        next_direct: vec![0; spec.orders.len()],
+        changes_left: spec.changes.clone(),
+        ring_rec: RingRecord {
+            count: shards,
+            epoch: 0,
+            done: true,
+        },
+        spec,
+        committed: HashSet::new(),
+        violations: Vec::new(),
+        trace: Vec::new(),
+        keep_trace,
+        stats: Stats::default(),
+    };
+    if keep_trace {
+        let spec = format!("{:?}", sim.spec);
+        sim.log(|| format!("seed {seed:#x} legacy {legacy}: {spec}"));
+    }
+    // The first start: the topology is declared (no window: nothing was
+    // there before), the pool consumes.
+    sim.start_prep(Owner::Pool, shards);
+    while sim.prep.is_some() {
+        sim.prep_step(false).await?;
+    }
+    let mut steps = 0;
+    while steps < 2000 && (!sim.all_published() || !sim.changes_left.is_empty() || steps < 150) {
+        sim.step().await?;
+        steps += 1;
+    }
+    sim.drain().await?;
+    sim.check().await?;
+    Ok(CaseResult {
+        seed,
+        violations: sim.violations,
+        trace: sim.trace,
+        stats: sim.stats,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Databases.
+
+/// Tables a case writes, and their serial columns (restarted so that a
+/// seed replays with the same epoch numbers). DELETE, not TRUNCATE: a
+/// TRUNCATE of these small tables costs ~150 ms here, a DELETE ~1 ms.
+const TABLES: [(&str, &str); 9] = [
+    ("pesanan", ""),
+    ("pesanan_riwayat", "seq"),
+    ("pesan_diproses", ""),
+    ("outbox", "id"),
+    ("urutan_epoch", "epoch"),
+    ("urutan_shard", ""),
+    ("urutan_parkir", "seq"),
+    ("urutan_ring", "versi"),
+    ("urutan_jendela", "jendela"),
+];
+
+async fn reset(db: &PgPool, legacy: bool) -> anyhow::Result<()> {
+    let mut sql = String::from("BEGIN;");
+    for (table, serial) in TABLES {
+        let table = match table {
+            "urutan_jendela" if legacy => "urutan_ring_berubah",
+            t => t,
+        };
+        let _ = write!(sql, "DELETE FROM {table};");
+        // The flag table of migration 0005 has no serial column.
+        let serial = if table == "urutan_ring_berubah" {
+            ""
+        } else {
+            serial
+        };
+        if !serial.is_empty() {
+            let _ = write!(
+                sql,
+                "SELECT setval(pg_get_serial_sequence('{table}', '{serial}'), 1, false);"
+            );
+        }
+    }
+    sql.push_str("COMMIT;");
+    tokio::time::timeout(
+        STATEMENT_LIMIT,
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(db),
+    )
+    .await??;
+    Ok(())
+}
+
+/// The migrations before the fix (0001-0006), for `legacy`.
+const LEGACY_MIGRATIONS: [&str; 6] = [
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../migrations/20261129000001_kontrak.sql"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../migrations/20261129000002_epoch.sql"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../migrations/20261129000003_epoch_order.sql"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../migrations/20261129000004_batch.sql"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../migrations/20261130000005_ring.sql"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../migrations/20261130000006_batch_set.sql"
+    )),
+];
+
+/// A database of the run's own, dropped (FORCE) when this is dropped.
+pub struct ModelDb {
+    pub name: String,
+    pub pool: PgPool,
+}
+
+impl ModelDb {
+    pub async fn create(name: String, legacy: bool) -> anyhow::Result<Self> {
+        let url: SecretUrl = format!("{PG_BASE}/{name}")
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!(e))?;
+        // Durability is no concern of the model: commits need not wait for
+        // the disk (this database only; ~4 ms less per statement here).
+        store::ensure_database(&url).await?;
+        let admin = store::connect(
+            &format!("{PG_BASE}/postgres")
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!(e))?,
+            1,
+        )
+        .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "ALTER DATABASE \"{name}\" SET synchronous_commit = off"
+        )))
+        .execute(&admin)
+        .await?;
+        admin.close().await;
+        let pool = if legacy {
+            let pool = store::connect(&url, 2).await?;
+            for sql in LEGACY_MIGRATIONS {
+                sqlx::raw_sql(sql).execute(&pool).await?;
+            }
+            pool
+        } else {
+            store::prepare(&url, 2).await?
+        };
+        Ok(Self { name, pool })
+    }
+}
+
+impl Drop for ModelDb {
+    fn drop(&mut self) {
+        crate::scratch::drop_database(PG_BASE, &self.name);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Runs.
+
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub cases: u64,
+    pub base: u64,
+    /// Replay this one seed (with its trace) instead.
+    pub seed: Option<u64>,
+    pub workers: usize,
+    pub legacy: bool,
+    /// Stop after this many failing cases (0: never).
+    pub max_failures: usize,
+    /// Give up (report what ran) after this long.
+    pub time_limit: Duration,
+}
+
+#[derive(Debug)]
+pub struct Summary {
+    pub ran: u64,
+    pub failures: Vec<CaseResult>,
+    pub elapsed: Duration,
+    pub stats: Stats,
+}
+
+impl Summary {
+    pub fn report(&self, legacy: bool) -> String {
+        let s = &self.stats;
+        let mut out = format!(
+            "interleave ({}): {} cases in {:.1} s, {} failing; {} messages, {} handled \
+             items, {} parked, {} released, {} redeliveries (all duplicate unless listed), \
+             {} broker restarts ({} remapped), {} grows, {} shrinks, {} shards retired, {} \
+             prepares died, {} pool crashes, {} windows, {} epochs",
+            if legacy { "legacy protocol" } else { "windows" },
+            self.ran,
+            self.elapsed.as_secs_f64(),
+            self.failures.len(),
+            s.messages,
+            s.steps,
+            s.parked,
+            s.released,
+            s.duplicates,
+            s.restarts,
+            s.remaps,
+            s.grows,
+            s.shrinks,
+            s.retired,
+            s.prep_deaths,
+            s.pool_crashes,
+            s.windows,
+            s.epochs
+        );
+        for kind in KINDS {
+            let n = self
+                .failures
+                .iter()
+                .filter(|f| {
+                    f.violations
+                        .iter()
+                        .any(|v| v.starts_with(&format!("{kind}:")))
+                })
+                .count();
+            if n > 0 {
+                let _ = write!(out, "\n  cases with a {kind} violation: {n}");
+            }
+        }
+        for f in self.failures.iter().take(10) {
+            let _ = write!(
+                out,
+                "\n  seed {:#x} (replay: URUTAN_INTERLEAVE_SEED={:#x}): {}",
+                f.seed,
+                f.seed,
+                f.violations.join("; ")
+            );
+        }
+        out
+    }
+}
+
+pub fn parse_seed(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    Ok(match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16)?,
+        None => s.parse()?,
+    })
+}
+
+pub async fn run(config: RunConfig) -> anyhow::Result<Summary> {
+    let started = Instant::now();
+    let tag = format!(
+        "urutan_test_interleave_{}_{:08x}",
+        std::process::id(),
+        Rng::new(started.elapsed().as_nanos() as u64 ^ u64::from(std::process::id())).next_u64()
+            as u32
+    );
+    if let Some(seed) = config.seed {
+        let db = ModelDb::create(format!("{tag}_0"), config.legacy).await?;
+        let result = run_case(&db.pool, seed, config.legacy, true).await?;
+        let stats = result.stats.clone();
+        let failures = if result.violations.is_empty() {
+            Vec::new()
+        } else {
+            vec![result]
+        };
+        return Ok(Summary {
+            ran: 1,
+            stats,
+            failures,
+            elapsed: started.elapsed(),
+        });
+    }
+    let next = Arc::new(AtomicU64::new(0));
+    let failures_seen = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..config.workers.max(1) {
+        let db = ModelDb::create(format!("{tag}_{w}"), config.legacy).await?;
+        let (next, failures_seen, config) = (next.clone(), failures_seen.clone(), config.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut stats = Stats::default();
+            let mut failures = Vec::new();
+            let mut ran = 0u64;
+            loop {
+                if started.elapsed() > config.time_limit
+                    || (config.max_failures > 0
+                        && failures_seen.load(Ordering::Relaxed) >= config.max_failures as u64)
+                {
+                    break;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= config.cases {
+                    break;
+                }
+                let seed = case_seed(config.base, i);
+                let result = run_case(&db.pool, seed, config.legacy, false)
+                    .await
+                    .with_context(|| format!("case seed {seed:#x}"))?;
+                ran += 1;
+                stats.add(&result.stats);
+                if !result.violations.is_empty() {
+                    failures_seen.fetch_add(1, Ordering::Relaxed);
+                    failures.push(result);
+                }
+            }
+            drop(db);
+            anyhow::Ok((ran, stats, failures))
+        }));
+    }
+    let mut summary = Summary {
+        ran: 0,
+        failures: Vec::new(),
+        elapsed: Duration::ZERO,
+        stats: Stats::default(),
+    };
+    for t in tasks {
+        let (ran, stats, failures) = t.await??;
+        summary.ran += ran;
+        summary.stats.add(&stats);
+        summary.failures.extend(failures);
+    }
+    summary.failures.sort_by_key(|f| f.seed);
+    summary.elapsed = started.elapsed();
+    if summary.ran < config.cases && config.max_failures == 0 {
+        bail!(
+            "only {} of {} cases ran within {:?}",
+            summary.ran,
+            config.cases,
+            config.time_limit
+        );
+    }
+    Ok(summary)
+}
+
+pub fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| parse_seed(&v).ok())
+}
