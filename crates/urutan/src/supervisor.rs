@@ -168,14 +168,7 @@ async fn consume_until_shutdown(
             prepare_with.topology_mode = TopologyMode::Check;
         }
         let conn = Arc::new(conn);
-        if lost_before {
-            metrics::counter!(m::BROKER_RECONNECTS_TOTAL).increment(1);
-            info!("reconnected to the broker");
-        }
-        info!(broker = %settings.amqp_url, shards = plan.consumed, bound = plan.bound,
-              prefetch = settings.prefetch, "consuming");
-        health.broker_up(plan.consumed);
-        metrics::gauge!(m::SHARDS).set(f64::from(plan.bound));
+        announce(settings, health, &plan, lost_before);
 
         // Everything of this connection stops with `stop`: on shutdown, on
         // a connection loss (the workers end) or when the ring changed.
@@ -199,13 +192,7 @@ async fn consume_until_shutdown(
             () = lost(&conn) => warn!("lost the pool's broker connection"),
         }
         stop.cancel();
-        workers.wait().await;
-        let ring_changed = watcher.await.unwrap_or(false);
-        side_tasks.wait().await;
-        health.broker_down();
-        if conn.status().connected() {
-            let _ = broker::call("connection.close", conn.close(200, "shutdown".into())).await;
-        }
+        let ring_changed = wind_down(workers, (side_tasks, watcher), health, &conn).await;
         if shutdown.is_cancelled() {
             info!("all shards stopped; broker connections closed");
             return Ok(());
@@ -218,6 +205,37 @@ async fn consume_until_shutdown(
             lost_before = true;
         }
     }
+}
+
+/// Logs and counts that the pool consumes again (a reconnect when the
+/// connection was lost before), and tells the health endpoints.
+fn announce(settings: &Settings, health: &Health, plan: &ShardPlan, lost_before: bool) {
+    if lost_before {
+        metrics::counter!(m::BROKER_RECONNECTS_TOTAL).increment(1);
+        info!("reconnected to the broker");
+    }
+    info!(broker = %settings.amqp_url, shards = plan.consumed, bound = plan.bound,
+          prefetch = settings.prefetch, "consuming");
+    health.broker_up(plan.consumed);
+    metrics::gauge!(m::SHARDS).set(f64::from(plan.bound));
+}
+
+/// After `stop` was cancelled: waits for the workers, then the side tasks,
+/// and closes the connection. Returns whether the recorded ring changed.
+async fn wind_down(
+    workers: TaskTracker,
+    (side_tasks, watcher): (TaskTracker, tokio::task::JoinHandle<bool>),
+    health: &Health,
+    conn: &lapin::Connection,
+) -> bool {
+    workers.wait().await;
+    let ring_changed = watcher.await.unwrap_or(false);
+    side_tasks.wait().await;
+    health.broker_down();
+    if conn.status().connected() {
+        let _ = broker::call("connection.close", conn.close(200, "shutdown".into())).await;
+    }
+    ring_changed
 }
 
 /// The tasks beside the workers of one connection, stopped by `stop`: the

@@ -240,52 +240,7 @@ impl Relay {
             tx.commit().await?;
             return Ok(None);
         }
-        let exchange = names.entry_exchange();
-        let mut confirmed = Vec::with_capacity(rows.len());
-        let mut unroutable = Vec::new();
-        for wave in waves(&rows) {
-            let started = Instant::now();
-            let mut pending = Vec::with_capacity(wave.len());
-            for &i in &wave {
-                pending.push((&rows[i], publish(channel, &exchange, &rows[i]).await?));
-            }
-            let mut complete = true;
-            for (row, confirm) in pending {
-                let id = row.id;
-                match call("publisher confirm", confirm).await? {
-                    Confirmation::Ack(None) => confirmed.push(id),
-                    Confirmation::Ack(Some(returned)) if !names.routes(&row.routing_key) => {
-                        warn!(
-                            outbox_id = id,
-                            "unroutable (returned, routing key outside the entry binding); set aside"
-                        );
-                        let reason = format!(
-                            "returned by the broker ({} {}): the routing key is outside `{}`",
-                            returned.reply_code,
-                            returned.reply_text,
-                            names.entry_binding_key()
-                        );
-                        unroutable.push((id, reason));
-                    }
-                    Confirmation::Ack(Some(_)) => {
-                        warn!(
-                            outbox_id = id,
-                            "unroutable (returned); is the topology declared?"
-                        );
-                        complete = false;
-                    }
-                    Confirmation::Nack(_) | Confirmation::NotRequested => {
-                        warn!(outbox_id = id, "the broker refused the message (nack)");
-                        complete = false;
-                    }
-                }
-            }
-            metrics::histogram!(m::OUTBOX_PUBLISH_DURATION_SECONDS)
-                .record(started.elapsed().as_secs_f64());
-            if !complete {
-                break;
-            }
-        }
+        let (confirmed, unroutable) = publish_waves(channel, names, &rows).await?;
         if let Some(hook) = &self.after_publish {
             hook();
         }
@@ -302,6 +257,65 @@ impl Relay {
         }
         Ok(Some(confirmed.len()))
     }
+}
+
+/// Publishes `rows` in waves (one per aggregate position, so no aggregate has
+/// two messages in flight) and waits for each wave's confirms. Returns the
+/// ids the broker confirmed and the ones it returned as unroutable (routing
+/// key outside the entry binding: set aside with their reason). Stops after
+/// a wave with a nack or an unexplained return; the rest is retried later.
+async fn publish_waves(
+    channel: &Channel,
+    names: &Names,
+    rows: &[Row],
+) -> Result<(Vec<i64>, Vec<(i64, String)>), RelayError> {
+    let exchange = names.entry_exchange();
+    let mut confirmed = Vec::with_capacity(rows.len());
+    let mut unroutable = Vec::new();
+    for wave in waves(rows) {
+        let started = Instant::now();
+        let mut pending = Vec::with_capacity(wave.len());
+        for &i in &wave {
+            pending.push((&rows[i], publish(channel, &exchange, &rows[i]).await?));
+        }
+        let mut complete = true;
+        for (row, confirm) in pending {
+            let id = row.id;
+            match call("publisher confirm", confirm).await? {
+                Confirmation::Ack(None) => confirmed.push(id),
+                Confirmation::Ack(Some(returned)) if !names.routes(&row.routing_key) => {
+                    warn!(
+                        outbox_id = id,
+                        "unroutable (returned, routing key outside the entry binding); set aside"
+                    );
+                    let reason = format!(
+                        "returned by the broker ({} {}): the routing key is outside `{}`",
+                        returned.reply_code,
+                        returned.reply_text,
+                        names.entry_binding_key()
+                    );
+                    unroutable.push((id, reason));
+                }
+                Confirmation::Ack(Some(_)) => {
+                    warn!(
+                        outbox_id = id,
+                        "unroutable (returned); is the topology declared?"
+                    );
+                    complete = false;
+                }
+                Confirmation::Nack(_) | Confirmation::NotRequested => {
+                    warn!(outbox_id = id, "the broker refused the message (nack)");
+                    complete = false;
+                }
+            }
+        }
+        metrics::histogram!(m::OUTBOX_PUBLISH_DURATION_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        if !complete {
+            break;
+        }
+    }
+    Ok((confirmed, unroutable))
 }
 
 /// 0.2 s doubling to 3 s, plus up to 100 % jitter: at most 6 s between
