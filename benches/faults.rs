@@ -8,7 +8,7 @@
 //! recovery after each, drains and checks every invariant. Writes
 //! `benches/results/faults.{md,json}`; exits 1 if anything failed.
 //! It restarts the broker and the database it is pointed at: see
-//! `benches/faults/services.rs` for running it against private ones.
+//! `urutan_testkit::faults::services` for running it against private ones.
 //!
 //! With `--cluster` it runs against the three-node cluster named by
 //! `FAULTS_CLUSTER` (the path of `deploy/brokers/cluster.sh`): the cluster
@@ -54,7 +54,7 @@ const USAGE: &str =
   --out DIR    where the report goes (benches/results)
 
 The broker and database: FAULTS_AMQP_BASE, FAULTS_PG_BASE, FAULTS_RABBITMQCTL, FAULTS_PG_CTL
-(benches/faults/services.rs); private ones, pair included, from
+(urutan_testkit::faults::services); private ones, pair included, from
   eval \"$(bash benches/faults/private-services.sh [--pair])\"
 and gone again with `bash benches/faults/private-services.sh --down`.
 FAULTS_BUDGET_MIN=M: no fault starts after M minutes (the run then drains and checks as usual).";

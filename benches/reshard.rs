@@ -81,7 +81,7 @@ struct Report {
 }
 
 /// Starts `urutan <args>` on the scenario as `name` (the shared
-/// child-process type, `tests/support/process.rs`: SIGKILLed if still
+/// child-process type, `urutan_testkit::process`: SIGKILLed if still
 /// running when dropped), logging to `target/bench-logs/reshard-<pid>/`.
 fn start(
     env: &BenchEnv,

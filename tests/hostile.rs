@@ -1122,7 +1122,7 @@ struct Read {
     record_depth: usize,
 }
 
-/// Parses `properties` (see `tests/support/wire.rs`) with the codec, lifts,
+/// Parses `properties` (see `urutan_testkit::wire`) with the codec, lifts,
 /// decodes and records them: all of it, drops included, on a 512 KiB stack
 /// within 5 s. `None`: the codec refused the bytes (lapin then closes the
 /// connection: only malformed frames, never a producer's content).

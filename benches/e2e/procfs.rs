@@ -165,7 +165,7 @@ pub fn busy_share(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<f64> {
 }
 
 /// A running `urutan run` process (killed if dropped while running): the
-/// shared child-process type (`tests/support/process.rs`).
+/// shared child-process type (`urutan_testkit::process`).
 pub use crate::process::Urutan as Worker;
 
 /// Starts `bin run` on `env` with `SHARD_COUNT`/`PREFETCH`, logging (at

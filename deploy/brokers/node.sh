@@ -302,8 +302,8 @@ url)
 env)
     (($# == 1)) || usage
     load "$1"
-    # The integration tests (tests/it/common.rs) and the fault suite
-    # (benches/faults/services.rs; its PostgreSQL stays as it is).
+    # The integration tests (urutan_testkit::fixtures) and the fault suite
+    # (urutan_testkit::faults::services; its PostgreSQL stays as it is).
     self="bash ${HERE}/node.sh"
     cat <<EOF
 export URUTAN_TEST_AMQP_BASE=amqp://guest:guest@127.0.0.1:${PORT}

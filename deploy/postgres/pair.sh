@@ -2,7 +2,7 @@
 # A PostgreSQL primary with a streaming standby on this machine, from Debian's
 # own packages (postgresql-common's pg_createcluster / pg_ctlcluster), for
 # trying database failovers (tests/it/failover.rs, and the fault suite's
-# pair mode: benches/faults/services.rs).
+# pair mode: urutan_testkit::faults::services).
 #
 #   pair.sh up [--sync|--async] [--replication-port P]
 #       create and start both clusters (a no-op if they already run as a

@@ -77,7 +77,7 @@ pub async fn publish_raw(
 }
 
 /// Publishes one message with `properties` exactly as encoded (see
-/// `tests/support/wire.rs`) to `exchange` with `routing_key` in `vhost`,
+/// `urutan_testkit::wire`) to `exchange` with `routing_key` in `vhost`,
 /// as guest, and closes cleanly (so the broker has routed it). The content
 /// header must fit one frame (128 KiB by default).
 pub async fn publish_raw_to(

@@ -30,7 +30,7 @@ pub async fn admin(program: &str, args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// A scenario's own vhost and database: the shared scratch type
-/// (`tests/support/scratch.rs`), named `urutan-bench-<pid>_<tag>_<random>`
+/// (`urutan_testkit::scratch`), named `urutan-bench-<pid>_<tag>_<random>`
 /// so that [`sweep_stale`] can tell whose it is.
 pub use crate::scratch::Scratch as BenchEnv;
 

@@ -204,7 +204,7 @@ pub fn sh(program: &str, args: &[&str]) -> String {
 
 /// A vhost and a database of one's own, dropped at the end (even on
 /// panic; kept for inspection when a test fails with `URUTAN_TEST_KEEP`
-/// set): the shared scratch type (`tests/support/scratch.rs`), with the
+/// set): the shared scratch type (`urutan_testkit::scratch`), with the
 /// tests' conveniences below.
 pub use crate::scratch::Scratch as TestEnv;
 
@@ -541,7 +541,7 @@ impl RunningPool {
 }
 
 /// A `urutan` command as a child process (the shared child-process type,
-/// `tests/support/process.rs`; SIGKILLed when dropped, so no test leaves
+/// `urutan_testkit::process`; SIGKILLed when dropped, so no test leaves
 /// one behind), its own HTTP port, its log in a temporary directory. Its
 /// waits are bounded and panic with the log.
 pub struct UrutanProcess {

@@ -1,7 +1,6 @@
 //! A tiny HTTP/1.0 GET for the `/metrics`, `/healthz` and `/readyz`
-//! endpoints, shared by the integration tests (`tests/it/common.rs`) and
-//! the fault engine (`benches/faults/procs.rs`), each including it with
-//! `#[path]`.
+//! endpoints, shared by the integration tests ([`crate::fixtures`]) and
+//! the fault engine ([`crate::faults::procs`]).
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,9 +1,8 @@
 //! One `urutan` child process, as the fault engine (`benches/faults/`) and
 //! the benchmarks (`benches/e2e/`) run it: its own HTTP port (`/readyz`,
 //! `/metrics`), its log in a file, signals by name, a bounded stop.
-//! Dropping it SIGKILLs it. Each crate includes this file once with
-//! `#[path]` (next to `http.rs`, which it uses), so the type is its own
-//! and it can add methods in an `impl Urutan` block.
+//! Dropping it SIGKILLs it. The fault engine adds its methods in an
+//! `impl Urutan` block (`faults::procs`).
 //!
 //! Every process still running is listed, so a signal handler can stop
 //! what a run leaves when it is cut short ([`kill_alive`]).

@@ -1,9 +1,8 @@
 //! A vhost and a database of one's own, deleted when dropped: the one
 //! environment type of the integration tests (`TestEnv` in
-//! `tests/it/common.rs`), the benchmarks (`BenchEnv` in `benches/e2e/env.rs`)
-//! and the fault engine (`benches/faults/services.rs`). Each crate includes
-//! this file once with `#[path]`, so the type is its own and it adds its
-//! conveniences in an `impl Scratch` block of its own.
+//! [`crate::fixtures`]), the benchmarks (`BenchEnv` in [`crate::bench_env`])
+//! and the fault engine ([`crate::faults::services`]), each adding its
+//! conveniences in an `impl Scratch` block.
 //!
 //! Every scratch that is alive is also listed, so a signal handler or an
 //! exit hook can delete what a run leaves when it is cut short

@@ -2,8 +2,7 @@
 //! broker, `tests/cluster.rs` on the three-node cluster): the seed, the
 //! options, and the verdict: every kind injected, every invariant held,
 //! each workers' recovery within twice its goal and the end-to-end one
-//! within [`E2E_BOUND_MS`]. Included with `#[path]` next to the engine's
-//! modules.
+//! within [`E2E_BOUND_MS`].
 
 use std::time::Duration;
 

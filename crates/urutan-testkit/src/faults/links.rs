@@ -1,6 +1,6 @@
 //! The run's network links: on a single broker, every process of the fleet
 //! reaches the broker and the database through a fault-injecting TCP proxy
-//! (`tests/it/proxy.rs`), so the suite can make the wire fail silently
+//! (`urutan_testkit::proxy`), so the suite can make the wire fail silently
 //! (blackhole: packets vanish, sockets stay open) or slowly (added latency).
 //! The suite's own checks and probes connect directly.
 //!

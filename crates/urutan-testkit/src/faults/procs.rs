@@ -1,5 +1,5 @@
 //! The real `urutan run` / `urutan relay` / `urutan effects` processes of a
-//! run (the shared child-process type, `tests/support/process.rs`), all
+//! run (the shared child-process type, `urutan_testkit::process`), all
 //! spawned from one pinned binary.
 
 use std::path::{Path, PathBuf};

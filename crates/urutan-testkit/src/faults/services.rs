@@ -184,7 +184,7 @@ impl Drop for Restarter {
 impl Services {
     /// Creates the run's own vhost `urutan-faults-<tag>` (guest may do
     /// anything in it) and database `urutan_faults_<tag>` (migrated by the
-    /// first worker): the shared scratch type (`tests/support/scratch.rs`),
+    /// first worker): the shared scratch type (`urutan_testkit::scratch`),
     /// deleted when dropped unless `FAULTS_KEEP` is set (to look into a
     /// run's history; then dropped by hand).
     pub async fn scratch(&self, tag: &str) -> anyhow::Result<Scratch> {
