@@ -18,6 +18,7 @@
 //! permission needed). Every database statement is bounded by
 //! [`STATEMENT_TIMEOUT`], every broker call by [`broker::CALL_TIMEOUT`].
 
+mod clock;
 pub mod dlq;
 pub mod explain;
 pub mod replicas;

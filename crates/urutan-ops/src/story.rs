@@ -7,8 +7,8 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
+use super::clock::{age, when};
 use super::explain::Explanation;
-use super::view::{age, when};
 
 /// One line of the story.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
             .to_std()
             .is_ok_and(|waited| waited > stuck_after)
     };
-    let age = |since: DateTime<Utc>| crate::view::age(now, since);
+    let age = |since: DateTime<Utc>| crate::clock::age(now, since);
     if let Some(e) = &status.database.error {
         found.push(attention("database_unreachable", e.clone()));
     }

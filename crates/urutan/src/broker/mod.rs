@@ -2,6 +2,7 @@
 //! delivery into the contract's [`Envelope`](crate::message::Envelope).
 
 pub mod delivery;
+pub mod reply;
 pub mod restart;
 pub mod topology;
 

@@ -19,7 +19,7 @@ use lapin::options::ExchangeDeclareOptions;
 use lapin::types::FieldTable;
 use lapin::{Connection, ExchangeKind};
 
-use super::topology::{is_access_refused, is_not_found};
+use super::reply::{is_access_refused, is_not_found};
 use super::{BrokerError, Names, call};
 
 /// Whether the sentinel is gone: the broker (re)started since it was

@@ -10,6 +10,8 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{Channel, Connection, ExchangeKind};
 use tracing::{info, warn};
 
+use super::reply::amqp_reply_code;
+pub use super::reply::{is_access_refused, is_not_found};
 use super::{BrokerError, call, delivery::ENTITY_HEADER};
 
 /// Broker object names, all derived from one prefix (default `pesanan`).
@@ -561,22 +563,6 @@ fn reply_code(e: &BrokerError) -> Option<u16> {
         BrokerError::Amqp(e) => amqp_reply_code(e),
         _ => None,
     }
-}
-
-fn amqp_reply_code(e: &lapin::Error) -> Option<u16> {
-    match e.kind() {
-        lapin::ErrorKind::ProtocolError(amqp) => Some(amqp.get_id()),
-        _ => None,
-    }
-}
-
-pub fn is_not_found(e: &lapin::Error) -> bool {
-    amqp_reply_code(e) == Some(404)
-}
-
-/// 403 ACCESS_REFUSED: the user lacks the permission.
-pub fn is_access_refused(e: &lapin::Error) -> bool {
-    amqp_reply_code(e) == Some(403)
 }
 
 /// The broker's reply text of a refusal (e.g. "ACCESS_REFUSED - access to
