@@ -150,8 +150,8 @@ async fn produce(db: PgPool, o: Options, stop: Arc<AtomicBool>, written: Arc<Ato
                 agregat_id: &id,
                 status: "s",
                 versi: i64::try_from(round).unwrap_or(i64::MAX) + 1,
-                data: None,
                 routing_key: "pesanan.bench",
+                ..Default::default()
             };
             if urutan::outbox::enqueue(&mut tx, &event).await.is_err() {
                 break;

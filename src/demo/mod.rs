@@ -378,13 +378,7 @@ async fn generate(
             let routing_key = format!("{}.{city}.{status}", names.entry_exchange());
             let outbox_id = outbox::enqueue(
                 &mut tx,
-                &NewEvent {
-                    agregat_id: id,
-                    status,
-                    versi: *step as i64 + 1,
-                    data: Some(&data),
-                    routing_key: &routing_key,
-                },
+                &NewEvent::new(id, status, *step as i64 + 1, &routing_key).with_data(&data),
             )
             .await?;
             lock(&stats.written).insert(outbox_id.to_string(), Instant::now());

@@ -173,8 +173,7 @@ fn event(m: &Msg) -> Event {
         entity_id: body["id"].as_str().expect("id").to_owned(),
         status: body["status"].as_str().expect("status").to_owned(),
         versi: body["versi"].as_i64().expect("versi"),
-        data: None,
-        published_at: None,
+        ..Default::default()
     }
 }
 

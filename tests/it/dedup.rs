@@ -183,8 +183,7 @@ fn event(order: &str, versi: i64, message_id: &str) -> Event {
         entity_id: order.to_owned(),
         status: "s".to_owned(),
         versi,
-        data: None,
-        published_at: None,
+        ..Default::default()
     }
 }
 

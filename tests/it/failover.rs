@@ -510,8 +510,8 @@ async fn enqueue_tx_once(db: &PgPool, events: &[(String, i64)]) -> Result<(), St
             agregat_id: entity,
             status: &status,
             versi: *versi,
-            data: None,
             routing_key: "pesanan.jakarta.diperbarui",
+            ..Default::default()
         };
         enqueue(&mut tx, &event).await.map_err(|e| e.to_string())?;
     }

@@ -22,8 +22,7 @@ fn event(entity: &str, versi: i64) -> Event {
         entity_id: entity.to_owned(),
         status: format!("s{versi}"),
         versi,
-        data: None,
-        published_at: None,
+        ..Default::default()
     }
 }
 
@@ -170,8 +169,8 @@ pub(crate) async fn produce(
                         agregat_id: &id,
                         status: "s",
                         versi,
-                        data: None,
                         routing_key: "pesanan.uji",
+                        ..Default::default()
                     },
                 )
                 .await

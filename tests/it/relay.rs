@@ -359,8 +359,8 @@ async fn outbox_rows_reach_the_worker_and_are_applied() {
                 agregat_id: "ROLLED-BACK",
                 status: "dibuat",
                 versi: 1,
-                data: None,
                 routing_key: "pesanan.jakarta.dibuat",
+                ..Default::default()
             },
         )
         .await

@@ -465,13 +465,8 @@ async fn a_returned_outbox_row_never_reaches_the_relay_logs() {
     let mut ids = Vec::new();
     for routing_key in ["pesanan.jakarta.dibuat", "lain.tidak.cocok"] {
         let mut tx = db.begin().await.expect("begin");
-        let event = NewEvent {
-            agregat_id: "rahasia-relay",
-            status: &status,
-            versi: 1 + ids.len() as i64,
-            data: Some(&data),
-            routing_key,
-        };
+        let event = NewEvent::new("rahasia-relay", &status, 1 + ids.len() as i64, routing_key)
+            .with_data(&data);
         ids.push(enqueue(&mut tx, &event).await.expect("enqueue"));
         tx.commit().await.expect("commit");
     }

@@ -689,13 +689,8 @@ pub async fn enqueue_tx(db: &PgPool, events: &[(String, i64)]) -> Vec<i64> {
         let data = serde_json::json!({"kota": "jakarta", "versi": versi});
         let id = urutan::outbox::enqueue(
             &mut tx,
-            &urutan::outbox::NewEvent {
-                agregat_id: entity,
-                status: &status,
-                versi: *versi,
-                data: Some(&data),
-                routing_key: "pesanan.jakarta.diperbarui",
-            },
+            &urutan::outbox::NewEvent::new(entity, &status, *versi, "pesanan.jakarta.diperbarui")
+                .with_data(&data),
         )
         .await
         .expect("enqueue");

@@ -813,8 +813,7 @@ impl<'a> Sim<'a> {
                     entity_id: self.spec.orders[order].id.clone(),
                     status: "dibuat".to_owned(),
                     versi,
-                    data: None,
-                    published_at: None,
+                    ..Default::default()
                 };
                 let applied = tokio::time::timeout(
                     STATEMENT_LIMIT,

@@ -61,8 +61,9 @@ pub enum EntityHeader<'a> {
 ///
 /// Serialized, it is the jsonb the apply functions take (`store::apply`):
 /// the contract's body plus `message_id`; a new optional field added here
-/// reaches the SQL functions without changing their signatures.
-#[derive(Debug, Clone, serde::Serialize)]
+/// reaches the SQL functions without changing their signatures, and (with
+/// `..Default::default()` at every literal) no call site.
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Event {
     pub message_id: String,
     #[serde(rename = "id")]

@@ -98,8 +98,8 @@ async fn enqueue(db: &PgPool, chosen: &[usize], next: &[i64]) -> Result<(), sqlx
             agregat_id: &id,
             status,
             versi,
-            data: None,
             routing_key: &format!("pesanan.faults.{status}"),
+            ..Default::default()
         };
         urutan::outbox::enqueue(&mut tx, &event)
             .await

@@ -10,8 +10,9 @@ use sqlx::{PgConnection, PgPool};
 /// Channel the relay LISTENs on; [`enqueue`] notifies it (delivered at commit).
 pub const NOTIFY_CHANNEL: &str = "urutan_outbox";
 
-/// An event about one order, as a producer states it.
-#[derive(Debug, Clone)]
+/// An event about one order, as a producer states it. Optional fields
+/// default (`..Default::default()`), so adding one touches no call site.
+#[derive(Debug, Clone, Default)]
 pub struct NewEvent<'a> {
     /// The order id: the body's `id` and the `x-pesanan-id` header.
     pub agregat_id: &'a str,
@@ -23,6 +24,27 @@ pub struct NewEvent<'a> {
     pub data: Option<&'a Value>,
     /// Routing key on the `pesanan` exchange, e.g. `pesanan.jakarta.dibuat`.
     pub routing_key: &'a str,
+}
+
+impl<'a> NewEvent<'a> {
+    /// An event with no optional field set.
+    pub fn new(agregat_id: &'a str, status: &'a str, versi: i64, routing_key: &'a str) -> Self {
+        NewEvent {
+            agregat_id,
+            status,
+            versi,
+            routing_key,
+            ..Default::default()
+        }
+    }
+
+    /// With `data`, the optional extra state.
+    pub fn with_data(self, data: &'a Value) -> Self {
+        NewEvent {
+            data: Some(data),
+            ..self
+        }
+    }
 }
 
 /// Why an event cannot be enqueued.
@@ -44,8 +66,8 @@ pub enum EnqueueError {
 /// let mut tx = pool.begin().await?;
 /// // ... the producer's own business writes on `tx` ...
 /// enqueue(&mut tx, &NewEvent {
-///     agregat_id: "P-1001", status: "dibayar", versi: 3, data: None,
-///     routing_key: "pesanan.jakarta.dibayar",
+///     agregat_id: "P-1001", status: "dibayar", versi: 3,
+///     routing_key: "pesanan.jakarta.dibayar", ..Default::default()
 /// }).await?;
 /// tx.commit().await?;
 /// # Ok(()) }
@@ -145,8 +167,8 @@ mod tests {
             agregat_id: Box::leak(id.to_owned().into_boxed_str()),
             status: Box::leak(status.to_owned().into_boxed_str()),
             versi,
-            data: None,
             routing_key: "pesanan.x",
+            ..Default::default()
         }
     }
 

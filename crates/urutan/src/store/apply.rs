@@ -216,7 +216,7 @@ mod tests {
             status: "dibayar".into(),
             versi: 3,
             data: data.map(|d| serde_json::value::RawValue::from_string(d.into()).expect("raw")),
-            published_at: Some(std::time::SystemTime::UNIX_EPOCH),
+            ..Default::default()
         };
         let (with, without) = (event(Some(r#"{"total": 5}"#)), event(None));
         let items = [
