@@ -24,6 +24,7 @@ mod raw_amqp;
 mod recovery;
 mod relay;
 mod replicas;
+mod retention;
 mod ring;
 mod schema;
 mod secrets;

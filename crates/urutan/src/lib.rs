@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod outcome;
 pub mod reshard;
+mod retry;
 pub mod rfc3339;
 pub mod shard;
 pub mod store;

@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -359,14 +358,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    // At most 3 s plus up to 100 % jitter between attempts: back within
-    // seconds once the service is.
-    let mut backoff = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(3))
-        .with_jitter()
-        .without_max_times()
-        .build();
+    let mut backoff = crate::retry::backoff();
     loop {
         let result = tokio::select! {
             () = shutdown.cancelled() => return None,
@@ -375,11 +367,10 @@ where
         match result {
             Ok(value) => return Some(value),
             Err(e) => {
-                let delay = backoff.next().unwrap_or(Duration::from_secs(3));
+                let delay = crate::retry::next_delay(&mut backoff);
                 error!(error = %e, retry_in = ?delay, "{what} unavailable");
-                tokio::select! {
-                    () = shutdown.cancelled() => return None,
-                    () = tokio::time::sleep(delay) => {}
+                if !crate::retry::sleep_unless_stopped(delay, shutdown).await {
+                    return None;
                 }
             }
         }

@@ -162,7 +162,8 @@ impl Default for DlqCaps {
     }
 }
 
-/// [`declare`] with every queue setting.
+/// [`declare`] with every queue setting. A refusal of the broker user's
+/// permissions becomes [`TopologyError::AccessRefused`], whichever step met it.
 pub async fn declare_with(
     conn: &Connection,
     names: &Names,
@@ -170,7 +171,37 @@ pub async fn declare_with(
     queues: QueueSettings,
     allow_shrink: bool,
 ) -> Result<ShardPlan, TopologyError> {
-    match declare_all(conn, names, shard_count, queues, allow_shrink).await {
+    let declared = async {
+        let existing = count_existing_shards(conn, names).await?;
+        if existing > shard_count && !allow_shrink {
+            return Err(TopologyError::Shrink {
+                existing,
+                wanted: shard_count,
+            });
+        }
+        let ch = call("channel.open", conn.create_channel()).await?;
+        let ch = declare_dead_lettering(conn, ch, names, &queues).await?;
+        declare_entry(&ch, names).await?;
+        let consumed = existing.max(shard_count);
+        declare_shard_queues(&ch, names, &queues, consumed, shard_count).await?;
+        let _ = call("channel.close", ch.close(200, "topology declared".into())).await;
+        // Last: whoever probes it next knows the ring has not been rebuilt by a
+        // restart since this declaration (see `restart`).
+        super::restart::declare_sentinel(conn, names).await?;
+        if existing != 0 && existing < shard_count {
+            info!(
+                from = existing,
+                to = shard_count,
+                "appended new shards to the ring"
+            );
+        }
+        Ok::<_, TopologyError>(ShardPlan {
+            bound: shard_count,
+            consumed,
+        })
+    }
+    .await;
+    match declared {
         Err(TopologyError::Broker(BrokerError::Amqp(e))) if is_access_refused(&e) => {
             Err(TopologyError::AccessRefused {
                 detail: refusal_text(&e),
@@ -178,42 +209,6 @@ pub async fn declare_with(
         }
         other => other,
     }
-}
-
-async fn declare_all(
-    conn: &Connection,
-    names: &Names,
-    shard_count: u16,
-    queues: QueueSettings,
-    allow_shrink: bool,
-) -> Result<ShardPlan, TopologyError> {
-    let existing = count_existing_shards(conn, names).await?;
-    if existing > shard_count && !allow_shrink {
-        return Err(TopologyError::Shrink {
-            existing,
-            wanted: shard_count,
-        });
-    }
-    let ch = call("channel.open", conn.create_channel()).await?;
-    let ch = declare_dead_lettering(conn, ch, names, &queues).await?;
-    declare_entry(&ch, names).await?;
-    let consumed = existing.max(shard_count);
-    declare_shard_queues(&ch, names, &queues, consumed, shard_count).await?;
-    let _ = call("channel.close", ch.close(200, "topology declared".into())).await;
-    // Last: whoever probes it next knows the ring has not been rebuilt by a
-    // restart since this declaration (see `restart`).
-    super::restart::declare_sentinel(conn, names).await?;
-    if existing != 0 && existing < shard_count {
-        info!(
-            from = existing,
-            to = shard_count,
-            "appended new shards to the ring"
-        );
-    }
-    Ok(ShardPlan {
-        bound: shard_count,
-        consumed,
-    })
 }
 
 /// Declares the durable exchange `name` of `kind`.

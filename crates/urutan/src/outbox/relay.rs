@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use chrono::{DateTime, Utc};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
@@ -40,6 +39,8 @@ use crate::config::{SecretUrl, Settings};
 use crate::health::Health;
 use crate::metrics as m;
 use crate::reshard::handoff;
+use crate::retry;
+use crate::store::Expiring;
 
 /// Pause between two purges of sent rows.
 const PURGE_EVERY: Duration = Duration::from_secs(300);
@@ -113,7 +114,7 @@ pub struct Relay {
 impl Relay {
     /// Relays until `shutdown`; the batch in progress is finished first.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut backoff = fresh_backoff();
+        let mut backoff = retry::backoff();
         // Whether an earlier session had relayed: its broker connection is
         // gone, so the next one is a reconnect.
         let mut was_active = false;
@@ -124,18 +125,17 @@ impl Relay {
                 was_active = true;
                 // It got through to relaying: the next failure is a new
                 // outage and starts from a short delay.
-                backoff = fresh_backoff();
+                backoff = retry::backoff();
             }
             self.health.broker_down();
             match result {
                 Ok(()) => return,
                 Err(e) => {
                     self.health.set_database(false);
-                    let delay = backoff.next().unwrap_or(Duration::from_secs(3));
+                    let delay = retry::next_delay(&mut backoff);
                     warn!(error = %e, retry_in = ?delay, "relay interrupted; rows stay unsent until retried");
-                    tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        () = tokio::time::sleep(delay) => {}
+                    if !retry::sleep_unless_stopped(delay, &shutdown).await {
+                        return;
                     }
                 }
             }
@@ -318,17 +318,6 @@ async fn publish_waves(
     Ok((confirmed, unroutable))
 }
 
-/// 0.2 s doubling to 3 s, plus up to 100 % jitter: at most 6 s between
-/// attempts, so the relay is back within seconds of its services.
-fn fresh_backoff() -> backon::ExponentialBackoff {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(3))
-        .with_jitter()
-        .without_max_times()
-        .build()
-}
-
 /// Splits rows (in id order) into waves with at most one row per aggregate:
 /// wave k holds the k-th row of every aggregate, so each aggregate's rows go
 /// out in id order, one confirmed wave after another.
@@ -450,16 +439,12 @@ async fn update_backlog(db: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// Deletes sent rows older than `retention`, 5,000 per statement, on the
 /// relay's own connection, without a pause between statements.
 pub async fn purge_sent(db: &mut PgConnection, retention: Duration) -> Result<u64, sqlx::Error> {
-    let total = crate::store::purge_batches_on(
-        db,
-        "DELETE FROM outbox WHERE id IN (
-             SELECT id FROM outbox
-             WHERE dikirim_pada < now() - make_interval(secs => $1)
-             ORDER BY id LIMIT $2)",
-        retention,
-        Duration::ZERO,
-    )
-    .await?;
+    const SENT: Expiring = Expiring::new(
+        "outbox",
+        "id",
+        "dikirim_pada < now() - make_interval(secs => $1)",
+    );
+    let total = crate::store::purge_batches_on(db, &SENT, retention, Duration::ZERO).await?;
     if total > 0 {
         info!(rows = total, "purged sent outbox rows");
     }

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use lapin::Connection;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -26,6 +25,7 @@ use super::{Ended, ShardWorker};
 use crate::broker::{self, BrokerError, Names, call, restart};
 use crate::config::BrokerUrls;
 use crate::metrics as m;
+use crate::retry;
 
 /// A connection that lived this long was not lost to a repeated failure:
 /// the next loss starts the backoff over.
@@ -48,22 +48,12 @@ pub struct Link {
     pub restart_seen: CancellationToken,
 }
 
-/// Capped, jittered exponential backoff: 200 ms up to 3 s (as the pool's).
-fn backoff() -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(3))
-        .with_jitter()
-        .without_max_times()
-        .build()
-}
-
 impl ShardWorker {
     /// Runs the shard on a connection of its own until `stop`, reconnecting
     /// it (alone, with backoff) whenever it is lost.
     pub async fn run_connected(self, link: Arc<Link>, stop: CancellationToken) {
         let name = format!("urutan run {}", self.queue);
-        let mut delays = backoff();
+        let mut delays = retry::backoff();
         let mut lost = false;
         loop {
             let Some(conn) = self.open(&link, &name, lost, &stop).await else {
@@ -82,15 +72,14 @@ impl ShardWorker {
                 return;
             }
             if since.elapsed() > STABLE {
-                delays = backoff();
+                delays = retry::backoff();
             }
-            let delay = delays.next().unwrap_or(Duration::from_secs(3));
+            let delay = retry::next_delay(&mut delays);
             warn!(shard = self.shard, retry_in = ?delay,
                   "shard lost its broker connection; reconnecting it (other shards go on)");
             lost = true;
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(delay) => {}
+            if !retry::sleep_unless_stopped(delay, &stop).await {
+                return;
             }
         }
     }
@@ -104,7 +93,7 @@ impl ShardWorker {
         reconnect: bool,
         stop: &CancellationToken,
     ) -> Option<Arc<Connection>> {
-        let mut delays = backoff();
+        let mut delays = retry::backoff();
         let mut tries = 0u32;
         loop {
             let assume_restart = reconnect || tries > 0;
@@ -140,12 +129,11 @@ impl ShardWorker {
                 }
                 Err(e) => e,
             };
-            let delay = delays.next().unwrap_or(Duration::from_secs(3));
+            let delay = retry::next_delay(&mut delays);
             error!(shard = self.shard, error = %error, retry_in = ?delay,
                    "broker unavailable for the shard");
-            tokio::select! {
-                () = stop.cancelled() => return None,
-                () = tokio::time::sleep(delay) => {}
+            if !retry::sleep_unless_stopped(delay, stop).await {
+                return None;
             }
         }
     }

@@ -14,6 +14,7 @@ use sqlx::types::Json;
 use sqlx::{Connection, PgConnection, PgExecutor, PgPool};
 
 use super::StoreError;
+use super::retention::{Expiring, purge_in_batches};
 
 /// One dead-letter row to record (see the migration for each column).
 #[derive(Debug, Clone, PartialEq)]
@@ -178,15 +179,12 @@ pub async fn purge_resolved_dead_letters(
     pool: &PgPool,
     retention: Duration,
 ) -> Result<u64, sqlx::Error> {
-    super::retention::purge_in_batches(
-        pool,
-        "DELETE FROM urutan_dead_letter WHERE id IN (
-             SELECT id FROM urutan_dead_letter
-             WHERE resolved_at < now() - make_interval(secs => $1)
-             LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        retention,
-    )
-    .await
+    const RESOLVED: Expiring = Expiring::new(
+        "urutan_dead_letter",
+        "id",
+        "resolved_at < now() - make_interval(secs => $1)",
+    );
+    purge_in_batches(pool, &RESOLVED, retention).await
 }
 
 /// Deletes unresolved dead-letter rows recorded longer than `retention` ago
@@ -198,13 +196,10 @@ pub async fn purge_unresolved_dead_letters(
     pool: &PgPool,
     retention: Duration,
 ) -> Result<u64, sqlx::Error> {
-    super::retention::purge_in_batches(
-        pool,
-        "DELETE FROM urutan_dead_letter WHERE id IN (
-             SELECT id FROM urutan_dead_letter
-             WHERE resolved_at IS NULL AND recorded_at < now() - make_interval(secs => $1)
-             LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        retention,
-    )
-    .await
+    const UNRESOLVED: Expiring = Expiring::new(
+        "urutan_dead_letter",
+        "id",
+        "resolved_at IS NULL AND recorded_at < now() - make_interval(secs => $1)",
+    );
+    purge_in_batches(pool, &UNRESOLVED, retention).await
 }

@@ -26,7 +26,7 @@ pub use dead_letter::{
     resolve_dead_letter, store_dead_letter_x_death,
 };
 pub use read::{Standing, processed_at, processed_for, standing, stored_version};
-pub(crate) use retention::purge_batches_on;
+pub(crate) use retention::{Expiring, purge_batches_on};
 pub use retention::{Retention, purge_expired, run_retention};
 
 /// The embedded migrations of `migrations/`.

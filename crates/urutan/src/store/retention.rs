@@ -15,47 +15,79 @@ const BATCH: i64 = 5_000;
 /// Pause between two purge passes.
 const EVERY: Duration = Duration::from_secs(300);
 
+/// Rows of one table that expire, deleted [`BATCH`] at a time by the one
+/// purge loop ([`purge_batches_on`]).
+pub(crate) struct Expiring {
+    table: &'static str,
+    /// The key the batch's rows are picked by.
+    key: &'static str,
+    /// When a row has expired; `$1` is the retention in seconds.
+    expired: &'static str,
+}
+
+impl Expiring {
+    pub(crate) const fn new(table: &'static str, key: &'static str, expired: &'static str) -> Self {
+        Self {
+            table,
+            key,
+            expired,
+        }
+    }
+
+    /// One batch: up to `$2` expired rows, skipping rows another purger
+    /// holds. Built from the constants above only, never from input.
+    fn delete_batch(&self) -> sqlx::AssertSqlSafe<String> {
+        let Self {
+            table,
+            key,
+            expired,
+        } = self;
+        sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE {key} IN (
+                 SELECT {key} FROM {table} WHERE {expired}
+                 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+        ))
+    }
+}
+
+/// Processed message ids (`DEDUP_RETENTION`).
+const PROCESSED_IDS: Expiring = Expiring::new(
+    "pesan_diproses",
+    "message_id",
+    "diproses_pada < now() - make_interval(secs => $1)",
+);
+
 /// Deletes every `pesan_diproses` row older than `retention`, `BATCH` rows
-/// per transaction (rows locked by another purger are skipped). Returns how
-/// many rows went.
+/// per transaction. Returns how many rows went.
 pub async fn purge_expired(pool: &PgPool, retention: Duration) -> Result<u64, sqlx::Error> {
-    purge_in_batches(
-        pool,
-        "DELETE FROM pesan_diproses WHERE message_id IN (
-             SELECT message_id FROM pesan_diproses
-             WHERE diproses_pada < now() - make_interval(secs => $1)
-             LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        retention,
-    )
-    .await
+    purge_in_batches(pool, &PROCESSED_IDS, retention).await
 }
 
 /// Pause between two batches of a store purge, to leave room for the
 /// workers.
 const PAUSE: Duration = Duration::from_millis(50);
 
-/// Runs `delete` (binding `$1` = `retention` in seconds, `$2` = [`BATCH`])
-/// on the pool until it deletes fewer than `BATCH` rows, pausing between
-/// batches; every retention of the store goes through here. Returns how
-/// many rows went.
+/// Deletes the `rows` expired under `retention` on the pool until fewer than
+/// `BATCH` go, pausing between batches; every retention of the store goes
+/// through here. Returns how many rows went.
 pub(super) async fn purge_in_batches(
     pool: &PgPool,
-    delete: &'static str,
+    rows: &Expiring,
     retention: Duration,
 ) -> Result<u64, sqlx::Error> {
-    purge_batches_on(pool, delete, retention, PAUSE).await
+    purge_batches_on(pool, rows, retention, PAUSE).await
 }
 
 /// Where a purge runs its batches: a pool (a connection per batch) or one
 /// connection of its own (the outbox relay's).
 pub(crate) trait PurgeOn {
-    /// Runs one batch of `delete`; how many rows went.
-    async fn delete_batch(&mut self, delete: &'static str, secs: f64) -> Result<u64, sqlx::Error>;
+    /// Runs one batch of `rows`; how many rows went.
+    async fn delete_batch(&mut self, rows: &Expiring, secs: f64) -> Result<u64, sqlx::Error>;
 }
 
 impl PurgeOn for &PgPool {
-    async fn delete_batch(&mut self, delete: &'static str, secs: f64) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(delete)
+    async fn delete_batch(&mut self, rows: &Expiring, secs: f64) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(rows.delete_batch())
             .bind(secs)
             .bind(BATCH)
             .execute(*self)
@@ -65,8 +97,8 @@ impl PurgeOn for &PgPool {
 }
 
 impl PurgeOn for &mut PgConnection {
-    async fn delete_batch(&mut self, delete: &'static str, secs: f64) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(delete)
+    async fn delete_batch(&mut self, rows: &Expiring, secs: f64) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(rows.delete_batch())
             .bind(secs)
             .bind(BATCH)
             .execute(&mut **self)
@@ -75,19 +107,18 @@ impl PurgeOn for &mut PgConnection {
     }
 }
 
-/// The one purge loop: runs `delete` (binding `$1` = `retention` in
-/// seconds, `$2` = [`BATCH`]) on `db` until it deletes fewer than `BATCH`
-/// rows, sleeping `pause` between batches (none if zero). Returns how many
-/// rows went.
+/// The one purge loop: deletes the `rows` expired under `retention` on
+/// `db`, [`BATCH`] at a time, until fewer than `BATCH` go, sleeping `pause`
+/// between batches (none if zero). Returns how many rows went.
 pub(crate) async fn purge_batches_on(
     mut db: impl PurgeOn,
-    delete: &'static str,
+    rows: &Expiring,
     retention: Duration,
     pause: Duration,
 ) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {
-        let deleted = db.delete_batch(delete, retention.as_secs_f64()).await?;
+        let deleted = db.delete_batch(rows, retention.as_secs_f64()).await?;
         total += deleted;
         if deleted < BATCH as u64 {
             return Ok(total);
