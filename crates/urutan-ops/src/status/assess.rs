@@ -5,23 +5,54 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Attention, Status, attention};
+use super::{Attention, Shard, Status, attention};
 
 /// Decides what needs attention in what was read, at `now`. Pure.
 pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec<Attention> {
+    let at = Clock { now, stuck_after };
     let mut found = Vec::new();
-    let stuck = |since: DateTime<Utc>| {
-        (now - since)
+    services(status, &mut found);
+    ring(status, &at, &mut found);
+    for s in &status.shards {
+        shard(s, &at, &mut found);
+    }
+    dead_letters(status, &mut found);
+    outbox(status, &at, &mut found);
+    found
+}
+
+/// When `urutan status` looked, and how long a wait may last before it is stuck.
+struct Clock {
+    now: DateTime<Utc>,
+    stuck_after: Duration,
+}
+
+impl Clock {
+    /// Whether something waiting since `since` has waited too long.
+    fn stuck(&self, since: DateTime<Utc>) -> bool {
+        (self.now - since)
             .to_std()
-            .is_ok_and(|waited| waited > stuck_after)
-    };
-    let age = |since: DateTime<Utc>| crate::clock::age(now, since);
+            .is_ok_and(|waited| waited > self.stuck_after)
+    }
+
+    /// How long ago `since` was, for a person.
+    fn age(&self, since: DateTime<Utc>) -> String {
+        crate::clock::age(self.now, since)
+    }
+}
+
+/// The database and the broker: unreachable.
+fn services(status: &Status, found: &mut Vec<Attention>) {
     if let Some(e) = &status.database.error {
         found.push(attention("database_unreachable", e.clone()));
     }
     if let Some(e) = &status.broker.error {
         found.push(attention("broker_unreachable", e.clone()));
     }
+}
+
+/// The ring and its windows: none recorded, a resharding or a window stuck.
+fn ring(status: &Status, at: &Clock, found: &mut Vec<Attention>) {
     let database_read = status.database.reachable && status.outbox.is_some();
     if database_read && status.ring.is_none() {
         found.push(attention(
@@ -34,7 +65,7 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
     if let Some(ring) = status
         .ring
         .as_ref()
-        .filter(|r| r.resharding && stuck(r.since))
+        .filter(|r| r.resharding && at.stuck(r.since))
     {
         found.push(attention(
             "resharding_stuck",
@@ -43,12 +74,12 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
                  passed epoch {} and removed shards are drained)",
                 ring.from.unwrap_or(ring.shard_count),
                 ring.shard_count,
-                age(ring.since),
+                at.age(ring.since),
                 ring.epoch
             ),
         ));
     }
-    for w in status.windows.iter().filter(|w| stuck(w.opened_at)) {
+    for w in status.windows.iter().filter(|w| at.stuck(w.opened_at)) {
         let until = match w.epoch {
             Some(epoch) => format!("it closes once every shard passes epoch {epoch}"),
             None => "its epoch is not open yet (did its opener die?)".into(),
@@ -59,69 +90,75 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
                 "window {} ({}) has been open for {}: {until}",
                 w.id,
                 w.reason,
-                age(w.opened_at)
+                at.age(w.opened_at)
             ),
         ));
     }
-    for s in &status.shards {
-        let expected = s.bound || s.active;
-        match (s.exists, s.consumers) {
-            (Some(false), _) if expected => found.push(attention(
-                "shard_queue_missing",
-                format!(
-                    "shard {:03}: queue {} does not exist on the broker",
-                    s.shard, s.queue
-                ),
-            )),
-            (Some(true), Some(0)) if expected || s.ready.unwrap_or(0) > 0 => found.push(attention(
-                "shard_without_consumer",
-                format!(
-                    "shard {:03}: no consumer on {} ({} ready): is `urutan run` running?",
-                    s.shard,
-                    s.queue,
-                    s.ready.unwrap_or(0)
-                ),
-            )),
-            _ => {}
-        }
-        if let Some(since) = s.epoch_waiting_since.filter(|t| s.active && stuck(*t)) {
-            found.push(attention(
-                "epoch_not_passed",
-                format!(
-                    "shard {:03} is still at epoch {} while a later epoch was opened {} ago: \
-                     its worker has not reached the marker",
-                    s.shard,
-                    s.epoch_passed.unwrap_or(0),
-                    age(since)
-                ),
-            ));
-        }
-        if s.epoch_unexplained {
-            found.push(attention(
-                "epoch_unexplained",
-                format!(
-                    "shard {:03} is at epoch {}, which urutan never recorded: its position was \
-                     not moved by a marker urutan sent (a forged marker, or a hand edit); \
-                     messages on it may overtake older ones of their order",
-                    s.shard,
-                    s.epoch_passed.unwrap_or(0)
-                ),
-            ));
-        }
-        if let Some(since) = s.oldest_parked_at.filter(|t| stuck(*t)) {
-            found.push(attention(
-                "parked_too_long",
-                format!(
-                    "shard {:03}: {} parked message(s), the oldest for {} (order {}: see \
-                     `urutan explain`)",
-                    s.shard,
-                    s.parked,
-                    age(since),
-                    s.oldest_parked_order.as_deref().unwrap_or("?")
-                ),
-            ));
-        }
+}
+
+/// One shard: its queue, its consumer, its epoch and what it parked.
+fn shard(s: &Shard, at: &Clock, found: &mut Vec<Attention>) {
+    let expected = s.bound || s.active;
+    match (s.exists, s.consumers) {
+        (Some(false), _) if expected => found.push(attention(
+            "shard_queue_missing",
+            format!(
+                "shard {:03}: queue {} does not exist on the broker",
+                s.shard, s.queue
+            ),
+        )),
+        (Some(true), Some(0)) if expected || s.ready.unwrap_or(0) > 0 => found.push(attention(
+            "shard_without_consumer",
+            format!(
+                "shard {:03}: no consumer on {} ({} ready): is `urutan run` running?",
+                s.shard,
+                s.queue,
+                s.ready.unwrap_or(0)
+            ),
+        )),
+        _ => {}
     }
+    if let Some(since) = s.epoch_waiting_since.filter(|t| s.active && at.stuck(*t)) {
+        found.push(attention(
+            "epoch_not_passed",
+            format!(
+                "shard {:03} is still at epoch {} while a later epoch was opened {} ago: \
+                 its worker has not reached the marker",
+                s.shard,
+                s.epoch_passed.unwrap_or(0),
+                at.age(since)
+            ),
+        ));
+    }
+    if s.epoch_unexplained {
+        found.push(attention(
+            "epoch_unexplained",
+            format!(
+                "shard {:03} is at epoch {}, which urutan never recorded: its position was \
+                 not moved by a marker urutan sent (a forged marker, or a hand edit); \
+                 messages on it may overtake older ones of their order",
+                s.shard,
+                s.epoch_passed.unwrap_or(0)
+            ),
+        ));
+    }
+    if let Some(since) = s.oldest_parked_at.filter(|t| at.stuck(*t)) {
+        found.push(attention(
+            "parked_too_long",
+            format!(
+                "shard {:03}: {} parked messat.age(s), the oldest for {} (order {}: see \
+                 `urutan explain`)",
+                s.shard,
+                s.parked,
+                at.age(since),
+                s.oldest_parked_order.as_deref().unwrap_or("?")
+            ),
+        ));
+    }
+}
+
+/// The dead-letter queue: missing, or holding messages.
+fn dead_letters(status: &Status, found: &mut Vec<Attention>) {
     let dl = &status.dead_letters;
     if status.broker.reachable {
         match dl.depth {
@@ -143,8 +180,12 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
             Some(_) => {}
         }
     }
+}
+
+/// The outbox: a backlog no relay drains, rows set aside.
+fn outbox(status: &Status, at: &Clock, found: &mut Vec<Attention>) {
     if let Some(o) = &status.outbox
-        && let Some(oldest) = o.oldest_unsent_at.filter(|t| stuck(*t))
+        && let Some(oldest) = o.oldest_unsent_at.filter(|t| at.stuck(*t))
     {
         let relay = match &o.relay {
             Some(r) => format!("the active relay (pid {}) is not keeping up", r.pid),
@@ -155,7 +196,7 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
             format!(
                 "{} outbox row(s) unsent, the oldest for {}: {relay}",
                 o.unsent,
-                age(oldest)
+                at.age(oldest)
             ),
         ));
     }
@@ -169,7 +210,6 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
             ),
         ));
     }
-    found
 }
 
 #[cfg(test)]
