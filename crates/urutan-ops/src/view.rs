@@ -30,6 +30,38 @@ impl fmt::Display for Status {
             let state = reach.error.as_deref().unwrap_or("reachable");
             writeln!(f, "{label:<13}{}: {state}", reach.url)?;
         }
+        self.fmt_ring(f)?;
+        writeln!(f)?;
+        self.fmt_shards(f)?;
+        writeln!(f)?;
+        let replicas = match (self.replicas_seen, &self.replicas_unknown) {
+            (Some(n), _) => format!(
+                "{n} seen (the most consumers on one shard queue: per shard one is active, \
+                 the others stand by)"
+            ),
+            (None, Some(why)) => format!("unknown: {why}"),
+            (None, None) => "none seen".into(),
+        };
+        writeln!(f, "{:<13}{replicas}", "replicas")?;
+        self.fmt_dead_letters(f)?;
+        self.fmt_outbox(f)?;
+        writeln!(f)?;
+        if self.attention.is_empty() {
+            writeln!(f, "nothing needs attention")?;
+        } else {
+            writeln!(f, "needs attention:")?;
+            for a in &self.attention {
+                writeln!(f, "  - {} [{}]", a.message, a.code)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Status {
+    /// The ring, its epochs and its open windows.
+    fn fmt_ring(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let now = self.checked_at;
         match &self.ring {
             Some(r) => {
                 let progress = if r.resharding {
@@ -82,19 +114,12 @@ impl fmt::Display for Status {
                 age(now, w.opened_at)
             )?;
         }
-        writeln!(f)?;
-        self.fmt_shards(f)?;
-        writeln!(f)?;
-        let replicas = match (self.replicas_seen, &self.replicas_unknown) {
-            (Some(n), _) => format!(
-                "{n} seen (the most consumers on one shard queue: per shard one is active, \
-                 the others stand by)"
-            ),
-            (None, Some(why)) => format!("unknown: {why}"),
-            (None, None) => "none seen".into(),
-        };
-        writeln!(f, "{:<13}{replicas}", "replicas")?;
-        self.fmt_dead_letters(f)?;
+        Ok(())
+    }
+
+    /// The outbox's backlog and its relay.
+    fn fmt_outbox(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let now = self.checked_at;
         match &self.outbox {
             Some(o) => {
                 let relay = match &o.relay {
@@ -124,20 +149,9 @@ impl fmt::Display for Status {
             }
             None => writeln!(f, "{:<13}unknown (database not read)", "outbox")?,
         }
-        writeln!(f)?;
-        if self.attention.is_empty() {
-            writeln!(f, "nothing needs attention")?;
-        } else {
-            writeln!(f, "needs attention:")?;
-            for a in &self.attention {
-                writeln!(f, "  - {} [{}]", a.message, a.code)?;
-            }
-        }
         Ok(())
     }
-}
 
-impl Status {
     fn fmt_shards(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let now = self.checked_at;
         writeln!(
