@@ -8,7 +8,7 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 
 use super::clock::{age, when};
-use super::explain::Explanation;
+use super::explain::{Explanation, OutboxRow};
 
 /// One line of the story.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,39 +102,12 @@ fn version(x: &Explanation, stored: i64, v: i64, now: DateTime<Utc>) -> Vec<Line
         told.push(dead_letter(d, v));
     }
     if applied.is_none() && parked.is_empty() {
-        for o in outbox.iter().filter(|o| o.versi == Some(v)) {
-            let (what, at, note) = match (o.sent_at, o.processed) {
-                (None, _) => (
-                    "unsent",
-                    o.written_at,
-                    "in the outbox, not published yet (is `urutan relay` running? see \
-                     `urutan status`)"
-                        .to_owned(),
-                ),
-                (Some(sent), false) => (
-                    "queued",
-                    sent,
-                    format!(
-                        "published {} ago, not processed yet: still in a shard queue or being \
-                         handled",
-                        age(now, sent)
-                    ),
-                ),
-                (Some(sent), true) => (
-                    "stale",
-                    sent,
-                    "processed but not applied: a newer version had been applied when it arrived"
-                        .to_owned(),
-                ),
-            };
-            told.push(Line {
-                what,
-                message_id: o.id.to_string(),
-                at: Some(at),
-                note,
-                ..line(v)
-            });
-        }
+        told.extend(
+            outbox
+                .iter()
+                .filter(|o| o.versi == Some(v))
+                .map(|o| outbox_row(o, v, now)),
+        );
     }
     if told.is_empty() {
         let note = if v == stored {
@@ -149,6 +122,42 @@ fn version(x: &Explanation, stored: i64, v: i64, now: DateTime<Utc>) -> Vec<Line
         });
     }
     told
+}
+
+/// Known version `v` as its outbox row `o` tells it (nothing applied or
+/// parked): unsent, queued, or processed and stale.
+fn outbox_row(o: &OutboxRow, v: i64, now: DateTime<Utc>) -> Line {
+    let (what, at, note) = match (o.sent_at, o.processed) {
+        (None, _) => (
+            "unsent",
+            o.written_at,
+            "in the outbox, not published yet (is `urutan relay` running? see \
+             `urutan status`)"
+                .to_owned(),
+        ),
+        (Some(sent), false) => (
+            "queued",
+            sent,
+            format!(
+                "published {} ago, not processed yet: still in a shard queue or being \
+                 handled",
+                age(now, sent)
+            ),
+        ),
+        (Some(sent), true) => (
+            "stale",
+            sent,
+            "processed but not applied: a newer version had been applied when it arrived"
+                .to_owned(),
+        ),
+    };
+    Line {
+        what,
+        message_id: o.id.to_string(),
+        at: Some(at),
+        note,
+        ..line(v)
+    }
 }
 
 fn line(versi: i64) -> Line {
