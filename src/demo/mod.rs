@@ -170,24 +170,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Runs the demo; `Ok(true)` if the pipeline drained and verification passed.
-pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result<bool> {
+pub async fn run(settings: Settings, options: DemoOptions) -> anyhow::Result<bool> {
     use anyhow::Context;
-    settings.topology_prefix = format!("{}-demo", settings.topology_prefix);
-    let db_name = settings
-        .database_url
-        .parsed()
-        .path()
-        .trim_start_matches('/')
-        .to_owned();
-    let demo_db = format!(
-        "{}_demo",
-        if db_name.is_empty() {
-            "urutan"
-        } else {
-            &db_name
-        }
-    );
-    settings.database_url = settings.database_url.with(|u| u.set_path(&demo_db));
+    let (settings, demo_db) = apart(settings);
     let names = Names::new(&settings.topology_prefix);
 
     println!(
@@ -210,26 +195,7 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
         .context("preparing the demo database")?;
 
     let stats = Arc::new(Stats::default());
-    let observer = stats.clone();
-    let hooks = Hooks {
-        on_outcome: Some(Arc::new(move |o: &Observed<'_>| observer.observe(o))),
-        ..Hooks::default()
-    };
-    let shutdown = CancellationToken::new();
-    let supervisor = Supervisor::build(settings.clone(), hooks)
-        .await
-        .with_context(|| format!("cannot listen on {}", settings.metrics_addr))?;
-    println!("metrics on http://{}/metrics", supervisor.http_addr());
-    let pool_task = tokio::spawn(supervisor.run(shutdown.clone()));
-    // The relay publishes into the topology the pool declares.
-    topology_prepared(&db, Duration::from_secs(60)).await;
-    let relay = Relay {
-        settings: settings.clone(),
-        relay: RelaySettings::default(),
-        after_publish: None,
-        health: Default::default(),
-    };
-    let relay_task = tokio::spawn(relay.run(shutdown.clone()));
+    let pipeline = Pipeline::start(&settings, &db, &stats).await?;
 
     // Downstream effects (demo/effects.rs): `dibayar` → a local payment endpoint.
     let effects = effects::DemoEffects::start(&db).await?;
@@ -250,9 +216,7 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
     let elapsed = started.elapsed();
     let effects = effects.finish(&db, options.timeout).await?;
 
-    shutdown.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(30), pool_task).await;
-    let _ = tokio::time::timeout(Duration::from_secs(30), relay_task).await;
+    pipeline.stop().await;
 
     let dlq = dead_letter_depth(&settings, &names).await.ok();
     let verifier = verification_pool(&settings).await?;
@@ -277,6 +241,75 @@ pub async fn run(mut settings: Settings, options: DemoOptions) -> anyhow::Result
     }
     db.close().await;
     Ok(passed && effects.passed())
+}
+
+/// The demo's own topology (`<prefix>-demo`) and database (`<name>_demo`),
+/// so that it never touches the real ones; returns the settings and the
+/// database's name.
+fn apart(mut settings: Settings) -> (Settings, String) {
+    settings.topology_prefix = format!("{}-demo", settings.topology_prefix);
+    let db_name = settings
+        .database_url
+        .parsed()
+        .path()
+        .trim_start_matches('/')
+        .to_owned();
+    let demo_db = format!(
+        "{}_demo",
+        if db_name.is_empty() {
+            "urutan"
+        } else {
+            &db_name
+        }
+    );
+    settings.database_url = settings.database_url.with(|u| u.set_path(&demo_db));
+    (settings, demo_db)
+}
+
+/// The pool (counting each outcome into the demo's stats) and the relay,
+/// running until [`Pipeline::stop`].
+struct Pipeline {
+    shutdown: CancellationToken,
+    pool: tokio::task::JoinHandle<Result<(), urutan::supervisor::RunError>>,
+    relay: tokio::task::JoinHandle<()>,
+}
+
+impl Pipeline {
+    async fn start(settings: &Settings, db: &PgPool, stats: &Arc<Stats>) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        let observer = stats.clone();
+        let hooks = Hooks {
+            on_outcome: Some(Arc::new(move |o: &Observed<'_>| observer.observe(o))),
+            ..Hooks::default()
+        };
+        let shutdown = CancellationToken::new();
+        let supervisor = Supervisor::build(settings.clone(), hooks)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.metrics_addr))?;
+        println!("metrics on http://{}/metrics", supervisor.http_addr());
+        let pool = tokio::spawn(supervisor.run(shutdown.clone()));
+        // The relay publishes into the topology the pool declares.
+        topology_prepared(db, Duration::from_secs(60)).await;
+        let relay = Relay {
+            settings: settings.clone(),
+            relay: RelaySettings::default(),
+            after_publish: None,
+            health: Default::default(),
+        };
+        let relay = tokio::spawn(relay.run(shutdown.clone()));
+        Ok(Self {
+            shutdown,
+            pool,
+            relay,
+        })
+    }
+
+    /// Stops both, waiting at most 30 s for each.
+    async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.pool).await;
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.relay).await;
+    }
 }
 
 /// Waits (at most `limit`) until the pool recorded the ring: the topology
@@ -464,34 +497,8 @@ async fn inject(
         stale += 1;
     }
     for n in 0..options.poison {
-        let id = format!("poison-{n}");
-        let good = br#"{"id":"PSN-X","status":"dibuat","versi":1}"#;
-        match n % 4 {
-            0 => {
-                send(
-                    &ch,
-                    &exchange,
-                    &key,
-                    Some(&id),
-                    Some(text("PSN-X")),
-                    b"{not json",
-                )
-                .await?
-            }
-            1 => {
-                send(
-                    &ch,
-                    &exchange,
-                    &key,
-                    Some(&id),
-                    Some(AMQPValue::LongLongInt(42)),
-                    good,
-                )
-                .await?
-            }
-            2 => send(&ch, &exchange, &key, Some(&id), Some(text("PSN-Y")), good).await?,
-            _ => send(&ch, &exchange, &key, None, Some(text("PSN-X")), good).await?,
-        }
+        let (id, header, body) = poison(n);
+        send(&ch, &exchange, &key, id.as_deref(), Some(header), body).await?;
     }
     let _ = urutan::broker::call("connection.close", conn.close(200, "injected".into())).await;
     Ok(Injected {
@@ -499,6 +506,20 @@ async fn inject(
         stale,
         poison: options.poison,
     })
+}
+
+/// The `n`th poison message (its message id, entity header and body): in
+/// turn a body that is not JSON, an entity header that is not a string, a
+/// body `id` other than the header's, and no message id.
+fn poison(n: usize) -> (Option<String>, AMQPValue, &'static [u8]) {
+    let id = Some(format!("poison-{n}"));
+    let good: &[u8] = br#"{"id":"PSN-X","status":"dibuat","versi":1}"#;
+    match n % 4 {
+        0 => (id, text("PSN-X"), b"{not json"),
+        1 => (id, AMQPValue::LongLongInt(42), good),
+        2 => (id, text("PSN-Y"), good),
+        _ => (None, text("PSN-X"), good),
+    }
 }
 
 /// Up to `n` random outbox rows the relay has confirmed, with `versi >=
