@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
+use urutan_testkit::scenarios::{BrokerGuard, sh_blocking};
 
 use crate::common::*;
 
@@ -68,18 +69,6 @@ async fn scrape(http: SocketAddr) -> String {
     let (status, body) = http_get(http, "/metrics").await;
     assert_eq!(status, 200, "GET /metrics");
     body
-}
-
-/// Runs a command line off the async runtime (rabbitmqctl and pg_ctlcluster
-/// take seconds) and panics with its output if it fails.
-async fn sh_blocking(program: &'static str, args: &[&str]) -> String {
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        sh(program, &args)
-    })
-    .await
-    .expect("command task panicked")
 }
 
 /// Declares the topology with the binary itself (`urutan topology`), so a
@@ -210,18 +199,6 @@ async fn forced_connection_close_is_recovered() {
         "urutan_broker_reconnects_total {reconnects_before} -> {reconnects}"
     );
     pool.stop().await;
-}
-
-/// Starts the broker application again when dropped (also on panic).
-struct BrokerGuard;
-
-impl Drop for BrokerGuard {
-    fn drop(&mut self) {
-        let _ = command("rabbitmqctl").args(["-q", "start_app"]).output();
-        let _ = command("rabbitmqctl")
-            .args(["-q", "--timeout", "120", "await_startup"])
-            .output();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,6 +22,7 @@ use urutan::outbox::relay::{Relay, RelaySettings};
 use urutan::outbox::{NewEvent, enqueue};
 use urutan::outcome::Outcome;
 use urutan::shard::{Hooks, Observed};
+use urutan_testkit::scenarios::{BrokerGuard, sh_blocking};
 
 use crate::common::*;
 
@@ -296,29 +297,6 @@ impl Seen {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-    }
-}
-
-/// Runs a command line off the async runtime (rabbitmqctl takes seconds).
-async fn sh_blocking(program: &'static str, args: &[&str]) -> String {
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        sh(program, &args)
-    })
-    .await
-    .expect("command task panicked")
-}
-
-/// Starts the broker application again when dropped (also on panic).
-struct BrokerGuard;
-
-impl Drop for BrokerGuard {
-    fn drop(&mut self) {
-        let _ = command("rabbitmqctl").args(["-q", "start_app"]).output();
-        let _ = command("rabbitmqctl")
-            .args(["-q", "--timeout", "120", "await_startup"])
-            .output();
     }
 }
 
