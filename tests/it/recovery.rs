@@ -155,13 +155,25 @@ async fn worker_killed_with_sigkill_mid_stream_loses_nothing_and_applies_nothing
     eprintln!("sigkill: killed at {at_kill} of {total} applied");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forced_connection_close_is_recovered() {
-    let env = TestEnv::new("forceclose").await;
+/// How [`reconnects_after`] cuts the pool off the broker between its halves.
+enum Cut {
+    /// `close_all_connections` of this test's vhost only: the pool's
+    /// connection and the publisher's.
+    CloseConnections,
+    /// The shared broker's application stopped (`/readyz` 503) and started
+    /// again (`/readyz` 200).
+    RestartBroker,
+}
+
+/// A pool of 4 shards applies `half` of `entities` × `versions`, `cut`
+/// takes the broker from under it, and a new publisher sends the rest:
+/// every version is applied exactly once, in order, nothing dead-lettered,
+/// and the pool counted a broker reconnect.
+async fn reconnects_after(cut: Cut, name: &str, entities: usize, half: i64, versions: i64) {
+    let env = TestEnv::new(name).await;
     let pool = RunningPool::start(env.settings(4)).await;
     pool.wait_ready().await;
     let db = env.db().await;
-    let (entities, half, versions) = (50, 5, 10);
 
     env.publisher()
         .await
@@ -174,21 +186,50 @@ async fn forced_connection_close_is_recovered() {
         &[],
     );
 
-    // Only this test's vhost: the pool's connection and the publisher's.
-    sh_blocking(
-        "rabbitmqctl",
-        &["-q", "close_all_connections", "-p", &env.vhost, "test"],
-    )
-    .await;
+    let back_after = match cut {
+        Cut::CloseConnections => {
+            sh_blocking(
+                "rabbitmqctl",
+                &["-q", "close_all_connections", "-p", &env.vhost, "test"],
+            )
+            .await;
+            None
+        }
+        Cut::RestartBroker => {
+            // Declared after `env`, so dropped (broker started) before `env` deletes its vhost.
+            let _broker = BrokerGuard;
+            let restart = Instant::now();
+            sh_blocking("rabbitmqctl", &["-q", "stop_app"]).await;
+            wait_for(
+                "/readyz 503 with the broker stopped",
+                Duration::from_secs(10),
+                || async { http_get(pool.http, "/readyz").await.0 == 503 },
+            )
+            .await;
+            sh_blocking("rabbitmqctl", &["-q", "start_app"]).await;
+            sh_blocking("rabbitmqctl", &["-q", "--timeout", "120", "await_startup"]).await;
+            wait_for(
+                "the pool ready again after the broker restart",
+                Duration::from_secs(60),
+                || async { http_get(pool.http, "/readyz").await.0 == 200 },
+            )
+            .await;
+            Some(restart.elapsed())
+        }
+    };
 
-    // The old publisher's connection is gone too: a new one.
+    // The old publisher's connection is gone: a new one. No backlog crossed
+    // a restart (the hash ring may have changed).
     env.publisher()
         .await
         .send_all(&interleaved(entities, half + 1, versions))
         .await;
     wait_applied(&db, entities as i64 * versions, Duration::from_secs(60)).await;
     assert_all_applied_once(&env, &db, entities, versions).await;
-    pool.wait_ready().await;
+    if matches!(cut, Cut::CloseConnections) {
+        // A restart waited for the pool to be ready again; a close did not.
+        pool.wait_ready().await;
+    }
     let reconnects = metric_sum(
         &scrape(pool.http).await,
         "urutan_broker_reconnects_total",
@@ -199,65 +240,19 @@ async fn forced_connection_close_is_recovered() {
         "urutan_broker_reconnects_total {reconnects_before} -> {reconnects}"
     );
     pool.stop().await;
+    if let Some(back_after) = back_after {
+        eprintln!("broker restart: pool ready again {back_after:?} after stop_app");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_connection_close_is_recovered() {
+    reconnects_after(Cut::CloseConnections, "forceclose", 50, 5, 10).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serial_broker_restart_is_recovered() {
-    let env = TestEnv::new("brokerrestart").await;
-    let pool = RunningPool::start(env.settings(4)).await;
-    pool.wait_ready().await;
-    let db = env.db().await;
-    let (entities, half, versions) = (50, 3, 6);
-
-    env.publisher()
-        .await
-        .send_all(&interleaved(entities, 1, half))
-        .await;
-    wait_applied(&db, entities as i64 * half, Duration::from_secs(60)).await;
-    let reconnects_before = metric_sum(
-        &scrape(pool.http).await,
-        "urutan_broker_reconnects_total",
-        &[],
-    );
-
-    // Declared after `env`, so dropped (broker started) before `env` deletes its vhost.
-    let _broker = BrokerGuard;
-    let restart = Instant::now();
-    sh_blocking("rabbitmqctl", &["-q", "stop_app"]).await;
-    wait_for(
-        "/readyz 503 with the broker stopped",
-        Duration::from_secs(10),
-        || async { http_get(pool.http, "/readyz").await.0 == 503 },
-    )
-    .await;
-    sh_blocking("rabbitmqctl", &["-q", "start_app"]).await;
-    sh_blocking("rabbitmqctl", &["-q", "--timeout", "120", "await_startup"]).await;
-    wait_for(
-        "the pool ready again after the broker restart",
-        Duration::from_secs(60),
-        || async { http_get(pool.http, "/readyz").await.0 == 200 },
-    )
-    .await;
-    let back_after = restart.elapsed();
-
-    // No backlog crossed the restart (the hash ring may have changed).
-    env.publisher()
-        .await
-        .send_all(&interleaved(entities, half + 1, versions))
-        .await;
-    wait_applied(&db, entities as i64 * versions, Duration::from_secs(60)).await;
-    assert_all_applied_once(&env, &db, entities, versions).await;
-    let reconnects = metric_sum(
-        &scrape(pool.http).await,
-        "urutan_broker_reconnects_total",
-        &[],
-    );
-    assert!(
-        reconnects >= reconnects_before + 1.0,
-        "urutan_broker_reconnects_total {reconnects_before} -> {reconnects}"
-    );
-    pool.stop().await;
-    eprintln!("broker restart: pool ready again {back_after:?} after stop_app");
+    reconnects_after(Cut::RestartBroker, "brokerrestart", 50, 3, 6).await;
 }
 
 /// The PostgreSQL cluster serving port 5432, stopped and started with
