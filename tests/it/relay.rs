@@ -22,7 +22,7 @@ use urutan::outbox::relay::{Relay, RelaySettings};
 use urutan::outbox::{NewEvent, enqueue};
 use urutan::outcome::Outcome;
 use urutan::shard::{Hooks, Observed};
-use urutan_testkit::scenarios::{BrokerGuard, sh_blocking};
+use urutan_testkit::scenarios::{BrokerGuard, sh_blocking, wait_count};
 
 use crate::common::*;
 
@@ -191,8 +191,11 @@ async fn unsent(db: &PgPool) -> i64 {
     count(db, "SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL").await
 }
 
+/// The versions applied (a count).
+const APPLIED: &str = "SELECT count(*) FROM pesanan_riwayat";
+
 async fn applied(db: &PgPool) -> i64 {
-    count(db, "SELECT count(*) FROM pesanan_riwayat").await
+    count(db, APPLIED).await
 }
 
 /// Waits until `total` versions are applied and no outbox row is unsent.
@@ -951,30 +954,15 @@ async fn an_unroutable_outbox_row_is_set_aside_and_blocks_nothing() {
     insert("U-B", 2, "pesanan.x").await;
     let relay = RunningRelay::start(env.settings(2));
 
-    wait_for(
-        "the good rows to be applied",
-        Duration::from_secs(60),
-        || {
-            let db = db.clone();
-            async move { applied(&db).await == 4 }
-        },
-    )
-    .await;
-    wait_for(
+    let good = "the good rows to be applied";
+    wait_count(&db, good, Duration::from_secs(60), APPLIED, 4).await;
+    wait_count(
+        &db,
         "the bad row to be set aside",
         Duration::from_secs(30),
-        || {
-            let db = db.clone();
-            async move {
-                count(
-                    &db,
-                    "SELECT count(*) FROM outbox WHERE unroutable_at IS NOT NULL
+        "SELECT count(*) FROM outbox WHERE unroutable_at IS NOT NULL
                    AND unroutable_reason LIKE '%outside `pesanan.#`%'",
-                )
-                .await
-                    == 1
-            }
-        },
+        1,
     )
     .await;
     let (aside, sent): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
@@ -1021,11 +1009,8 @@ async fn an_unroutable_outbox_row_is_set_aside_and_blocks_nothing() {
     // Still relaying: a new row goes out.
     assert!(relay.is_active(), "the relay is still active");
     insert("U-C", 1, "pesanan.x").await;
-    wait_for("a later row to be applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { applied(&db).await == 5 }
-    })
-    .await;
+    let later = "a later row to be applied";
+    wait_count(&db, later, Duration::from_secs(30), APPLIED, 5).await;
 
     // The operator fixes the key and clears the mark: it is published (and
     // is stale for its order, whose v3 is stored).
