@@ -16,6 +16,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use serde_json::Value;
 use sqlx::PgPool;
 use urutan::reshard::handoff::{self, MARKER_HEADER};
+use urutan_testkit::scenarios::wait_count;
 
 use crate::common::*;
 
@@ -349,21 +350,13 @@ async fn reconnects_do_not_grow_the_epoch_table_without_bound() {
     for _ in 0..3 {
         let pool = RunningPool::start(env.settings(2)).await;
         pool.wait_ready().await;
-        wait_for(
+        wait_count(
+            &db,
             "every shard passed the newest epoch",
             Duration::from_secs(30),
-            || {
-                let db = db.clone();
-                async move {
-                    count(
-                        &db,
-                        "SELECT count(*) FROM urutan_shard
+            "SELECT count(*) FROM urutan_shard
                      WHERE epoch < (SELECT max(epoch) FROM urutan_epoch)",
-                    )
-                    .await
-                        == 0
-                }
-            },
+            0,
         )
         .await;
         pool.stop().await;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use urutan::config::Settings;
 use urutan::message::Event;
 use urutan::outcome::Outcome;
 use urutan::reshard::handoff;
@@ -267,6 +268,62 @@ pub(crate) fn assert_every_entity_gapless(history: &[(String, i64, i32)]) -> usi
     last.len()
 }
 
+/// A resharding scenario under way: a pool, a relay publishing the outbox,
+/// and a producer writing it.
+struct UnderLoad {
+    pool: RunningPool,
+    relay: (CancellationToken, tokio::task::JoinHandle<()>),
+    /// Returns the versions written.
+    producer: tokio::task::JoinHandle<i64>,
+    /// Set, it ends the producer before all its versions.
+    stop: Arc<AtomicBool>,
+}
+
+/// Starts a pool on `settings` and waits until it is ready (the topology
+/// and the shard registry exist), then a relay, then a producer of
+/// `versions` versions of `orders` orders, a round every `pause` (see
+/// [`produce`]).
+async fn under_load(
+    db: &PgPool,
+    settings: &Settings,
+    orders: usize,
+    versions: i64,
+    pause: Duration,
+) -> UnderLoad {
+    let pool = RunningPool::start(settings.clone()).await;
+    pool.wait_ready().await;
+    let relay = start_relay(settings.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = tokio::spawn(produce(db.clone(), orders, versions, pause, stop.clone()));
+    UnderLoad {
+        pool,
+        relay,
+        producer,
+        stop,
+    }
+}
+
+/// Orders of the resharding tests under load.
+const ORDERS: usize = 200;
+
+/// `env`'s settings for `shards` shards and a database pool of 4 (the
+/// pools, the relay and the producer share the test database), shrinking
+/// allowed if `allow_shrink`.
+fn pool_of_4(env: &TestEnv, shards: u16, allow_shrink: bool) -> Settings {
+    let mut s = env.settings(shards);
+    s.database_pool_size = Some(4);
+    s.allow_shrink = allow_shrink;
+    s
+}
+
+/// Lets `pool` work for 2 s, stops it, and lets a backlog build for 1.5 s
+/// (the relay keeps publishing).
+async fn stop_over_a_backlog(pool: RunningPool) {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pool.stop().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serial_broker_restart_with_a_backlog_keeps_per_entity_order_on_12_shards() {
     broker_restart_with_a_backlog(1, 1).await;
@@ -294,26 +351,16 @@ async fn broker_restart_with_a_backlog(prefetch: u16, replicas: usize) {
     settings.database_pool_size = Some(6);
     let db = env.db().await;
 
-    // Topology, shard registry; then the relay publishes a continuous stream.
-    let pool = RunningPool::start(settings.clone()).await;
-    pool.wait_ready().await;
-    let (relay_stop, relay) = start_relay(settings.clone());
-    let stop = Arc::new(AtomicBool::new(false));
-    // A round a second before, during and after the restarts, until 5 s
+    // Topology, shard registry; then the relay publishes a continuous stream:
+    // a round a second before, during and after the restarts, until 5 s
     // after the pools are back: however many restarts it takes, every order
     // gets versions on the old ring and on the new one (a fixed 16 rounds
     // ran out during a run of restarts that rebuilt the same ring, and the
     // changed ring then saw no event: "no order moved").
-    let producer = tokio::spawn(produce(
-        db.clone(),
-        300,
-        i64::MAX,
-        Duration::from_secs(1),
-        stop.clone(),
-    ));
+    let load = under_load(&db, &settings, 300, i64::MAX, Duration::from_secs(1)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     // Build a backlog: no consumers, the relay keeps publishing.
-    pool.stop().await;
+    load.pool.stop().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let ring_changed = restart_broker_until_the_ring_changes(&env);
     // The ring is rebuilt in another order; the relay reconnects (opening an
@@ -324,8 +371,8 @@ async fn broker_restart_with_a_backlog(prefetch: u16, replicas: usize) {
         pools.push(RunningPool::start(settings.clone()).await);
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
-    stop.store(true, Ordering::Relaxed);
-    let written = drain_and_check(&db, producer, (relay_stop, relay), pools, 300).await;
+    load.stop.store(true, Ordering::Relaxed);
+    let written = drain_and_check(&db, load.producer, load.relay, pools, 300).await;
     let moved: i64 = count(
         &db,
         "SELECT count(*) FROM (SELECT pesanan_id FROM pesanan_riwayat
@@ -351,32 +398,16 @@ impl Drop for BrokerStarter {
 async fn growing_4_to_6_to_9_shards_under_load_keeps_per_entity_order() {
     let env = TestEnv::new("handoff_grow").await;
     let db = env.db().await;
-    let settings = |shards: u16| {
-        let mut s = env.settings(shards);
-        s.database_pool_size = Some(4);
-        s
-    };
-    let pool = RunningPool::start(settings(4)).await;
-    pool.wait_ready().await;
-    let (relay_stop, relay) = start_relay(settings(4));
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = tokio::spawn(produce(
-        db.clone(),
-        200,
-        14,
-        Duration::from_millis(700),
-        stop.clone(),
-    ));
+    let settings = |shards| pool_of_4(&env, shards, false);
+    let load = under_load(&db, &settings(4), ORDERS, 14, Duration::from_millis(700)).await;
     // Each step: a backlog builds up, then the pool restarts with more
     // shards (appended to the ring) while the relay keeps publishing.
-    let mut pool = pool;
+    let mut pool = load.pool;
     for shards in [6, 9] {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        pool.stop().await;
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        stop_over_a_backlog(pool).await;
         pool = RunningPool::start(settings(shards)).await;
     }
-    let written = drain_and_check(&db, producer, (relay_stop, relay), vec![pool], 200).await;
+    let written = drain_and_check(&db, load.producer, load.relay, vec![pool], ORDERS).await;
     let on_new_shards = count(
         &db,
         "SELECT count(DISTINCT pesanan_id) FROM pesanan_riwayat WHERE shard >= 4",
@@ -386,33 +417,18 @@ async fn growing_4_to_6_to_9_shards_under_load_keeps_per_entity_order() {
         on_new_shards > 0,
         "no entity moved to a new shard: the test proved nothing"
     );
-    eprintln!("{written} versions; {on_new_shards} of 200 entities moved to new shards; in order");
+    eprintln!(
+        "{written} versions; {on_new_shards} of {ORDERS} entities moved to new shards; in order"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones() {
     let env = TestEnv::new("handoff_shrink").await;
     let db = env.db().await;
-    let settings = |shards: u16| {
-        let mut s = env.settings(shards);
-        s.database_pool_size = Some(4);
-        s.allow_shrink = true;
-        s
-    };
-    let pool = RunningPool::start(settings(9)).await;
-    pool.wait_ready().await;
-    let (relay_stop, relay) = start_relay(settings(9));
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = tokio::spawn(produce(
-        db.clone(),
-        200,
-        12,
-        Duration::from_millis(600),
-        stop.clone(),
-    ));
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    pool.stop().await;
-    tokio::time::sleep(Duration::from_millis(1500)).await; // a backlog on all 9
+    let settings = |shards| pool_of_4(&env, shards, true);
+    let load = under_load(&db, &settings(9), ORDERS, 12, Duration::from_millis(600)).await;
+    stop_over_a_backlog(load.pool).await; // a backlog on all 9
     let pool = RunningPool::start(settings(5)).await;
     wait_until_all_applied(&db, Duration::from_secs(120), true).await;
     // The removed queues are gone (nothing can be left in them) and /readyz
@@ -433,7 +449,7 @@ async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones(
         assert!(probe.is_err(), "shard {shard} was not deleted");
     }
     pool.wait_ready().await;
-    let written = drain_and_check(&db, producer, (relay_stop, relay), vec![pool], 200).await;
+    let written = drain_and_check(&db, load.producer, load.relay, vec![pool], ORDERS).await;
     let moved_off = count(
         &db,
         "SELECT count(*) FROM (SELECT pesanan_id FROM pesanan_riwayat GROUP BY pesanan_id
@@ -442,32 +458,18 @@ async fn shrinking_9_to_5_shards_under_load_drains_and_deletes_the_removed_ones(
     .await;
     assert!(moved_off > 0, "no entity moved off a removed shard");
     assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
-    eprintln!("{written} versions; {moved_off} of 200 entities moved off removed shards; in order");
+    eprintln!(
+        "{written} versions; {moved_off} of {ORDERS} entities moved off removed shards; in order"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_killed_in_the_middle_of_a_handoff_loses_no_order() {
     let env = TestEnv::new("handoff_kill").await;
     let db = env.db().await;
-    let settings = |shards: u16| {
-        let mut s = env.settings(shards);
-        s.database_pool_size = Some(4);
-        s
-    };
-    let pool = RunningPool::start(settings(4)).await;
-    pool.wait_ready().await;
-    let (relay_stop, relay) = start_relay(settings(4));
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = tokio::spawn(produce(
-        db.clone(),
-        200,
-        14,
-        Duration::from_millis(700),
-        stop.clone(),
-    ));
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    pool.stop().await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let settings = |shards| pool_of_4(&env, shards, false);
+    let load = under_load(&db, &settings(4), ORDERS, 14, Duration::from_millis(700)).await;
+    stop_over_a_backlog(load.pool).await;
     // Two replicas grow the ring to 6: a process (first, so it is the active
     // consumer) and an in-process standby.
     let mut vars = env.process_env(6);
@@ -481,6 +483,6 @@ async fn a_replica_killed_in_the_middle_of_a_handoff_loses_no_order() {
     let standby = RunningPool::start(settings(6)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     drop(process); // SIGKILL mid-handoff: unacked deliveries come back to the standby
-    let written = drain_and_check(&db, producer, (relay_stop, relay), vec![standby], 200).await;
+    let written = drain_and_check(&db, load.producer, load.relay, vec![standby], ORDERS).await;
     eprintln!("{written} versions in order across a SIGKILL during a handoff");
 }

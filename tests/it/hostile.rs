@@ -39,6 +39,66 @@ async fn start_pool(env: &TestEnv) -> UrutanProcess {
     pool
 }
 
+/// A pool under attack: see [`between_good_rounds`].
+struct Attacked {
+    pool: UrutanProcess,
+    /// The test's own broker connection (for the DLQ).
+    conn: lapin::Connection,
+    /// The vhost's broker connections before the hostile messages.
+    before: BTreeSet<String>,
+    /// Its connection is one of `before`: kept open to the end.
+    _publisher: Publisher,
+}
+
+/// Starts the pool ([`start_pool`]), publishes v1 of the good orders, then
+/// `hostile` (each the AMQP properties and the body of a message a hostile
+/// producer builds by hand, sent raw to `pesanan` with key `pesanan.test`),
+/// then v2 of the good orders.
+async fn between_good_rounds(env: &TestEnv, hostile: &[(Vec<u8>, Vec<u8>)]) -> Attacked {
+    let pool = start_pool(env).await;
+    let publisher = env.publisher().await;
+    let conn = env.broker().await;
+    publisher.send_all(&good(1)).await;
+    let before = connections(&env.vhost);
+    for (properties, body) in hostile {
+        raw_amqp::publish_raw_to(&env.vhost, "pesanan", "pesanan.test", properties, body).await;
+    }
+    publisher.send_all(&good(2)).await;
+    Attacked {
+        pool,
+        conn,
+        before,
+        _publisher: publisher,
+    }
+}
+
+impl Attacked {
+    /// After the hostile messages: the pool runs, never reconnected, kept
+    /// every broker connection it had in `vhost`, and counted `n` dead
+    /// letters for `reason`.
+    async fn assert_same_connection(&mut self, vhost: &str, reason: &str, n: f64) {
+        let before = &self.before;
+        self.pool.assert_running();
+        let scrape = self.pool.scrape().await;
+        let label = format!("reason=\"{reason}\"");
+        assert_eq!(
+            metric_sum(&scrape, "urutan_dead_letters_total", &[&label]),
+            n,
+            "{scrape}"
+        );
+        assert_eq!(
+            metric_sum(&scrape, "urutan_broker_reconnects_total", &[]),
+            0.0
+        );
+        assert_eq!(metric_sum(&scrape, "urutan_retries_total", &[]), 0.0);
+        let after = connections(vhost);
+        assert!(
+            before.is_subset(&after),
+            "a connection was dropped: before {before:?}, after {after:?}"
+        );
+    }
+}
+
 /// The broker's connections to `vhost` (their Erlang pids).
 fn connections(vhost: &str) -> BTreeSet<String> {
     let out = sh(
@@ -84,35 +144,6 @@ async fn wait_records(db: &PgPool, n: usize) {
     .await;
 }
 
-/// After the hostile messages: the pool runs, never reconnected, kept every
-/// broker connection it had, and counted `n` dead letters for `reason`.
-async fn assert_same_connection(
-    pool: &mut UrutanProcess,
-    vhost: &str,
-    before: &BTreeSet<String>,
-    reason: &str,
-    n: f64,
-) {
-    pool.assert_running();
-    let scrape = pool.scrape().await;
-    let label = format!("reason=\"{reason}\"");
-    assert_eq!(
-        metric_sum(&scrape, "urutan_dead_letters_total", &[&label]),
-        n,
-        "{scrape}"
-    );
-    assert_eq!(
-        metric_sum(&scrape, "urutan_broker_reconnects_total", &[]),
-        0.0
-    );
-    assert_eq!(metric_sum(&scrape, "urutan_retries_total", &[]), 0.0);
-    let after = connections(vhost);
-    assert!(
-        before.is_subset(&after),
-        "a connection was dropped: before {before:?}, after {after:?}"
-    );
-}
-
 /// The critical finding of issue 29: one header nested 20,000 levels deep
 /// (about 100 KB, under `frame_max`) used to overflow the stack of lapin's
 /// reading thread in every worker that took it, and `urutan dlq` after
@@ -123,12 +154,6 @@ async fn assert_same_connection(
 async fn a_header_nested_20000_levels_deep_is_dead_lettered_and_the_pool_keeps_running() {
     let env = TestEnv::new("hostile_deep").await;
     let db = env.db().await;
-    let mut pool = start_pool(&env).await;
-    let publisher = env.publisher().await;
-    let conn = env.broker().await;
-    publisher.send_all(&good(1)).await;
-    let before = connections(&env.vhost);
-
     let deep = |levels: usize, id: &str| {
         // Mostly arrays (5 bytes a level), a table every tenth level.
         let value = wire::nested(levels, |i| i % 10 != 0, &wire::text(b"leaf"));
@@ -136,20 +161,16 @@ async fn a_header_nested_20000_levels_deep_is_dead_lettered_and_the_pool_keeps_r
             (b"x-pesanan-id".as_slice(), wire::text(id.as_bytes())),
             (b"x-deep".as_slice(), value),
         ]);
-        wire::properties(&headers, format!("deep-{levels}").as_bytes())
-    };
-    for (levels, id) in [(20_000, "D-1"), (40, "D-2"), (17, "D-3"), (16, "D-4")] {
-        let properties = deep(levels, id);
-        raw_amqp::publish_raw_to(
-            &env.vhost,
-            "pesanan",
-            "pesanan.test",
-            &properties,
-            &body(id),
+        (
+            wire::properties(&headers, format!("deep-{levels}").as_bytes()),
+            body(id),
         )
-        .await;
-    }
-    publisher.send_all(&good(2)).await;
+    };
+    let hostile: Vec<_> = [(20_000, "D-1"), (40, "D-2"), (17, "D-3"), (16, "D-4")]
+        .into_iter()
+        .map(|(levels, id)| deep(levels, id))
+        .collect();
+    let mut hit = between_good_rounds(&env, &hostile).await;
 
     // Everything valid applied (16 levels is within the contract), on both
     // shards, after the hostile messages.
@@ -186,8 +207,9 @@ async fn a_header_nested_20000_levels_deep_is_dead_lettered_and_the_pool_keeps_r
     .expect("the record's headers");
     assert!(headers.contains(urutan::dead_letter::TOO_DEEP), "{headers}");
     assert!(headers.contains(r#""x-pesanan-id": "D-1""#), "{headers}");
-    assert_same_connection(&mut pool, &env.vhost, &before, "headers_too_deep", 3.0).await;
-    assert_eq!(queue_len(&conn, "pesanan.dlq").await, 3);
+    hit.assert_same_connection(&env.vhost, "headers_too_deep", 3.0)
+        .await;
+    assert_eq!(queue_len(&hit.conn, "pesanan.dlq").await, 3);
 
     // The operator's tools read the DLQ with the message in it.
     let listed = urutan(&env, &[], &["dlq", "list", "--json"]).await;
@@ -202,8 +224,8 @@ async fn a_header_nested_20000_levels_deep_is_dead_lettered_and_the_pool_keeps_r
     assert_eq!(reasons, ["headers_too_deep"; 3], "{listed}");
     let purged = urutan(&env, &[], &["dlq", "purge", "--yes"]).await;
     assert!(purged.ok(), "{purged}");
-    assert_eq!(queue_len(&conn, "pesanan.dlq").await, 0);
-    pool.stop().await;
+    assert_eq!(queue_len(&hit.conn, "pesanan.dlq").await, 0);
+    hit.pool.stop().await;
 }
 
 /// A `message_id` that is not UTF-8 used to fail lapin's frame parser and
@@ -214,30 +236,20 @@ async fn a_header_nested_20000_levels_deep_is_dead_lettered_and_the_pool_keeps_r
 async fn a_message_id_that_is_not_utf8_is_dead_lettered_on_the_same_connection() {
     let env = TestEnv::new("hostile_msgid").await;
     let db = env.db().await;
-    let mut pool = start_pool(&env).await;
-    let publisher = env.publisher().await;
-    let conn = env.broker().await;
-    publisher.send_all(&good(1)).await;
-    let before = connections(&env.vhost);
-
     let ids: [(&[u8], &str); 3] = [
         (b"id-\xff\xfe", "B-1"),
         (&[0xff; 255], "B-2"),
         (b"id-\x1b]52;c;aGk=\x07", "B-3"), // a clipboard write
     ];
-    for (message_id, order) in ids {
-        let headers = wire::table(&[(b"x-pesanan-id".as_slice(), wire::text(order.as_bytes()))]);
-        let properties = wire::properties(&headers, message_id);
-        raw_amqp::publish_raw_to(
-            &env.vhost,
-            "pesanan",
-            "pesanan.test",
-            &properties,
-            &body(order),
-        )
-        .await;
-    }
-    publisher.send_all(&good(2)).await;
+    let hostile: Vec<_> = ids
+        .into_iter()
+        .map(|(message_id, order)| {
+            let headers =
+                wire::table(&[(b"x-pesanan-id".as_slice(), wire::text(order.as_bytes()))]);
+            (wire::properties(&headers, message_id), body(order))
+        })
+        .collect();
+    let mut hit = between_good_rounds(&env, &hostile).await;
 
     wait_applied(&db, 40).await;
     wait_records(&db, 3).await;
@@ -249,9 +261,10 @@ async fn a_message_id_that_is_not_utf8_is_dead_lettered_on_the_same_connection()
         count(&db, "SELECT count(*) FROM pesanan WHERE id LIKE 'B-%'").await,
         0
     );
-    assert_same_connection(&mut pool, &env.vhost, &before, "invalid_message_id", 3.0).await;
+    hit.assert_same_connection(&env.vhost, "invalid_message_id", 3.0)
+        .await;
     // Each was delivered once: no reconnect handed it out again.
-    let dead = drain_dlq_expecting(&conn, 3, Duration::from_secs(10)).await;
+    let dead = drain_dlq_expecting(&hit.conn, 3, Duration::from_secs(10)).await;
     assert_eq!(dead.len(), 3);
     for d in &dead {
         assert_eq!(
@@ -259,7 +272,7 @@ async fn a_message_id_that_is_not_utf8_is_dead_lettered_on_the_same_connection()
             0
         );
     }
-    pool.stop().await;
+    hit.pool.stop().await;
 }
 
 /// `versi` beyond 2^53 - 1 (contract section 2) and `data` that `jsonb`

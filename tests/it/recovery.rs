@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
+use urutan_testkit::scenarios::{BrokerGuard, sh_blocking};
 
 use crate::common::*;
 
@@ -70,18 +71,6 @@ async fn scrape(http: SocketAddr) -> String {
     body
 }
 
-/// Runs a command line off the async runtime (rabbitmqctl and pg_ctlcluster
-/// take seconds) and panics with its output if it fails.
-async fn sh_blocking(program: &'static str, args: &[&str]) -> String {
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        sh(program, &args)
-    })
-    .await
-    .expect("command task panicked")
-}
-
 /// Declares the topology with the binary itself (`urutan topology`), so a
 /// backlog can be queued before any worker runs.
 fn declare_topology(env: &TestEnv, shards: u16) {
@@ -132,144 +121,202 @@ async fn head_delivery_counts(env: &TestEnv, shards: u16) -> Vec<Option<u64>> {
     counts
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_killed_with_sigkill_mid_stream_loses_nothing_and_applies_nothing_twice() {
-    let env = TestEnv::new("sigkill").await;
-    let (entities, versions) = (100, 10);
-    let total = entities as i64 * versions;
-    declare_topology(&env, 4);
+/// Queues `entities` × `versions` on 4 shards before any worker runs (the
+/// binary declares the topology); returns the test database.
+async fn queued_backlog(env: &TestEnv, entities: usize, versions: i64) -> PgPool {
+    declare_topology(env, 4);
     env.publisher()
         .await
         .send_all(&interleaved(entities, 1, versions))
         .await;
-    let db = env.db().await;
+    env.db().await
+}
+
+/// How [`stopped_mid_backlog`] stops its first worker.
+enum Stop {
+    /// SIGKILL.
+    Kill,
+    /// SIGTERM, which must end in a clean exit (status 0, "stopped cleanly"
+    /// logged) within 30 s.
+    Term,
+}
+
+/// What [`stopped_mid_backlog`] leaves.
+struct Resumed {
+    /// Versions applied once the first worker had stopped.
+    at_stop: i64,
+    /// How long the first worker took to exit once told to.
+    stop_took: Duration,
+    /// The second worker, still running.
+    second: UrutanProcess,
+}
+
+/// `entities` × `versions` queued on 4 shards; a first `urutan run`
+/// stopped by `stop` once it applied 100 of them (and not all: else
+/// nothing was tested); a second one gets ready and applies the rest within
+/// `limit`: every version exactly once, in order, nothing dead-lettered.
+async fn stopped_mid_backlog(
+    env: &TestEnv,
+    (entities, versions): (usize, i64),
+    stop: Stop,
+    limit: Duration,
+) -> Resumed {
+    let total = entities as i64 * versions;
+    let db = queued_backlog(env, entities, versions).await;
 
     let mut first = UrutanProcess::start("run", &env.process_env(4));
     let seen = wait_applied_at_least(&db, 100, Duration::from_secs(60)).await;
-    first.kill().await;
-    let at_kill = applied(&db).await;
+    let stop_took = match stop {
+        Stop::Kill => {
+            let kill = Instant::now();
+            first.kill().await;
+            kill.elapsed()
+        }
+        Stop::Term => {
+            first.sigterm();
+            let term = Instant::now();
+            let status = first.wait_exit(Duration::from_secs(30)).await;
+            let stop_took = term.elapsed();
+            let log = first.log();
+            assert_eq!(status.code(), Some(0), "exit status {status}:\n{log}");
+            assert!(
+                log.contains("stopped cleanly"),
+                "no clean stop logged:\n{log}"
+            );
+            stop_took
+        }
+    };
+    let at_stop = applied(&db).await;
+    let (too_late, when) = match stop {
+        Stop::Kill => (
+            format!("the kill ({seen} seen, {at_stop} after)"),
+            "after the restart",
+        ),
+        // A message committed but not acked would come back to the second
+        // worker as a duplicate.
+        Stop::Term => ("SIGTERM took effect".to_owned(), "by the second worker"),
+    };
     assert!(
-        at_kill < total,
-        "the worker finished before the kill ({seen} seen, {at_kill} after); nothing was tested"
+        at_stop < total,
+        "the worker finished before {too_late}; nothing was tested"
     );
 
     let mut second = UrutanProcess::start("run", &env.process_env(4));
     second.wait_ready().await;
     wait_for(
-        &format!("{total} versions applied after the restart"),
-        Duration::from_secs(90),
+        &format!("{total} versions applied {when}"),
+        limit,
         || async { applied(&db).await == total },
     )
     .await;
-    assert_all_applied_once(&env, &db, entities, versions).await;
-    second.kill().await;
-    eprintln!("sigkill: killed at {at_kill} of {total} applied");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forced_connection_close_is_recovered() {
-    let env = TestEnv::new("forceclose").await;
-    let pool = RunningPool::start(env.settings(4)).await;
-    pool.wait_ready().await;
-    let db = env.db().await;
-    let (entities, half, versions) = (50, 5, 10);
-
-    env.publisher()
-        .await
-        .send_all(&interleaved(entities, 1, half))
-        .await;
-    wait_applied(&db, entities as i64 * half, Duration::from_secs(60)).await;
-    let reconnects_before = metric_sum(
-        &scrape(pool.http).await,
-        "urutan_broker_reconnects_total",
-        &[],
-    );
-
-    // Only this test's vhost: the pool's connection and the publisher's.
-    sh_blocking(
-        "rabbitmqctl",
-        &["-q", "close_all_connections", "-p", &env.vhost, "test"],
-    )
-    .await;
-
-    // The old publisher's connection is gone too: a new one.
-    env.publisher()
-        .await
-        .send_all(&interleaved(entities, half + 1, versions))
-        .await;
-    wait_applied(&db, entities as i64 * versions, Duration::from_secs(60)).await;
-    assert_all_applied_once(&env, &db, entities, versions).await;
-    pool.wait_ready().await;
-    let reconnects = metric_sum(
-        &scrape(pool.http).await,
-        "urutan_broker_reconnects_total",
-        &[],
-    );
-    assert!(
-        reconnects >= reconnects_before + 1.0,
-        "urutan_broker_reconnects_total {reconnects_before} -> {reconnects}"
-    );
-    pool.stop().await;
-}
-
-/// Starts the broker application again when dropped (also on panic).
-struct BrokerGuard;
-
-impl Drop for BrokerGuard {
-    fn drop(&mut self) {
-        let _ = command("rabbitmqctl").args(["-q", "start_app"]).output();
-        let _ = command("rabbitmqctl")
-            .args(["-q", "--timeout", "120", "await_startup"])
-            .output();
+    assert_all_applied_once(env, &db, entities, versions).await;
+    Resumed {
+        at_stop,
+        stop_took,
+        second,
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serial_broker_restart_is_recovered() {
-    let env = TestEnv::new("brokerrestart").await;
-    let pool = RunningPool::start(env.settings(4)).await;
+async fn worker_killed_with_sigkill_mid_stream_loses_nothing_and_applies_nothing_twice() {
+    let env = TestEnv::new("sigkill").await;
+    let (entities, versions) = (100, 10);
+    let total = entities as i64 * versions;
+    let stop = Stop::Kill;
+    let mut resumed =
+        stopped_mid_backlog(&env, (entities, versions), stop, Duration::from_secs(90)).await;
+    resumed.second.kill().await;
+    let at_kill = resumed.at_stop;
+    eprintln!("sigkill: killed at {at_kill} of {total} applied");
+}
+
+/// How [`reconnects_after`] cuts the pool off the broker between its halves.
+enum Cut {
+    /// `close_all_connections` of this test's vhost only: the pool's
+    /// connection and the publisher's.
+    CloseConnections,
+    /// The shared broker's application stopped (`/readyz` 503) and started
+    /// again (`/readyz` 200).
+    RestartBroker,
+}
+
+/// Starts a pool of `shards` shards on `env` and publishes v1..=`half` of
+/// `entities` orders; returns the pool, ready, once it applied them all,
+/// and the test database.
+async fn half_applied(
+    env: &TestEnv,
+    shards: u16,
+    entities: usize,
+    half: i64,
+) -> (RunningPool, PgPool) {
+    let pool = RunningPool::start(env.settings(shards)).await;
     pool.wait_ready().await;
     let db = env.db().await;
-    let (entities, half, versions) = (50, 3, 6);
-
     env.publisher()
         .await
         .send_all(&interleaved(entities, 1, half))
         .await;
     wait_applied(&db, entities as i64 * half, Duration::from_secs(60)).await;
+    (pool, db)
+}
+
+/// A pool of 4 shards applies `half` of `entities` × `versions`, `cut`
+/// takes the broker from under it, and a new publisher sends the rest:
+/// every version is applied exactly once, in order, nothing dead-lettered,
+/// and the pool counted a broker reconnect.
+async fn reconnects_after(cut: Cut, name: &str, entities: usize, half: i64, versions: i64) {
+    let env = TestEnv::new(name).await;
+    let (pool, db) = half_applied(&env, 4, entities, half).await;
     let reconnects_before = metric_sum(
         &scrape(pool.http).await,
         "urutan_broker_reconnects_total",
         &[],
     );
 
-    // Declared after `env`, so dropped (broker started) before `env` deletes its vhost.
-    let _broker = BrokerGuard;
-    let restart = Instant::now();
-    sh_blocking("rabbitmqctl", &["-q", "stop_app"]).await;
-    wait_for(
-        "/readyz 503 with the broker stopped",
-        Duration::from_secs(10),
-        || async { http_get(pool.http, "/readyz").await.0 == 503 },
-    )
-    .await;
-    sh_blocking("rabbitmqctl", &["-q", "start_app"]).await;
-    sh_blocking("rabbitmqctl", &["-q", "--timeout", "120", "await_startup"]).await;
-    wait_for(
-        "the pool ready again after the broker restart",
-        Duration::from_secs(60),
-        || async { http_get(pool.http, "/readyz").await.0 == 200 },
-    )
-    .await;
-    let back_after = restart.elapsed();
+    let back_after = match cut {
+        Cut::CloseConnections => {
+            sh_blocking(
+                "rabbitmqctl",
+                &["-q", "close_all_connections", "-p", &env.vhost, "test"],
+            )
+            .await;
+            None
+        }
+        Cut::RestartBroker => {
+            // Declared after `env`, so dropped (broker started) before `env` deletes its vhost.
+            let _broker = BrokerGuard;
+            let restart = Instant::now();
+            sh_blocking("rabbitmqctl", &["-q", "stop_app"]).await;
+            wait_for(
+                "/readyz 503 with the broker stopped",
+                Duration::from_secs(10),
+                || async { http_get(pool.http, "/readyz").await.0 == 503 },
+            )
+            .await;
+            sh_blocking("rabbitmqctl", &["-q", "start_app"]).await;
+            sh_blocking("rabbitmqctl", &["-q", "--timeout", "120", "await_startup"]).await;
+            wait_for(
+                "the pool ready again after the broker restart",
+                Duration::from_secs(60),
+                || async { http_get(pool.http, "/readyz").await.0 == 200 },
+            )
+            .await;
+            Some(restart.elapsed())
+        }
+    };
 
-    // No backlog crossed the restart (the hash ring may have changed).
+    // The old publisher's connection is gone: a new one. No backlog crossed
+    // a restart (the hash ring may have changed).
     env.publisher()
         .await
         .send_all(&interleaved(entities, half + 1, versions))
         .await;
     wait_applied(&db, entities as i64 * versions, Duration::from_secs(60)).await;
     assert_all_applied_once(&env, &db, entities, versions).await;
+    if matches!(cut, Cut::CloseConnections) {
+        // A restart waited for the pool to be ready again; a close did not.
+        pool.wait_ready().await;
+    }
     let reconnects = metric_sum(
         &scrape(pool.http).await,
         "urutan_broker_reconnects_total",
@@ -280,7 +327,19 @@ async fn serial_broker_restart_is_recovered() {
         "urutan_broker_reconnects_total {reconnects_before} -> {reconnects}"
     );
     pool.stop().await;
-    eprintln!("broker restart: pool ready again {back_after:?} after stop_app");
+    if let Some(back_after) = back_after {
+        eprintln!("broker restart: pool ready again {back_after:?} after stop_app");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_connection_close_is_recovered() {
+    reconnects_after(Cut::CloseConnections, "forceclose", 50, 5, 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serial_broker_restart_is_recovered() {
+    reconnects_after(Cut::RestartBroker, "brokerrestart", 50, 3, 6).await;
 }
 
 /// The PostgreSQL cluster serving port 5432, stopped and started with
@@ -343,16 +402,8 @@ impl Drop for Postgres {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serial_database_outage_dead_letters_nothing_and_processing_resumes() {
     let env = TestEnv::new("dboutage").await;
-    let pool = RunningPool::start(env.settings(2)).await;
-    pool.wait_ready().await;
     let (entities, half, versions) = (20, 3, 6);
-
-    let db = env.db().await;
-    env.publisher()
-        .await
-        .send_all(&interleaved(entities, 1, half))
-        .await;
-    wait_applied(&db, entities as i64 * half, Duration::from_secs(60)).await;
+    let (pool, db) = half_applied(&env, 2, entities, half).await;
     // Its connections would not survive the restart.
     db.close().await;
     let retries_before = metric_sum(&scrape(pool.http).await, "urutan_retries_total", &[]);
@@ -427,41 +478,12 @@ async fn sigterm_under_load_exits_zero_and_leaves_nothing_unacked() {
     let env = TestEnv::new("sigterm").await;
     let (entities, versions) = (200, 10);
     let total = entities as i64 * versions;
-    declare_topology(&env, 4);
-    env.publisher()
-        .await
-        .send_all(&interleaved(entities, 1, versions))
-        .await;
-    let db = env.db().await;
-
-    let mut first = UrutanProcess::start("run", &env.process_env(4));
-    wait_applied_at_least(&db, 100, Duration::from_secs(60)).await;
-    first.sigterm();
-    let term = Instant::now();
-    let status = first.wait_exit(Duration::from_secs(30)).await;
-    let stop_took = term.elapsed();
-    let log = first.log();
-    assert_eq!(status.code(), Some(0), "exit status {status}:\n{log}");
-    assert!(
-        log.contains("stopped cleanly"),
-        "no clean stop logged:\n{log}"
-    );
-    let at_exit = applied(&db).await;
-    assert!(
-        at_exit < total,
-        "the worker finished before SIGTERM took effect; nothing was tested"
-    );
-
-    // A message committed but not acked would come back to this one as a duplicate.
-    let mut second = UrutanProcess::start("run", &env.process_env(4));
-    second.wait_ready().await;
-    wait_for(
-        &format!("{total} versions applied by the second worker"),
-        Duration::from_secs(120),
-        || async { applied(&db).await == total },
-    )
-    .await;
-    assert_all_applied_once(&env, &db, entities, versions).await;
+    let stop = Stop::Term;
+    let Resumed {
+        at_stop: at_exit,
+        stop_took,
+        mut second,
+    } = stopped_mid_backlog(&env, (entities, versions), stop, Duration::from_secs(120)).await;
     let metrics = scrape(second.process.http).await;
     let outcome = |o: &str| {
         metric_sum(
@@ -560,12 +582,7 @@ async fn clean_stop_under_load_spends_no_delivery() {
     let env = TestEnv::new("stopunderload").await;
     let (entities, versions) = (100, 20);
     let total = entities as i64 * versions;
-    declare_topology(&env, 4);
-    env.publisher()
-        .await
-        .send_all(&interleaved(entities, 1, versions))
-        .await;
-    let db = env.db().await;
+    let db = queued_backlog(&env, entities, versions).await;
     let settings = env.settings(4);
     let mut heads = Vec::new();
     for _ in 0..3 {

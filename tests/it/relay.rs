@@ -22,6 +22,7 @@ use urutan::outbox::relay::{Relay, RelaySettings};
 use urutan::outbox::{NewEvent, enqueue};
 use urutan::outcome::Outcome;
 use urutan::shard::{Hooks, Observed};
+use urutan_testkit::scenarios::{BrokerGuard, sh_blocking, wait_count};
 
 use crate::common::*;
 
@@ -80,10 +81,20 @@ impl RunningRelay {
     }
 
     async fn wait_active(&self, limit: Duration) {
+        self.wait_until_active_is(true, "the relay to become active", limit)
+            .await;
+    }
+
+    /// Waits (at most `limit`) until it reports itself not ready: `what`.
+    async fn wait_inactive(&self, what: &str, limit: Duration) {
+        self.wait_until_active_is(false, what, limit).await;
+    }
+
+    async fn wait_until_active_is(&self, active: bool, what: &str, limit: Duration) {
         let health = self.health.clone();
-        wait_for("the relay to become active", limit, || {
+        wait_for(what, limit, || {
             let health = health.clone();
-            async move { health.is_ready() }
+            async move { health.is_ready() == active }
         })
         .await;
     }
@@ -180,8 +191,11 @@ async fn unsent(db: &PgPool) -> i64 {
     count(db, "SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL").await
 }
 
+/// The versions applied (a count).
+const APPLIED: &str = "SELECT count(*) FROM pesanan_riwayat";
+
 async fn applied(db: &PgPool) -> i64 {
-    count(db, "SELECT count(*) FROM pesanan_riwayat").await
+    count(db, APPLIED).await
 }
 
 /// Waits until `total` versions are applied and no outbox row is unsent.
@@ -299,29 +313,6 @@ impl Seen {
     }
 }
 
-/// Runs a command line off the async runtime (rabbitmqctl takes seconds).
-async fn sh_blocking(program: &'static str, args: &[&str]) -> String {
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        sh(program, &args)
-    })
-    .await
-    .expect("command task panicked")
-}
-
-/// Starts the broker application again when dropped (also on panic).
-struct BrokerGuard;
-
-impl Drop for BrokerGuard {
-    fn drop(&mut self) {
-        let _ = command("rabbitmqctl").args(["-q", "start_app"]).output();
-        let _ = command("rabbitmqctl")
-            .args(["-q", "--timeout", "120", "await_startup"])
-            .output();
-    }
-}
-
 /// Drops a database when dropped (the demo's `<db>_demo`), also on panic.
 struct DropDatabase(String);
 
@@ -329,6 +320,72 @@ impl Drop for DropDatabase {
     fn drop(&mut self) {
         crate::scratch::drop_database(crate::common::PG_BASE, &self.0);
     }
+}
+
+/// Runs `urutan <args>` against `env` for `shards` shards, `vars` on top,
+/// stdin closed and its output captured; panics with `late` (`<late> within
+/// <limit> s`) if it runs longer than `limit`.
+async fn run_urutan(
+    env: &TestEnv,
+    shards: u16,
+    args: &[&str],
+    vars: &[(&str, &str)],
+    limit: Duration,
+    late: &str,
+) -> std::process::Output {
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
+        .args(args)
+        .envs(env.process_env(shards))
+        .envs(vars.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(limit, run)
+        .await
+        .unwrap_or_else(|_| panic!("{late} within {} s", limit.as_secs()))
+        .unwrap_or_else(|e| panic!("run urutan {}: {e:?}", args[0]))
+}
+
+/// Runs `urutan demo` against `env` for `shards` shards (warnings only, no
+/// colour) with `orders` orders, `duplicates`, `stale` and `poison` events
+/// injected, and `--timeout` `timeout`; at most a minute more than that.
+async fn run_demo(
+    env: &TestEnv,
+    shards: u16,
+    orders: u32,
+    duplicates: u32,
+    stale: u32,
+    poison: u32,
+    timeout: Duration,
+) -> std::process::Output {
+    let knobs = [orders, duplicates, stale, poison].map(|n| n.to_string());
+    let timeout_arg = format!("{}s", timeout.as_secs());
+    let args = [
+        "demo",
+        "--orders",
+        &knobs[0],
+        "--duplicates",
+        &knobs[1],
+        "--stale",
+        &knobs[2],
+        "--poison",
+        &knobs[3],
+        "--timeout",
+        &timeout_arg,
+    ];
+    let vars = [("RUST_LOG", "warn"), ("NO_COLOR", "1")];
+    let limit = timeout + Duration::from_secs(60);
+    run_urutan(
+        env,
+        shards,
+        &args,
+        &vars,
+        limit,
+        "urutan demo did not finish",
+    )
+    .await
 }
 
 // ---------------------------------------------------------------------------
@@ -419,21 +476,20 @@ async fn a_relay_killed_between_publish_and_marking_causes_only_a_duplicate() {
 
     // The binary publishes its first batch, gets every confirm, and aborts
     // before marking the rows sent.
-    let crashed = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
-        .arg("relay")
-        .envs(env.process_env(4))
-        .env("URUTAN_FAULT_ABORT_AFTER_PUBLISH", "1")
-        .env("RELAY_BATCH", BATCH.to_string())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(60), crashed)
-        .await
-        .expect("the faulty relay did not abort within 60 s")
-        .expect("run urutan relay");
+    let batch = BATCH.to_string();
+    let out = run_urutan(
+        &env,
+        4,
+        &["relay"],
+        &[
+            ("URUTAN_FAULT_ABORT_AFTER_PUBLISH", "1"),
+            ("RELAY_BATCH", &batch),
+            ("NO_COLOR", "1"),
+        ],
+        Duration::from_secs(60),
+        "the faulty relay did not abort",
+    )
+    .await;
     assert_eq!(
         out.status.signal(),
         Some(6),
@@ -617,16 +673,12 @@ async fn serial_broker_restart_during_relaying_loses_nothing() {
     let _broker = BrokerGuard;
     let restart = Instant::now();
     sh_blocking("rabbitmqctl", &["-q", "stop_app"]).await;
-    let health = relay.health.clone();
-    wait_for(
-        "the relay not ready with the broker stopped",
-        Duration::from_secs(20),
-        || {
-            let health = health.clone();
-            async move { !health.is_ready() }
-        },
-    )
-    .await;
+    relay
+        .wait_inactive(
+            "the relay not ready with the broker stopped",
+            Duration::from_secs(20),
+        )
+        .await;
     let unsent_during_outage = unsent(&db).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
@@ -674,32 +726,7 @@ async fn the_demo_runs_end_to_end_and_verifies() {
     let env = TestEnv::new("demo").await;
     let demo_db = format!("{}_demo", env.database);
     let _demo_db = DropDatabase(demo_db.clone());
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
-        .args([
-            "demo",
-            "--orders",
-            "150",
-            "--duplicates",
-            "20",
-            "--stale",
-            "20",
-            "--poison",
-            "4",
-            "--timeout",
-            "120s",
-        ])
-        .envs(env.process_env(4))
-        .env("RUST_LOG", "warn")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(180), run)
-        .await
-        .expect("urutan demo did not finish within 180 s")
-        .expect("run urutan demo");
+    let out = run_demo(&env, 4, 150, 20, 20, 4, Duration::from_secs(120)).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -842,32 +869,7 @@ async fn the_demo_injects_as_many_stale_events_as_asked() {
     let env = TestEnv::new("demostale").await;
     let demo_db = format!("{}_demo", env.database);
     let _demo_db = DropDatabase(demo_db);
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
-        .args([
-            "demo",
-            "--orders",
-            "30",
-            "--duplicates",
-            "0",
-            "--stale",
-            "20",
-            "--poison",
-            "0",
-            "--timeout",
-            "60s",
-        ])
-        .envs(env.process_env(2))
-        .env("RUST_LOG", "warn")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("urutan demo did not finish within 120 s")
-        .expect("run urutan demo");
+    let out = run_demo(&env, 2, 30, 0, 20, 0, Duration::from_secs(60)).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "urutan demo failed:\n{stdout}");
     assert!(
@@ -901,16 +903,12 @@ async fn an_idle_relay_notices_a_lost_broker_connection() {
         ],
     )
     .await;
-    let health = relay.health.clone();
-    wait_for(
-        "the idle relay to report the lost broker connection",
-        Duration::from_secs(10),
-        || {
-            let health = health.clone();
-            async move { !health.is_ready() }
-        },
-    )
-    .await;
+    relay
+        .wait_inactive(
+            "the idle relay to report the lost broker connection",
+            Duration::from_secs(10),
+        )
+        .await;
     relay.wait_active(Duration::from_secs(30)).await;
     let db = env.db().await;
     enqueue_tx(&db, &[("IDLE-1".to_owned(), 1)]).await;
@@ -956,30 +954,15 @@ async fn an_unroutable_outbox_row_is_set_aside_and_blocks_nothing() {
     insert("U-B", 2, "pesanan.x").await;
     let relay = RunningRelay::start(env.settings(2));
 
-    wait_for(
-        "the good rows to be applied",
-        Duration::from_secs(60),
-        || {
-            let db = db.clone();
-            async move { applied(&db).await == 4 }
-        },
-    )
-    .await;
-    wait_for(
+    let good = "the good rows to be applied";
+    wait_count(&db, good, Duration::from_secs(60), APPLIED, 4).await;
+    wait_count(
+        &db,
         "the bad row to be set aside",
         Duration::from_secs(30),
-        || {
-            let db = db.clone();
-            async move {
-                count(
-                    &db,
-                    "SELECT count(*) FROM outbox WHERE unroutable_at IS NOT NULL
+        "SELECT count(*) FROM outbox WHERE unroutable_at IS NOT NULL
                    AND unroutable_reason LIKE '%outside `pesanan.#`%'",
-                )
-                .await
-                    == 1
-            }
-        },
+        1,
     )
     .await;
     let (aside, sent): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
@@ -1026,11 +1009,8 @@ async fn an_unroutable_outbox_row_is_set_aside_and_blocks_nothing() {
     // Still relaying: a new row goes out.
     assert!(relay.is_active(), "the relay is still active");
     insert("U-C", 1, "pesanan.x").await;
-    wait_for("a later row to be applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { applied(&db).await == 5 }
-    })
-    .await;
+    let later = "a later row to be applied";
+    wait_count(&db, later, Duration::from_secs(30), APPLIED, 5).await;
 
     // The operator fixes the key and clears the mark: it is published (and
     // is stale for its order, whose v3 is stored).

@@ -27,6 +27,47 @@ async fn behind_proxies(env: &TestEnv, shards: u16) -> (Proxy, Proxy, urutan::co
     (db_link, broker_link, settings)
 }
 
+/// `versions` versions of `entities` orders (`order-<e>`): every order's v1,
+/// then every order's v2, and so on.
+fn rounds(entities: usize, versions: i64) -> Vec<Msg> {
+    (1..=versions)
+        .flat_map(|v| (0..entities).map(move |e| Msg::event(&format!("order-{e}"), v)))
+        .collect()
+}
+
+/// Publishes the first half of [`rounds`] to `env`'s running pool and
+/// waits (at most 30 s) until some of it is applied, then `breaks` a link,
+/// publishes the second half and waits (at most `limit`) until every
+/// version is applied, each order's in order. Returns how long after the
+/// break the last one was applied.
+async fn through_a_break(
+    env: &TestEnv,
+    (entities, versions): (usize, i64),
+    limit: Duration,
+    breaks: impl FnOnce(),
+) -> Duration {
+    let events = rounds(entities, versions);
+    let publisher = env.publisher().await;
+    let db = env.db().await;
+    let applied = || async { count(&db, "SELECT count(*) FROM pesanan_riwayat").await };
+    publisher.send_all(&events[..events.len() / 2]).await;
+    wait_for("some versions applied", Duration::from_secs(30), || async {
+        applied().await > 0
+    })
+    .await;
+    breaks();
+    let broken = Instant::now();
+    publisher.send_all(&events[events.len() / 2..]).await;
+    let total = events.len() as i64;
+    wait_for("every version applied", limit, || async {
+        applied().await == total
+    })
+    .await;
+    let took = broken.elapsed();
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    took
+}
+
 #[tokio::test]
 async fn a_silent_database_link_holds_no_apply_beyond_its_bound() {
     let env = TestEnv::new("silent_db").await;
@@ -35,32 +76,12 @@ async fn a_silent_database_link_holds_no_apply_beyond_its_bound() {
     let pool = RunningPool::start(settings).await;
     pool.wait_ready().await;
 
-    let (entities, versions) = (10, 40);
-    let publisher = env.publisher().await;
-    let events: Vec<Msg> = (1..=versions)
-        .flat_map(|v| (0..entities).map(move |e| Msg::event(&format!("order-{e}"), v)))
-        .collect();
-    let db = env.db().await;
-    let applied = || async { count(&db, "SELECT count(*) FROM pesanan_riwayat").await };
-    publisher.send_all(&events[..events.len() / 2]).await;
-    wait_for("some versions applied", Duration::from_secs(30), || async {
-        applied().await > 0
-    })
-    .await;
     // Every connection the pool holds goes silent, mid-load, for good.
-    link.silence_open();
-    let silenced = Instant::now();
-    publisher.send_all(&events[events.len() / 2..]).await;
-    let total = events.len() as i64;
-    wait_for("every version applied", Duration::from_secs(60), || async {
-        applied().await == total
-    })
-    .await;
-    let took = silenced.elapsed();
+    let silence = || link.silence_open();
+    let took = through_a_break(&env, (10, 40), Duration::from_secs(60), silence).await;
     eprintln!(
         "silent database link, DATABASE_TIMEOUT=2s: everything applied {took:?} after the silence"
     );
-    assert_gapless_in_order(&history(&db).await, entities, versions);
     // Bound: the client gives up after 2 + 5 s, the server ends the held
     // session after 2 s; the rest is backoff (at most 5 s) and the work.
     assert!(took < Duration::from_secs(30), "took {took:?}");
@@ -87,9 +108,7 @@ async fn batch_mode_on_a_slow_database_link() {
         broker_link.delay(one_way / 10, one_way / 50);
         let pool = RunningPool::start(settings).await;
         pool.wait_ready().await;
-        let events: Vec<Msg> = (1..=versions)
-            .flat_map(|v| (0..entities).map(move |e| Msg::event(&format!("order-{e}"), v)))
-            .collect();
+        let events = rounds(entities, versions);
         let chunks_before = db_link.chunks();
         let started = Instant::now();
         publisher.send_all(&events).await;
@@ -135,27 +154,11 @@ async fn links_cut_under_load_on_a_narrow_broker_link() {
     broker_link.limit(256 * 1024);
     let pool = RunningPool::start(settings).await;
     pool.wait_ready().await;
-    let (entities, versions) = (12, 30);
-    let events: Vec<Msg> = (1..=versions)
-        .flat_map(|v| (0..entities).map(move |e| Msg::event(&format!("order-{e}"), v)))
-        .collect();
-    let publisher = env.publisher().await;
-    let db = env.db().await;
-    let applied = || async { count(&db, "SELECT count(*) FROM pesanan_riwayat").await };
-    publisher.send_all(&events[..events.len() / 2]).await;
-    wait_for("some versions applied", Duration::from_secs(30), || async {
-        applied().await > 0
-    })
-    .await;
-    db_link.cut_open();
-    broker_link.cut_open();
-    publisher.send_all(&events[events.len() / 2..]).await;
-    let total = events.len() as i64;
-    wait_for("every version applied", Duration::from_secs(90), || async {
-        applied().await == total
-    })
-    .await;
-    assert_gapless_in_order(&history(&db).await, entities, versions);
+    let cut = || {
+        db_link.cut_open();
+        broker_link.cut_open();
+    };
+    through_a_break(&env, (12, 30), Duration::from_secs(90), cut).await;
     assert!(
         broker_link.accepted() >= 2,
         "the pool reconnected to the broker"

@@ -3,7 +3,8 @@
 //!
 //! - environments: [`scratch`] (a vhost and a database of one's own),
 //!   [`fixtures`] (the integration tests' `TestEnv`, publishers, workers),
-//!   [`bench_env`] (the benchmarks' `BenchEnv`);
+//!   [`bench_env`] (the benchmarks' `BenchEnv`), [`scenarios`] (steps
+//!   several integration-test files share);
 //! - processes: [`process`] (one `urutan` child) and [`http`] (a tiny GET);
 //! - the AMQP wire: [`wire`] (hand-built frames of a hostile producer) and
 //!   [`proxy`] (a TCP proxy that can cut, stall or delay a link);
@@ -20,6 +21,7 @@ pub mod http;
 pub mod interleave;
 pub mod process;
 pub mod proxy;
+pub mod scenarios;
 pub mod scratch;
 pub mod wire;
 
