@@ -221,18 +221,6 @@ async fn the_delivery_limit_records_the_last_error_in_strict_and_batch_mode() {
     }
 }
 
-/// Lets connections in again if the test fails while they are refused.
-struct Reopen(String);
-
-impl Drop for Reopen {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .args(["-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"])
-            .args(["-c", &self.0])
-            .output();
-    }
-}
-
 /// While the database is down, a contract violation waits in its shard
 /// like any message (it is never rejected without its record): nothing
 /// reaches the DLQ, nothing overtakes it; once the database is back it is
@@ -244,27 +232,7 @@ async fn a_poison_is_held_until_its_record_can_be_written() {
     pool.wait_ready().await;
     let db = env.db().await;
     db.close().await;
-    let refuse = format!(
-        "ALTER DATABASE \"{0}\" ALLOW_CONNECTIONS false; \
-         SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{0}'",
-        env.database
-    );
-    sh(
-        "psql",
-        &[
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-c",
-            &refuse,
-        ],
-    );
-    let allow = format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.database);
-    let reopen = Reopen(allow);
+    let refused = RefusedConnections::start(&env);
     env.publisher()
         .await
         .send_all(&[not_json("bad-1", "A"), Msg::event("A", 1)])
@@ -287,7 +255,7 @@ async fn a_poison_is_held_until_its_record_can_be_written() {
         1,
         "the poison is held (unacked), the next message waits behind it"
     );
-    drop(reopen);
+    drop(refused);
     wait_dlq(&conn, 1).await;
     let db = env.db().await;
     wait_for(

@@ -128,23 +128,6 @@ fn x_death_reason(props: &lapin::BasicProperties) -> Option<String> {
     }
 }
 
-fn psql(database: &str, sql: &str) -> String {
-    sh(
-        "psql",
-        &[
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            database,
-            "-Atc",
-            sql,
-        ],
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_message_keeps_order_while_the_database_refuses_briefly() {
     let env = TestEnv::new("held").await;
@@ -162,14 +145,7 @@ async fn a_held_message_keeps_order_while_the_database_refuses_briefly() {
 
     // The database refuses the worker: no new connections to this database,
     // and the existing ones are terminated.
-    let refuse = format!(
-        "ALTER DATABASE \"{0}\" ALLOW_CONNECTIONS false; \
-         SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{0}'",
-        env.database
-    );
-    psql("postgres", &refuse);
-    let allow = format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.database);
-    let reopen = Reopen(allow.clone());
+    let refused = RefusedConnections::start(&env);
 
     publisher
         .send_all(&[
@@ -200,8 +176,7 @@ async fn a_held_message_keeps_order_while_the_database_refuses_briefly() {
         503,
         "still not ready"
     );
-    psql("postgres", &allow);
-    drop(reopen);
+    refused.allow();
 
     let db = env.db().await;
     wait_for("all applied", Duration::from_secs(60), || {
@@ -215,28 +190,6 @@ async fn a_held_message_keeps_order_while_the_database_refuses_briefly() {
     assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
     pool.wait_ready().await;
     pool.stop().await;
-}
-
-/// Lets connections in again if the test fails while they are refused
-/// (so the database can be dropped and nothing is left behind).
-struct Reopen(String);
-
-impl Drop for Reopen {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .args([
-                "-q",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                &self.0,
-            ])
-            .output();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -85,28 +85,8 @@ impl Drop for Credentials {
             .args(["-q", "delete_user", &self.rabbit_user])
             .output();
         crate::scratch::drop_database(crate::common::PG_BASE, &self.database);
-        let _ = Command::new("psql")
-            .args(["-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"])
-            .args(["-c", &format!("DROP ROLE IF EXISTS \"{}\"", self.pg_role)])
-            .output();
+        psql_ignoring_failure(&format!("DROP ROLE IF EXISTS \"{}\"", self.pg_role));
     }
-}
-
-fn psql(sql: &str) {
-    sh(
-        "psql",
-        &[
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-c",
-            sql,
-        ],
-    );
 }
 
 fn free_port() -> u16 {

@@ -202,6 +202,51 @@ pub fn sh(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `sql` as the superuser in the `postgres` database (statements
+/// about databases and roles) and panics with psql's output if it fails;
+/// the output (`-Atq`: the rows' values).
+pub fn psql(sql: &str) -> String {
+    sh("psql", &crate::psql::superuser_args("postgres", sql))
+}
+
+/// [`psql`] for a clean-up (in a `Drop`): a failure is ignored.
+pub fn psql_ignoring_failure(sql: &str) {
+    let _ = crate::psql::superuser("postgres", sql).output();
+}
+
+/// `env`'s database refusing connections (`ALLOW_CONNECTIONS false`, its
+/// sessions terminated) until [`Self::allow`] or the drop, which lets them
+/// in again also when the test fails meanwhile (so the database can be
+/// dropped and nothing is left behind).
+pub struct RefusedConnections {
+    allow: String,
+}
+
+impl RefusedConnections {
+    pub fn start(env: &TestEnv) -> Self {
+        psql(&format!(
+            "ALTER DATABASE \"{0}\" ALLOW_CONNECTIONS false; \
+             SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{0}'",
+            env.database
+        ));
+        Self {
+            allow: format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.database),
+        }
+    }
+
+    /// Lets connections in again, and panics if psql fails (the drop does
+    /// it once more, harmlessly).
+    pub fn allow(self) {
+        psql(&self.allow);
+    }
+}
+
+impl Drop for RefusedConnections {
+    fn drop(&mut self) {
+        psql_ignoring_failure(&self.allow);
+    }
+}
+
 /// A vhost and a database of one's own, dropped at the end (even on
 /// panic; kept for inspection when a test fails with `URUTAN_TEST_KEEP`
 /// set): the shared scratch type (`urutan_testkit::scratch`), with the
