@@ -293,21 +293,8 @@ async fn resharding_under_a_continuous_direct_producer_keeps_order() {
 async fn a_worker_refused_the_sentinel_treats_each_connection_as_a_restart() {
     let env = TestEnv::new("direct_nosentinel").await;
     let user = format!("nosentinel-{}", env.name);
-    let _users = crate::topology::Users(vec![user.clone()]);
-    sh("rabbitmqctl", &["-q", "add_user", &user, "pw-nosentinel"]);
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &user,
-            "^$",
-            "^amq\\.default$",
-            "^pesanan\\.shard-\\d{3}$",
-        ],
-    );
+    let mut users = BrokerUsers::default();
+    users.add(&env, &user, "pw-nosentinel", WORKER_PERMISSIONS);
     let conn = env.broker().await;
     urutan::broker::topology::declare(&conn, &urutan::broker::Names::new("pesanan"), 3, 5, false)
         .await

@@ -695,21 +695,8 @@ async fn errors_are_one_clear_line() {
 
     // A user that may not read the DLQ (the worker user's permissions).
     let user = format!("urutan-dlq-test-{:08x}", rand::random::<u32>());
-    sh("rabbitmqctl", &["-q", "add_user", &user, "pw-dlq-test"]);
-    let _gone = DeleteUser(user.clone());
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &user,
-            "^$",
-            "^amq\\.default$",
-            "^pesanan\\.shard-\\d{3}$",
-        ],
-    );
+    let mut users = BrokerUsers::default();
+    users.add(&env, &user, "pw-dlq-test", WORKER_PERMISSIONS);
     let pool = RunningPool::start(env.settings(1)).await;
     pool.wait_ready().await;
     env.publisher().await.send(&not_json("bad-1", "A")).await;
@@ -742,16 +729,6 @@ async fn errors_are_one_clear_line() {
     );
 }
 
-struct DeleteUser(String);
-
-impl Drop for DeleteUser {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("rabbitmqctl")
-            .args(["-q", "delete_user", &self.0])
-            .output();
-    }
-}
-
 /// The worker role records dead letters (and purges resolved ones); the
 /// operator role and the operator RabbitMQ user of the least-privilege
 /// scripts run `urutan dlq` with nothing more than their grants.
@@ -760,33 +737,8 @@ async fn least_privilege_roles_record_and_operate_dead_letters() {
     let env = TestEnv::new("dlq_leastpriv").await;
     env.db().await.close().await; // the owner migrates
     let roles = PgRoles::create(&env, &["operator"]);
-
-    let users = [
-        format!("topo-{}", env.name),
-        format!("worker-{}", env.name),
-        format!("operator-{}", env.name),
-    ];
-    let _gone: Vec<DeleteUser> = users.iter().cloned().map(DeleteUser).collect();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/rabbitmq/least-privilege.sh"
-    );
-    let made = std::process::Command::new("bash")
-        .arg(script)
-        .env("VHOST", &env.vhost)
-        .env("TOPOLOGY_USER", &users[0])
-        .env("TOPOLOGY_PASSWORD", "t0pology-pw")
-        .env("WORKER_USER", &users[1])
-        .env("WORKER_PASSWORD", "w0rker-pw")
-        .env("OPERATOR_USER", &users[2])
-        .env("OPERATOR_PASSWORD", "0perator-pw")
-        .output()
-        .expect("least-privilege.sh");
-    assert!(made.status.success(), "least-privilege.sh: {made:?}");
-    let operator_amqp = format!(
-        "amqp://{}:0perator-pw@127.0.0.1:5672/{}",
-        users[2], env.vhost
-    );
+    let users = RabbitUsers::create(&env, true);
+    let operator_amqp = users.url("operator");
     let as_operator = [
         ("AMQP_URL", operator_amqp.as_str()),
         ("DATABASE_URL", &roles.url("operator")),

@@ -4,13 +4,12 @@
 //! back to the passive check, a first start without ERROR lines, and the
 //! demo's quiet screen.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::common::*;
-use crate::topology::Users;
 
 /// `urutan <args>` to completion (bounded): exit code, stdout, stderr.
 async fn urutan(args: &[&str], vars: &[(&str, String)]) -> (i32, String, String) {
@@ -400,70 +399,21 @@ fn row(text: &str, versi: i64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     let env = TestEnv::new("opsrefused").await;
-    let (topology_user, worker_user, bare_user, mute_user) = (
-        format!("topo-{}", env.name),
-        format!("worker-{}", env.name),
-        format!("bare-{}", env.name),
-        format!("mute-{}", env.name),
-    );
-    let _users = Users(vec![
-        topology_user.clone(),
-        worker_user.clone(),
-        bare_user.clone(),
-        mute_user.clone(),
-    ]);
-    let made = Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/deploy/rabbitmq/least-privilege.sh"
-        ))
-        .env("VHOST", &env.vhost)
-        .env("TOPOLOGY_USER", &topology_user)
-        .env("TOPOLOGY_PASSWORD", "t0pology-pw")
-        .env("WORKER_USER", &worker_user)
-        .env("WORKER_PASSWORD", "w0rker-pw")
-        .output()
-        .expect("least-privilege.sh");
-    assert!(made.status.success(), "least-privilege.sh: {made:?}");
+    let (bare_user, mute_user) = (format!("bare-{}", env.name), format!("mute-{}", env.name));
+    let script_users = RabbitUsers::create(&env, false);
+    let mut users = BrokerUsers::default();
     // The issue's user: configure nothing at all.
-    sh("rabbitmqctl", &["-q", "add_user", &bare_user, "b4re-pw"]);
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &bare_user,
-            "^$",
-            r"^amq\.default$",
-            r"^pesanan\.shard-.*",
-        ],
-    );
+    let bare = ["^$", r"^amq\.default$", r"^pesanan\.shard-.*"];
+    users.add(&env, &bare_user, "b4re-pw", bare);
     // A user that may not even put epoch markers into the shard queues.
-    sh("rabbitmqctl", &["-q", "add_user", &mute_user, "mu7e-pw"]);
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &mute_user,
-            "^$",
-            "^$",
-            r"^pesanan\.shard-.*",
-        ],
-    );
-    let as_user = |user: &str, password: &str| {
+    let mute = ["^$", "^$", r"^pesanan\.shard-.*"];
+    users.add(&env, &mute_user, "mu7e-pw", mute);
+    let as_user = |amqp_url: String| {
         let mut vars = env.process_env(3);
-        vars.push((
-            "AMQP_URL",
-            format!("amqp://{user}:{password}@127.0.0.1:5672/{}", env.vhost),
-        ));
+        vars.push(("AMQP_URL", amqp_url));
         vars
     };
-    let worker = as_user(&worker_user, "w0rker-pw");
+    let worker = as_user(script_users.url("worker"));
     let fallback = "this broker user may not declare the topology: checking it passively";
 
     // Nothing declared: one WARN, then one ERROR line naming the fix, exit 1.
@@ -493,10 +443,15 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
 
     // Declared by the topology user: both restricted workers get ready in
     // declare mode, warn once, and log no ERROR.
-    let (code, _, stderr) = urutan(&["topology"], &as_user(&topology_user, "t0pology-pw")).await;
+    let as_topology = as_user(script_users.url("topology"));
+    let (code, _, stderr) = urutan(&["topology"], &as_topology).await;
     assert_eq!(code, 0, "{stderr}");
-    for (user, password) in [(&worker_user, "w0rker-pw"), (&bare_user, "b4re-pw")] {
-        let mut run = UrutanProcess::start("run", &as_user(user, password));
+    let bare_url = amqp_url_as(&bare_user, "b4re-pw", &env.vhost);
+    for (user, amqp_url) in [
+        (script_users.name("worker"), script_users.url("worker")),
+        (bare_user.as_str(), bare_url),
+    ] {
+        let mut run = UrutanProcess::start("run", &as_user(amqp_url));
         run.wait_ready().await;
         env.publisher().await.send(&Msg::event(user, 1)).await;
         let db = env.db().await;
@@ -520,7 +475,8 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
 
     // No write on amq.default: the check passes, the epoch cannot be
     // opened; it stops (not retries) with the missing permission named.
-    let mut run = UrutanProcess::start("run", &as_user(&mute_user, "mu7e-pw"));
+    let as_mute = as_user(amqp_url_as(&mute_user, "mu7e-pw", &env.vhost));
+    let mut run = UrutanProcess::start("run", &as_mute);
     let code = run
         .wait_exit(Duration::from_secs(30))
         .await

@@ -11,17 +11,6 @@ use lapin::{BasicProperties, Connection};
 
 use crate::common::*;
 
-/// Deletes a RabbitMQ user when dropped.
-struct DeleteUser(String);
-
-impl Drop for DeleteUser {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("rabbitmqctl")
-            .args(["-q", "delete_user", &self.0])
-            .output();
-    }
-}
-
 fn text(s: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(s.as_bytes()))
 }
@@ -145,23 +134,10 @@ async fn dlq_and_explain_never_print_a_producers_escape_sequences() {
 async fn replay_goes_on_past_a_message_with_a_producers_user_id() {
     let env = TestEnv::new("tool_userid").await;
     let user = format!("urutan-producer-{:08x}", rand::random::<u32>());
-    sh("rabbitmqctl", &["-q", "add_user", &user, "pr0ducer-pw"]);
-    let _gone = DeleteUser(user.clone());
+    let mut users = BrokerUsers::default();
+    users.add(&env, &user, "pr0ducer-pw", ALL_PERMISSIONS);
     let pool = RunningPool::start(env.settings(1)).await;
     pool.wait_ready().await;
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &user,
-            ".*",
-            ".*",
-            ".*",
-        ],
-    );
     let producer = lapin::Connection::connect(
         &amqp_url_as(&user, "pr0ducer-pw", &env.vhost),
         lapin::ConnectionProperties::default(),

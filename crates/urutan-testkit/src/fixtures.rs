@@ -826,6 +826,133 @@ impl Drop for PgRoles {
     }
 }
 
+/// The least a worker of the prefix `pesanan` needs (configure, write,
+/// read): configure nothing, write only `amq.default` (epoch markers), read
+/// only the shard queues. The worker user of
+/// `deploy/rabbitmq/least-privilege.sh` may also configure the restart
+/// sentinel.
+pub const WORKER_PERMISSIONS: [&str; 3] = ["^$", "^amq\\.default$", "^pesanan\\.shard-\\d{3}$"];
+
+/// Every permission (configure, write, read) on every object.
+pub const ALL_PERMISSIONS: [&str; 3] = [".*", ".*", ".*"];
+
+/// RabbitMQ users made for one test (users are broker-wide), deleted when
+/// dropped.
+#[derive(Default)]
+pub struct BrokerUsers(Vec<String>);
+
+impl BrokerUsers {
+    /// Users made some other way (by a script), to delete at the end.
+    pub fn new(users: impl IntoIterator<Item = String>) -> Self {
+        Self(users.into_iter().collect())
+    }
+
+    /// Adds the user `user` with `password` and gives it `permissions`
+    /// (the configure, write and read patterns) in `env`'s vhost; it is
+    /// deleted at the end.
+    pub fn add(&mut self, env: &TestEnv, user: &str, password: &str, permissions: [&str; 3]) {
+        self.0.push(user.to_owned());
+        add_user(env, user, password, permissions);
+    }
+}
+
+impl Drop for BrokerUsers {
+    fn drop(&mut self) {
+        for user in &self.0 {
+            delete_user(user);
+        }
+    }
+}
+
+/// Adds the RabbitMQ user `user` with `password` and gives it
+/// `permissions` (the configure, write and read patterns) in `env`'s vhost.
+/// The caller deletes it ([`delete_user`]; [`BrokerUsers::add`] does both).
+pub fn add_user(env: &TestEnv, user: &str, password: &str, permissions: [&str; 3]) {
+    let [configure, write, read] = permissions;
+    sh("rabbitmqctl", &["-q", "add_user", user, password]);
+    let vhost = env.vhost.as_str();
+    sh(
+        "rabbitmqctl",
+        &[
+            "-q",
+            "set_permissions",
+            "-p",
+            vhost,
+            user,
+            configure,
+            write,
+            read,
+        ],
+    );
+}
+
+/// Deletes the RabbitMQ user `user`; one already gone is fine.
+pub fn delete_user(user: &str) {
+    let _ = command("rabbitmqctl")
+        .args(["-q", "delete_user", user])
+        .output();
+}
+
+/// The least-privilege RabbitMQ users of `deploy/rabbitmq/least-privilege.sh`
+/// in one test's vhost, made by the script itself: the `topology` user
+/// `topo-<env>` and the `worker` user `worker-<env>` always, the `operator`
+/// user `operator-<env>` when asked; deleted when dropped.
+pub struct RabbitUsers {
+    vhost: String,
+    /// (kind, user, password)
+    made: Vec<(&'static str, String, &'static str)>,
+    _delete: BrokerUsers,
+}
+
+impl RabbitUsers {
+    pub fn create(env: &TestEnv, operator: bool) -> Self {
+        let mut made = vec![
+            ("topology", format!("topo-{}", env.name), "t0pology-pw"),
+            ("worker", format!("worker-{}", env.name), "w0rker-pw"),
+        ];
+        if operator {
+            made.push(("operator", format!("operator-{}", env.name), "0perator-pw"));
+        }
+        let users = Self {
+            vhost: env.vhost.clone(),
+            _delete: BrokerUsers::new(made.iter().map(|(_, user, _)| user.clone())),
+            made,
+        };
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/rabbitmq/least-privilege.sh"
+        );
+        let mut bash = Command::new("bash");
+        bash.arg(script)
+            .env("VHOST", &users.vhost)
+            .env("RABBITMQCTL", cli_line("rabbitmqctl"));
+        for (kind, user, password) in &users.made {
+            let kind = kind.to_uppercase();
+            bash.env(format!("{kind}_USER"), user)
+                .env(format!("{kind}_PASSWORD"), password);
+        }
+        let made = bash.output().expect("least-privilege.sh");
+        assert!(made.status.success(), "least-privilege.sh: {made:?}");
+        users
+    }
+
+    fn find(&self, kind: &str) -> &(&'static str, String, &'static str) {
+        let found = self.made.iter().find(|(k, _, _)| *k == kind);
+        found.unwrap_or_else(|| panic!("no {kind} user made"))
+    }
+
+    /// The user of `kind`.
+    pub fn name(&self, kind: &str) -> &str {
+        &self.find(kind).1
+    }
+
+    /// `AMQP_URL` for the user of `kind`.
+    pub fn url(&self, kind: &str) -> String {
+        let (_, user, password) = self.find(kind);
+        amqp_url_as(user, password, &self.vhost)
+    }
+}
+
 /// One finished run of the `urutan` binary.
 pub struct Ran {
     pub code: Option<i32>,
