@@ -75,15 +75,8 @@ async fn wait_dlq(conn: &Connection, n: u32) {
 }
 
 async fn wait_records(db: &PgPool, n: i64) {
-    wait_for(
-        &format!("{n} dead-letter record(s)"),
-        Duration::from_secs(30),
-        || {
-            let db = db.clone();
-            async move { count(&db, "SELECT count(*) FROM urutan_dead_letter").await == n }
-        },
-    )
-    .await;
+    let records = "SELECT count(*) FROM urutan_dead_letter";
+    wait_count(db, records, n, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,11 +128,7 @@ async fn strict_mode_records_each_dead_letter_once_before_its_reject() {
         .await;
     let conn = env.broker().await;
     wait_dlq(&conn, 4).await;
-    wait_for("the good messages", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 2 }
-    })
-    .await;
+    wait_applied(&db, 2, Duration::from_secs(30)).await;
     let rows = records(&db).await;
     assert_eq!(rows.len(), 4, "{rows:?}");
     assert_eq!(rows[0].0, "again-1");
@@ -258,15 +247,7 @@ async fn a_poison_is_held_until_its_record_can_be_written() {
     drop(refused);
     wait_dlq(&conn, 1).await;
     let db = env.db().await;
-    wait_for(
-        "A v1 applied after the poison",
-        Duration::from_secs(30),
-        || {
-            let db = db.clone();
-            async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 1 }
-        },
-    )
-    .await;
+    wait_applied(&db, 1, Duration::from_secs(30)).await;
     let rows = records(&db).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(
@@ -962,11 +943,7 @@ async fn unresolved_dead_letters_expire_after_their_retention() {
     vars.push(("DEAD_LETTER_RETENTION", "90d".to_owned()));
     let mut run = UrutanProcess::start("run", &vars);
     run.wait_ready().await;
-    wait_for("the retention pass", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM urutan_dead_letter").await == 2 }
-    })
-    .await;
+    wait_records(&db, 2).await;
     let kept: Vec<String> =
         sqlx::query_scalar("SELECT delivery_key FROM urutan_dead_letter ORDER BY delivery_key")
             .fetch_all(&db)

@@ -90,11 +90,7 @@ async fn status_is_a_check_healthy_stopped_dead_letters_unreachable() {
         .send_all(&[Msg::event("S", 1), Msg::event("S", 2)])
         .await;
     let db = env.db().await;
-    wait_for("applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 2 }
-    })
-    .await;
+    wait_applied(&db, 2, Duration::from_secs(30)).await;
 
     // Healthy: exit 0, every shard with its consumer, the JSON's fields.
     let (code, status) = status_json(&vars).await;
@@ -259,11 +255,7 @@ async fn explain_tells_what_became_of_each_version() {
     publisher
         .send_all(&[Msg::event("E", 1), Msg::event("E", 2), Msg::event("E", 4)])
         .await;
-    wait_for("applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 3 }
-    })
-    .await;
+    wait_applied(&db, 3, Duration::from_secs(30)).await;
     let (code, text, stderr) = urutan(&["explain", "E"], &vars).await;
     assert_eq!(code, 0, "{text}{stderr}");
     assert!(text.contains("order E: status dibuat at versi 4"), "{text}");
@@ -310,11 +302,8 @@ async fn explain_tells_what_became_of_each_version() {
         .await
         .expect("window");
     publisher.send(&Msg::event("E", 6)).await;
-    wait_for("parked", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM urutan_parkir").await == 1 }
-    })
-    .await;
+    let parked = "SELECT count(*) FROM urutan_parkir";
+    wait_count(&db, parked, 1, Duration::from_secs(30)).await;
     // A dead-lettered v7 (recorded as the dlq helper's worker records it)
     // and an unsent v8 in the outbox.
     ensure_dead_letter_table(&db).await;

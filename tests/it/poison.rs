@@ -56,11 +56,7 @@ async fn a_panicking_message_is_requeued_until_the_delivery_limit_and_only_it_is
         .await;
 
     let db = env.db().await;
-    wait_for("the good messages applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 4 }
-    })
-    .await;
+    wait_applied(&db, 4, Duration::from_secs(30)).await;
     let conn = env.broker().await;
     let dead = drain_dlq_expecting(&conn, 1, Duration::from_secs(30)).await;
     let ids: Vec<_> = dead
@@ -136,11 +132,7 @@ async fn a_held_message_keeps_order_while_the_database_refuses_briefly() {
     let publisher = env.publisher().await;
     publisher.send(&Msg::event("H", 1)).await;
     let db = env.db().await;
-    wait_for("H v1 applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 1 }
-    })
-    .await;
+    wait_applied(&db, 1, Duration::from_secs(30)).await;
     db.close().await;
 
     // The database refuses the worker: no new connections to this database,
@@ -179,11 +171,7 @@ async fn a_held_message_keeps_order_while_the_database_refuses_briefly() {
     refused.allow();
 
     let db = env.db().await;
-    wait_for("all applied", Duration::from_secs(60), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 5 }
-    })
-    .await;
+    wait_applied(&db, 5, Duration::from_secs(60)).await;
     let history = history(&db).await;
     let order: Vec<_> = history.iter().map(|h| (h.0.as_str(), h.1)).collect();
     assert_eq!(order, [("H", 1), ("H", 2), ("H", 3), ("I", 1), ("H", 4)]);
@@ -267,11 +255,7 @@ async fn a_message_id_that_is_not_utf8_is_dead_lettered_and_the_shard_flows() {
         },
     )
     .await;
-    wait_for("the good messages applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 2 }
-    })
-    .await;
+    wait_applied(&db, 2, Duration::from_secs(30)).await;
     let scrape = http_get(pool.http, "/metrics").await.1;
     eprintln!(
         "{}",

@@ -553,11 +553,7 @@ async fn a_least_privilege_worker_checks_the_topology_passively() {
         .send_all(&[Msg::event("L", 1), Msg::event("L", 2)])
         .await;
     let db = env.db().await;
-    wait_for("applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 2 }
-    })
-    .await;
+    wait_applied(&db, 2, Duration::from_secs(30)).await;
     pool.stop().await;
 }
 

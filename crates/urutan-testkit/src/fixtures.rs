@@ -525,6 +525,18 @@ pub async fn count(db: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(db).await.expect(sql)
 }
 
+/// Waits (at most `limit`) until `sql`, a `count(*)`, counts `n`.
+pub async fn wait_count(db: &PgPool, sql: &'static str, n: i64, limit: Duration) {
+    let what = format!("`{sql}` to count {n}");
+    wait_for(&what, limit, || async move { count(db, sql).await == n }).await;
+}
+
+/// Waits (at most `limit`) until `n` versions are applied (`n` rows in
+/// `pesanan_riwayat`).
+pub async fn wait_applied(db: &PgPool, n: i64, limit: Duration) {
+    wait_count(db, "SELECT count(*) FROM pesanan_riwayat", n, limit).await;
+}
+
 /// Asserts that every entity's history is exactly `1..=n` in apply order.
 pub fn assert_gapless_in_order(history: &[(String, i64, i32)], entities: usize, n: i64) {
     use std::collections::HashMap;
