@@ -109,8 +109,7 @@ async fn strict_mode_records_each_dead_letter_once_before_its_reject() {
         .await
         .expect("pre-record");
 
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(1)).await;
     let mut no_id = Msg::event("B", 2);
     no_id.message_id = None;
     let mut mismatch = Msg::event("A", 2);
@@ -217,8 +216,7 @@ async fn the_delivery_limit_records_the_last_error_in_strict_and_batch_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_is_held_until_its_record_can_be_written() {
     let env = TestEnv::new("dlq_held").await;
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(1)).await;
     let db = env.db().await;
     db.close().await;
     let refused = RefusedConnections::start(&env);
@@ -302,8 +300,7 @@ async fn publish_unrecorded(env: &TestEnv, message_id: &str, entity: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_filters_shows_json_and_records_what_the_broker_dead_lettered_alone() {
     let env = TestEnv::new("dlq_list").await;
-    let pool = RunningPool::start(env.settings(2)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(2)).await;
     let mut mismatch = Msg::event("B", 2);
     mismatch.body = br#"{"id":"Z","status":"x","versi":2}"#.to_vec();
     let mut no_id = Msg::event("E", 1);

@@ -83,8 +83,7 @@ async fn ensure_dead_letter_table(db: &sqlx::PgPool) -> bool {
 async fn status_is_a_check_healthy_stopped_dead_letters_unreachable() {
     let env = TestEnv::new("opsstatus").await;
     let vars = env.process_env(3);
-    let pool = RunningPool::start(env.settings(3)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(3)).await;
     env.publisher()
         .await
         .send_all(&[Msg::event("S", 1), Msg::event("S", 2)])
@@ -131,8 +130,7 @@ async fn status_is_a_check_healthy_stopped_dead_letters_unreachable() {
 
     // A standby replica: seen through the broker's Prometheus endpoint
     // (a passive declare counts only the active consumer).
-    let standby = RunningPool::start(env.settings(3)).await;
-    standby.wait_ready().await;
+    let standby = RunningPool::ready(env.settings(3)).await;
     let mut seen = Value::Null;
     for _ in 0..100 {
         let (_, status) = status_json(&vars).await;
@@ -247,8 +245,7 @@ async fn status_is_a_check_healthy_stopped_dead_letters_unreachable() {
 async fn explain_tells_what_became_of_each_version() {
     let env = TestEnv::new("opsexplain").await;
     let vars = env.process_env(2);
-    let pool = RunningPool::start(env.settings(2)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(2)).await;
     let db = env.db().await;
     let publisher = env.publisher().await;
     // v3 never sent: v4 is applied at once (same epoch), v3 is missing.

@@ -9,8 +9,7 @@ use crate::common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn applies_every_version_in_order_per_entity_across_shards() {
     let env = TestEnv::new("order").await;
-    let pool = RunningPool::start(env.settings(4)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(4)).await;
     let publisher = env.publisher().await;
     let (entities, versions) = (200, 5);
     // Interleaved: every entity's v1, then every entity's v2, ...
@@ -50,8 +49,7 @@ async fn applies_every_version_in_order_per_entity_across_shards() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_and_stale_events_change_nothing() {
     let env = TestEnv::new("dupstale").await;
-    let pool = RunningPool::start(env.settings(2)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(2)).await;
     let publisher = env.publisher().await;
     let db = env.db().await;
     publisher
@@ -85,8 +83,7 @@ async fn every_kind_of_bad_input_is_dead_lettered_while_the_shard_flows() {
     let env = TestEnv::new("badinput").await;
     let mut settings = env.settings(1);
     settings.max_body_bytes = 4096;
-    let pool = RunningPool::start(settings).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(settings).await;
     let publisher = env.publisher().await;
 
     let mut bad = Vec::new();
@@ -172,8 +169,7 @@ async fn a_huge_header_table_is_dead_lettered_and_a_large_one_is_applied() {
     use lapin::options::BasicPublishOptions;
     use lapin::types::FieldTable;
     let env = TestEnv::new("pipeline_headers").await;
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(1)).await;
     let conn = env.broker().await;
     let ch = conn.create_channel().await.expect("channel");
     ch.confirm_select(Default::default())

@@ -41,8 +41,7 @@ async fn a_panicking_message_is_requeued_until_the_delivery_limit_and_only_it_is
     };
     let mut settings = env.settings(1);
     settings.delivery_limit = limit;
-    let pool = RunningPool::start_with(settings, hooks).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready_with(settings, hooks).await;
 
     let publisher = env.publisher().await;
     publisher
@@ -127,8 +126,7 @@ fn x_death_reason(props: &lapin::BasicProperties) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_message_keeps_order_while_the_database_refuses_briefly() {
     let env = TestEnv::new("held").await;
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(1)).await;
     let publisher = env.publisher().await;
     publisher.send(&Msg::event("H", 1)).await;
     let db = env.db().await;
@@ -230,8 +228,7 @@ async fn a_message_id_that_is_not_utf8_is_dead_lettered_and_the_shard_flows() {
     let env = TestEnv::new("poison_utf8").await;
     let mut settings = env.settings(1);
     settings.delivery_limit = 2;
-    let pool = RunningPool::start(settings).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(settings).await;
     let publisher = env.publisher().await;
     publisher.send(&Msg::event("A", 1)).await;
     let body = br#"{"id":"A","status":"baru","versi":2,"data":null}"#;
@@ -318,8 +315,7 @@ async fn requeued_messages_are_not_overtaken(prefetch: u16, batch_max: Option<u1
     settings.delivery_limit = 3;
     settings.prefetch = prefetch;
     settings.batch_max = batch_max;
-    let pool = RunningPool::start_with(settings, hooks).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready_with(settings, hooks).await;
 
     let publisher = env.publisher().await;
     publisher

@@ -546,8 +546,7 @@ async fn a_least_privilege_worker_checks_the_topology_passively() {
         .output()
         .expect("urutan topology");
     assert!(status.status.success(), "{status:?}");
-    let pool = RunningPool::start(settings).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(settings).await;
     env.publisher()
         .await
         .send_all(&[Msg::event("L", 1), Msg::event("L", 2)])

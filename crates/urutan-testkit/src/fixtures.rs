@@ -578,6 +578,18 @@ impl RunningPool {
         }
     }
 
+    /// [`Self::start`], then [`Self::wait_ready`].
+    pub async fn ready(settings: Settings) -> Self {
+        Self::ready_with(settings, Hooks::default()).await
+    }
+
+    /// [`Self::start_with`], then [`Self::wait_ready`].
+    pub async fn ready_with(settings: Settings, hooks: Hooks) -> Self {
+        let pool = Self::start_with(settings, hooks).await;
+        pool.wait_ready().await;
+        pool
+    }
+
     pub async fn wait_ready(&self) {
         let http = self.http;
         wait_for("/readyz 200", Duration::from_secs(30), || async move {
