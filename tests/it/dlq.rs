@@ -74,6 +74,15 @@ async fn wait_dlq(conn: &Connection, n: u32) {
     .await;
 }
 
+/// Publishes `msgs` and waits until `n` messages are in the DLQ; a
+/// connection to look further.
+async fn publish_and_wait_dlq(env: &TestEnv, msgs: &[Msg], n: u32) -> Connection {
+    env.publisher().await.send_all(msgs).await;
+    let conn = env.broker().await;
+    wait_dlq(&conn, n).await;
+    conn
+}
+
 async fn wait_records(db: &PgPool, n: i64) {
     let records = "SELECT count(*) FROM urutan_dead_letter";
     wait_count(db, records, n, Duration::from_secs(30)).await;
@@ -114,19 +123,19 @@ async fn strict_mode_records_each_dead_letter_once_before_its_reject() {
     no_id.message_id = None;
     let mut mismatch = Msg::event("A", 2);
     mismatch.body = br#"{"id":"Z","status":"x","versi":2}"#.to_vec();
-    env.publisher()
-        .await
-        .send_all(&[
+    publish_and_wait_dlq(
+        &env,
+        &[
             Msg::event("A", 1),
             not_json("bad-1", "A"),
             mismatch,
             no_id,
             not_json("again-1", "C"),
             Msg::event("A", 3),
-        ])
-        .await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 4).await;
+        ],
+        4,
+    )
+    .await;
     wait_applied(&db, 2, Duration::from_secs(30)).await;
     let rows = records(&db).await;
     assert_eq!(rows.len(), 4, "{rows:?}");
@@ -178,19 +187,18 @@ async fn the_delivery_limit_records_the_last_error_in_strict_and_batch_mode() {
         settings.delivery_limit = 2;
         settings.prefetch = prefetch;
         let broken = Arc::new(AtomicBool::new(true));
-        let pool = RunningPool::start_with(settings, poison_while(broken)).await;
-        pool.wait_ready().await;
-        env.publisher()
-            .await
-            .send_all(&[
+        let pool = RunningPool::ready_with(settings, poison_while(broken)).await;
+        publish_and_wait_dlq(
+            &env,
+            &[
                 Msg::event("A", 1),
                 Msg::event_with("X", 1, "X-v1", "racun"),
                 not_json("bad-1", "B"),
                 Msg::event("A", 2),
-            ])
-            .await;
-        let conn = env.broker().await;
-        wait_dlq(&conn, 2).await;
+            ],
+            2,
+        )
+        .await;
         let db = env.db().await;
         let rows = records(&db).await;
         assert_eq!(rows.len(), 2, "prefetch {prefetch}: {rows:?}");
@@ -305,17 +313,17 @@ async fn list_filters_shows_json_and_records_what_the_broker_dead_lettered_alone
     mismatch.body = br#"{"id":"Z","status":"x","versi":2}"#.to_vec();
     let mut no_id = Msg::event("E", 1);
     no_id.message_id = None;
-    env.publisher()
-        .await
-        .send_all(&[
+    let conn = publish_and_wait_dlq(
+        &env,
+        &[
             not_json("bad-1", "A"),
             mismatch,
             not_json("bad-2", "C"),
             no_id,
-        ])
-        .await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 4).await;
+        ],
+        4,
+    )
+    .await;
     pool.stop().await;
     // Twice: an identical copy (as at-least-once dead-lettering can make).
     publish_unrecorded(&env, "lost-1", "D").await;
@@ -465,19 +473,18 @@ async fn replay_reports_applied_stale_and_dead_lettered_again() {
     let mut settings = env.settings(1);
     settings.delivery_limit = 1;
     let broken = Arc::new(AtomicBool::new(true));
-    let pool = RunningPool::start_with(settings, poison_while(broken.clone())).await;
-    pool.wait_ready().await;
-    env.publisher()
-        .await
-        .send_all(&[
+    let pool = RunningPool::ready_with(settings, poison_while(broken.clone())).await;
+    let conn = publish_and_wait_dlq(
+        &env,
+        &[
             Msg::event_with("A", 1, "A-v1", "racun"),
             Msg::event("A", 2),
             Msg::event_with("X", 1, "X-v1", "racun"),
             not_json("bad-1", "B"),
-        ])
-        .await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 3).await;
+        ],
+        3,
+    )
+    .await;
     let db = env.db().await;
     wait_records(&db, 3).await;
 
@@ -567,14 +574,9 @@ async fn replay_reports_applied_stale_and_dead_lettered_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_asks_then_empties_the_queue_and_marks_the_records() {
     let env = TestEnv::new("dlq_purge").await;
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
-    env.publisher()
-        .await
-        .send_all(&[not_json("bad-1", "A"), not_json("bad-2", "B")])
-        .await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 2).await;
+    let pool = RunningPool::ready(env.settings(1)).await;
+    let conn =
+        publish_and_wait_dlq(&env, &[not_json("bad-1", "A"), not_json("bad-2", "B")], 2).await;
     pool.stop().await;
     publish_unrecorded(&env, "lost-1", "D").await;
 
@@ -675,11 +677,8 @@ async fn errors_are_one_clear_line() {
     let user = format!("urutan-dlq-test-{:08x}", rand::random::<u32>());
     let mut users = BrokerUsers::default();
     users.add(&env, &user, "pw-dlq-test", WORKER_PERMISSIONS);
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
-    env.publisher().await.send(&not_json("bad-1", "A")).await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 1).await;
+    let pool = RunningPool::ready(env.settings(1)).await;
+    let conn = publish_and_wait_dlq(&env, &[not_json("bad-1", "A")], 1).await;
     pool.stop().await;
     let url = format!("amqp://{user}:pw-dlq-test@127.0.0.1:5672/{}", env.vhost);
     let refused = urutan(&env, &[("AMQP_URL", &url)], &["dlq", "purge", "--yes"]).await;
@@ -727,18 +726,17 @@ async fn least_privilege_roles_record_and_operate_dead_letters() {
     settings.database_pool_size = Some(4);
     settings.delivery_limit = 1;
     let broken = Arc::new(AtomicBool::new(true));
-    let pool = RunningPool::start_with(settings, poison_while(broken.clone())).await;
-    pool.wait_ready().await;
-    env.publisher()
-        .await
-        .send_all(&[
+    let pool = RunningPool::ready_with(settings, poison_while(broken.clone())).await;
+    let conn = publish_and_wait_dlq(
+        &env,
+        &[
             Msg::event_with("X", 1, "X-v1", "racun"),
             not_json("bad-1", "B"),
             Msg::event("A", 1),
-        ])
-        .await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 2).await;
+        ],
+        2,
+    )
+    .await;
     let admin = env.db().await;
     assert_eq!(
         records(&admin).await.len(),
@@ -812,18 +810,17 @@ async fn a_refused_message_is_found_fixed_and_replayed() {
         let mut settings = env.settings(1);
         settings.prefetch = prefetch;
         settings.delivery_limit = 2;
-        let pool = RunningPool::start(settings).await;
-        pool.wait_ready().await;
-        env.publisher()
-            .await
-            .send_all(&[
+        let pool = RunningPool::ready(settings).await;
+        publish_and_wait_dlq(
+            &env,
+            &[
                 Msg::event_with("order-7", 1, "order-7-v1", "dibuat"),
                 Msg::event_with("order-7", 2, "order-7-v2", "dikirim"),
                 Msg::event_with("order-8", 1, "order-8-v1", "dibuat"),
-            ])
-            .await;
-        let conn = env.broker().await;
-        wait_dlq(&conn, 1).await;
+            ],
+            1,
+        )
+        .await;
         let (reason, last_error): (String, Option<String>) = sqlx::query_as(
             "SELECT reason, last_error FROM urutan_dead_letter WHERE message_id = 'order-7-v2'",
         )
