@@ -449,14 +449,7 @@ async fn list_filters_shows_json_and_records_what_the_broker_dead_lettered_alone
         "pesanan.jakarta.dibuat"
     );
     let unknown = urutan(&env, &[], &["dlq", "show", "no-such-id"]).await;
-    assert_eq!(unknown.code, Some(1), "{unknown}");
-    assert!(
-        unknown
-            .stderr
-            .contains("no dead-lettered message with id \"no-such-id\""),
-        "{unknown}"
-    );
-    assert_eq!(unknown.error_lines(), 1, "one line: {unknown}");
+    unknown.assert_fails_in_one_line("no dead-lettered message with id \"no-such-id\"");
     assert_eq!(queue_len(&conn, "pesanan.dlq").await, 5);
     let counts: Vec<(String, i64)> = sqlx::query_as(
         "SELECT delivery_key, count(*) FROM urutan_dead_letter GROUP BY 1 HAVING count(*) > 1",
@@ -635,24 +628,13 @@ async fn errors_are_one_clear_line() {
     let nobody = "amqp://guest:guest@127.0.0.1:1/%2f";
     for args in [&["dlq", "replay", "--all"][..], &["dlq", "purge", "--yes"]] {
         let ran = urutan(&env, &[("AMQP_URL", nobody)], args).await;
-        assert_eq!(ran.code, Some(1), "{ran}");
-        assert!(
-            ran.stderr
-                .contains("cannot reach the broker at amqp://guest:***@127.0.0.1:1/%2f"),
-            "{ran}"
-        );
-        assert_eq!(ran.error_lines(), 1, "{ran}");
+        ran.assert_fails_in_one_line("cannot reach the broker at amqp://guest:***@127.0.0.1:1/%2f");
     }
     // No topology yet in this vhost.
     let no_queue = urutan(&env, &[], &["dlq", "replay", "--all"]).await;
-    assert_eq!(no_queue.code, Some(1), "{no_queue}");
-    assert!(
-        no_queue
-            .stderr
-            .contains("the dead-letter queue `pesanan.dlq` does not exist in this vhost"),
-        "{no_queue}"
+    no_queue.assert_fails_in_one_line(
+        "the dead-letter queue `pesanan.dlq` does not exist in this vhost",
     );
-    assert_eq!(no_queue.error_lines(), 1, "{no_queue}");
     let listed = urutan(&env, &[("AMQP_URL", nobody)], &["dlq", "list"]).await;
     assert!(listed.ok(), "the records still answer: {listed}");
     assert!(
@@ -682,14 +664,7 @@ async fn errors_are_one_clear_line() {
     pool.stop().await;
     let url = format!("amqp://{user}:pw-dlq-test@127.0.0.1:5672/{}", env.vhost);
     let refused = urutan(&env, &[("AMQP_URL", &url)], &["dlq", "purge", "--yes"]).await;
-    assert_eq!(refused.code, Some(1), "{refused}");
-    assert!(
-        refused
-            .stderr
-            .contains("the broker user may not read (basic.get) the DLQ"),
-        "{refused}"
-    );
-    assert_eq!(refused.error_lines(), 1, "{refused}");
+    refused.assert_fails_in_one_line("the broker user may not read (basic.get) the DLQ");
     // Looking needs no permission on the queue.
     let listed = urutan(&env, &[("AMQP_URL", &url)], &["dlq", "list", "--json"]).await;
     assert!(listed.ok(), "{listed}");

@@ -994,6 +994,15 @@ impl Ran {
         let ours = |l: &&str| l.contains("ERROR urutan:") || l.contains("WARN urutan");
         self.stderr.lines().filter(ours).count()
     }
+
+    /// Asserts that it failed (exit code 1) with `expected` on standard
+    /// error, in its one WARN or ERROR line (see [`Self::error_lines`]).
+    #[track_caller]
+    pub fn assert_fails_in_one_line(&self, expected: &str) {
+        assert_eq!(self.code, Some(1), "{self}");
+        assert!(self.stderr.contains(expected), "{self}");
+        assert_eq!(self.error_lines(), 1, "one line: {self}");
+    }
 }
 
 impl std::fmt::Display for Ran {
