@@ -208,15 +208,7 @@ async fn a_huge_header_table_is_dead_lettered_and_a_large_one_is_applied() {
     let db = env.db().await;
     wait_applied(&db, 1, Duration::from_secs(30)).await;
     let dead = drain_dlq_expecting(&conn, 1, Duration::from_secs(30)).await;
-    assert_eq!(
-        dead[0]
-            .delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|s| s.as_str()),
-        Some("headers-1000")
-    );
+    assert_eq!(message_id(&dead[0]), Some("headers-1000"));
     let scrape = http_get(pool.http, "/metrics").await.1;
     assert!(
         metric_sum(

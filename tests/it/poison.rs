@@ -58,17 +58,8 @@ async fn a_panicking_message_is_requeued_until_the_delivery_limit_and_only_it_is
     wait_applied(&db, 4, Duration::from_secs(30)).await;
     let conn = env.broker().await;
     let dead = drain_dlq_expecting(&conn, 1, Duration::from_secs(30)).await;
-    let ids: Vec<_> = dead
-        .iter()
-        .map(|d| {
-            d.delivery
-                .properties
-                .message_id()
-                .as_ref()
-                .map(|s| s.to_string())
-        })
-        .collect();
-    assert_eq!(ids, [Some("poison-1".to_owned())], "only the poison");
+    let ids: Vec<_> = dead.iter().map(message_id).collect();
+    assert_eq!(ids, [Some("poison-1")], "only the poison");
     let reason = x_death_reason(&dead[0].delivery.properties);
     assert_eq!(reason.as_deref(), Some("delivery_limit"));
 
@@ -345,12 +336,7 @@ async fn requeued_messages_are_not_overtaken(prefetch: u16, batch_max: Option<u1
     let conn = env.broker().await;
     let dead = drain_dlq_expecting(&conn, 1, Duration::from_secs(30)).await;
     assert_eq!(
-        dead[0]
-            .delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|s| s.as_str()),
+        message_id(&dead[0]),
         Some("A-v1"),
         "only the poison is dead-lettered"
     );

@@ -490,6 +490,12 @@ pub async fn drain_dlq(conn: &Connection) -> Vec<lapin::message::BasicGetMessage
     out
 }
 
+/// The `message_id` of a message taken out of a queue (a dead letter).
+pub fn message_id(msg: &lapin::message::BasicGetMessage) -> Option<&str> {
+    let id = msg.delivery.properties.message_id().as_ref();
+    id.map(|id| id.as_str())
+}
+
 /// Drains the DLQ until `n` messages came out (bounded by `limit`), then
 /// checks for half a second that no more arrive.
 pub async fn drain_dlq_expecting(
