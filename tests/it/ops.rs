@@ -377,6 +377,20 @@ fn row(text: &str, versi: i64) -> String {
         .to_owned()
 }
 
+/// Runs `urutan run` with `vars` until it stops by itself (30 s at most),
+/// asserts that it exited with code 1, and returns its log.
+async fn run_until_it_fails(vars: &[(&str, String)]) -> String {
+    let mut run = UrutanProcess::start("run", vars);
+    let code = run
+        .wait_exit(Duration::from_secs(30))
+        .await
+        .code()
+        .unwrap_or(-1);
+    let log = run.log();
+    assert_eq!(code, 1, "{log}");
+    log
+}
+
 /// Part 5 (a) and (b): a worker whose user may not configure the topology
 /// (the script's worker user, and the user with configure `^$`)
 /// falls back to the passive check and says so once; with nothing declared
@@ -403,14 +417,7 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     let fallback = "this broker user may not declare the topology: checking it passively";
 
     // Nothing declared: one WARN, then one ERROR line naming the fix, exit 1.
-    let mut run = UrutanProcess::start("run", &worker);
-    let code = run
-        .wait_exit(Duration::from_secs(30))
-        .await
-        .code()
-        .unwrap_or(-1);
-    let log = run.log();
-    assert_eq!(code, 1, "{log}");
+    let log = run_until_it_fails(&worker).await;
     assert_eq!(lines_at(&log, "WARN").len(), 1, "{log}");
     assert!(lines_at(&log, "WARN")[0].contains(fallback), "{log}");
     let errors = lines_at(&log, "ERROR");
@@ -462,14 +469,7 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     // No write on amq.default: the check passes, the epoch cannot be
     // opened; it stops (not retries) with the missing permission named.
     let as_mute = as_user(amqp_url_as(&mute_user, "mu7e-pw", &env.vhost));
-    let mut run = UrutanProcess::start("run", &as_mute);
-    let code = run
-        .wait_exit(Duration::from_secs(30))
-        .await
-        .code()
-        .unwrap_or(-1);
-    let log = run.log();
-    assert_eq!(code, 1, "{log}");
+    let log = run_until_it_fails(&as_mute).await;
     let last = log.lines().last().unwrap_or_default();
     assert!(
         last.contains(" ERROR ")
