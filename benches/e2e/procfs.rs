@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use urutan_testkit::psql;
 
 use crate::env::{BenchEnv, OWNER_VAR};
 
@@ -268,17 +269,7 @@ pub fn describe_machine() -> Machine {
         rabbitmq: first_line("rabbitmqctl", &["-q", "version"]),
         postgresql: first_line(
             "psql",
-            &[
-                "-Atq",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                "SHOW server_version",
-            ],
+            &psql::superuser_args("postgres", "SHOW server_version"),
         ),
         rustc: first_line("rustc", &["-V"]),
         git_commit: first_line(

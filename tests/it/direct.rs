@@ -83,8 +83,7 @@ async fn restart_with_a_direct_producer(prefetch: u16) {
     settings.database_pool_size = Some(6);
     let db = env.db().await;
 
-    let pool = RunningPool::start(settings.clone()).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(settings.clone()).await;
     let publisher = env.publisher().await;
     for versi in 1..=5 {
         publish_round(&publisher, ORDERS, versi).await;
@@ -138,8 +137,7 @@ async fn a_remap_of_every_key_over_a_backlog_keeps_order_for_a_direct_producer()
     let mut settings = env.settings(SHARDS);
     settings.database_pool_size = Some(4);
     let db = env.db().await;
-    let pool = RunningPool::start(settings.clone()).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(settings.clone()).await;
     let publisher = env.publisher().await;
     for versi in 1..=4 {
         publish_round(&publisher, ORDERS, versi).await;
@@ -215,8 +213,7 @@ async fn resharding_under_a_continuous_direct_producer_keeps_order() {
         s
     };
     let db = env.db().await;
-    let pool = RunningPool::start(settings(4)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(settings(4)).await;
     let stop = Arc::new(AtomicBool::new(false));
     let producer = {
         let publisher = env.publisher().await;
@@ -293,21 +290,8 @@ async fn resharding_under_a_continuous_direct_producer_keeps_order() {
 async fn a_worker_refused_the_sentinel_treats_each_connection_as_a_restart() {
     let env = TestEnv::new("direct_nosentinel").await;
     let user = format!("nosentinel-{}", env.name);
-    let _users = crate::topology::Users(vec![user.clone()]);
-    sh("rabbitmqctl", &["-q", "add_user", &user, "pw-nosentinel"]);
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &user,
-            "^$",
-            "^amq\\.default$",
-            "^pesanan\\.shard-\\d{3}$",
-        ],
-    );
+    let mut users = BrokerUsers::default();
+    users.add(&env, &user, "pw-nosentinel", WORKER_PERMISSIONS);
     let conn = env.broker().await;
     urutan::broker::topology::declare(&conn, &urutan::broker::Names::new("pesanan"), 3, 5, false)
         .await
@@ -325,8 +309,7 @@ async fn a_worker_refused_the_sentinel_treats_each_connection_as_a_restart() {
         .expect("url");
     let db = env.db().await;
     for connection in 1..=2 {
-        let pool = RunningPool::start(settings.clone()).await;
-        pool.wait_ready().await;
+        let pool = RunningPool::ready(settings.clone()).await;
         let publisher = env.publisher().await;
         publish_round(&publisher, 20, connection).await;
         wait_until_applied(&db, 20, connection).await;
@@ -354,8 +337,7 @@ async fn a_worker_refused_the_sentinel_treats_each_connection_as_a_restart() {
 async fn a_running_pool_closes_a_window_its_opener_abandoned() {
     let env = TestEnv::new("direct_abandoned").await;
     let db = env.db().await;
-    let pool = RunningPool::start(env.settings(2)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(2)).await;
     sqlx::query(
         "INSERT INTO urutan_jendela (sebab, dibuka_pada)
          VALUES ('a test abandoned it', now() - interval '1 minute')",

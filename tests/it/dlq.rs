@@ -74,16 +74,18 @@ async fn wait_dlq(conn: &Connection, n: u32) {
     .await;
 }
 
+/// Publishes `msgs` and waits until `n` messages are in the DLQ; a
+/// connection to look further.
+async fn publish_and_wait_dlq(env: &TestEnv, msgs: &[Msg], n: u32) -> Connection {
+    env.publisher().await.send_all(msgs).await;
+    let conn = env.broker().await;
+    wait_dlq(&conn, n).await;
+    conn
+}
+
 async fn wait_records(db: &PgPool, n: i64) {
-    wait_for(
-        &format!("{n} dead-letter record(s)"),
-        Duration::from_secs(30),
-        || {
-            let db = db.clone();
-            async move { count(&db, "SELECT count(*) FROM urutan_dead_letter").await == n }
-        },
-    )
-    .await;
+    let records = "SELECT count(*) FROM urutan_dead_letter";
+    wait_count(db, records, n, Duration::from_secs(30)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,30 +118,25 @@ async fn strict_mode_records_each_dead_letter_once_before_its_reject() {
         .await
         .expect("pre-record");
 
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(1)).await;
     let mut no_id = Msg::event("B", 2);
     no_id.message_id = None;
     let mut mismatch = Msg::event("A", 2);
     mismatch.body = br#"{"id":"Z","status":"x","versi":2}"#.to_vec();
-    env.publisher()
-        .await
-        .send_all(&[
+    publish_and_wait_dlq(
+        &env,
+        &[
             Msg::event("A", 1),
             not_json("bad-1", "A"),
             mismatch,
             no_id,
             not_json("again-1", "C"),
             Msg::event("A", 3),
-        ])
-        .await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 4).await;
-    wait_for("the good messages", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 2 }
-    })
+        ],
+        4,
+    )
     .await;
+    wait_applied(&db, 2, Duration::from_secs(30)).await;
     let rows = records(&db).await;
     assert_eq!(rows.len(), 4, "{rows:?}");
     assert_eq!(rows[0].0, "again-1");
@@ -190,19 +187,18 @@ async fn the_delivery_limit_records_the_last_error_in_strict_and_batch_mode() {
         settings.delivery_limit = 2;
         settings.prefetch = prefetch;
         let broken = Arc::new(AtomicBool::new(true));
-        let pool = RunningPool::start_with(settings, poison_while(broken)).await;
-        pool.wait_ready().await;
-        env.publisher()
-            .await
-            .send_all(&[
+        let pool = RunningPool::ready_with(settings, poison_while(broken)).await;
+        publish_and_wait_dlq(
+            &env,
+            &[
                 Msg::event("A", 1),
                 Msg::event_with("X", 1, "X-v1", "racun"),
                 not_json("bad-1", "B"),
                 Msg::event("A", 2),
-            ])
-            .await;
-        let conn = env.broker().await;
-        wait_dlq(&conn, 2).await;
+            ],
+            2,
+        )
+        .await;
         let db = env.db().await;
         let rows = records(&db).await;
         assert_eq!(rows.len(), 2, "prefetch {prefetch}: {rows:?}");
@@ -221,18 +217,6 @@ async fn the_delivery_limit_records_the_last_error_in_strict_and_batch_mode() {
     }
 }
 
-/// Lets connections in again if the test fails while they are refused.
-struct Reopen(String);
-
-impl Drop for Reopen {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .args(["-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"])
-            .args(["-c", &self.0])
-            .output();
-    }
-}
-
 /// While the database is down, a contract violation waits in its shard
 /// like any message (it is never rejected without its record): nothing
 /// reaches the DLQ, nothing overtakes it; once the database is back it is
@@ -240,31 +224,10 @@ impl Drop for Reopen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_is_held_until_its_record_can_be_written() {
     let env = TestEnv::new("dlq_held").await;
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(1)).await;
     let db = env.db().await;
     db.close().await;
-    let refuse = format!(
-        "ALTER DATABASE \"{0}\" ALLOW_CONNECTIONS false; \
-         SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{0}'",
-        env.database
-    );
-    sh(
-        "psql",
-        &[
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-c",
-            &refuse,
-        ],
-    );
-    let allow = format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.database);
-    let reopen = Reopen(allow);
+    let refused = RefusedConnections::start(&env);
     env.publisher()
         .await
         .send_all(&[not_json("bad-1", "A"), Msg::event("A", 1)])
@@ -287,18 +250,10 @@ async fn a_poison_is_held_until_its_record_can_be_written() {
         1,
         "the poison is held (unacked), the next message waits behind it"
     );
-    drop(reopen);
+    drop(refused);
     wait_dlq(&conn, 1).await;
     let db = env.db().await;
-    wait_for(
-        "A v1 applied after the poison",
-        Duration::from_secs(30),
-        || {
-            let db = db.clone();
-            async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 1 }
-        },
-    )
-    .await;
+    wait_applied(&db, 1, Duration::from_secs(30)).await;
     let rows = records(&db).await;
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(
@@ -353,23 +308,22 @@ async fn publish_unrecorded(env: &TestEnv, message_id: &str, entity: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_filters_shows_json_and_records_what_the_broker_dead_lettered_alone() {
     let env = TestEnv::new("dlq_list").await;
-    let pool = RunningPool::start(env.settings(2)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(2)).await;
     let mut mismatch = Msg::event("B", 2);
     mismatch.body = br#"{"id":"Z","status":"x","versi":2}"#.to_vec();
     let mut no_id = Msg::event("E", 1);
     no_id.message_id = None;
-    env.publisher()
-        .await
-        .send_all(&[
+    let conn = publish_and_wait_dlq(
+        &env,
+        &[
             not_json("bad-1", "A"),
             mismatch,
             not_json("bad-2", "C"),
             no_id,
-        ])
-        .await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 4).await;
+        ],
+        4,
+    )
+    .await;
     pool.stop().await;
     // Twice: an identical copy (as at-least-once dead-lettering can make).
     publish_unrecorded(&env, "lost-1", "D").await;
@@ -495,14 +449,7 @@ async fn list_filters_shows_json_and_records_what_the_broker_dead_lettered_alone
         "pesanan.jakarta.dibuat"
     );
     let unknown = urutan(&env, &[], &["dlq", "show", "no-such-id"]).await;
-    assert_eq!(unknown.code, Some(1), "{unknown}");
-    assert!(
-        unknown
-            .stderr
-            .contains("no dead-lettered message with id \"no-such-id\""),
-        "{unknown}"
-    );
-    assert_eq!(unknown.error_lines(), 1, "one line: {unknown}");
+    unknown.assert_fails_in_one_line("no dead-lettered message with id \"no-such-id\"");
     assert_eq!(queue_len(&conn, "pesanan.dlq").await, 5);
     let counts: Vec<(String, i64)> = sqlx::query_as(
         "SELECT delivery_key, count(*) FROM urutan_dead_letter GROUP BY 1 HAVING count(*) > 1",
@@ -519,19 +466,18 @@ async fn replay_reports_applied_stale_and_dead_lettered_again() {
     let mut settings = env.settings(1);
     settings.delivery_limit = 1;
     let broken = Arc::new(AtomicBool::new(true));
-    let pool = RunningPool::start_with(settings, poison_while(broken.clone())).await;
-    pool.wait_ready().await;
-    env.publisher()
-        .await
-        .send_all(&[
+    let pool = RunningPool::ready_with(settings, poison_while(broken.clone())).await;
+    let conn = publish_and_wait_dlq(
+        &env,
+        &[
             Msg::event_with("A", 1, "A-v1", "racun"),
             Msg::event("A", 2),
             Msg::event_with("X", 1, "X-v1", "racun"),
             not_json("bad-1", "B"),
-        ])
-        .await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 3).await;
+        ],
+        3,
+    )
+    .await;
     let db = env.db().await;
     wait_records(&db, 3).await;
 
@@ -621,14 +567,9 @@ async fn replay_reports_applied_stale_and_dead_lettered_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_asks_then_empties_the_queue_and_marks_the_records() {
     let env = TestEnv::new("dlq_purge").await;
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
-    env.publisher()
-        .await
-        .send_all(&[not_json("bad-1", "A"), not_json("bad-2", "B")])
-        .await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 2).await;
+    let pool = RunningPool::ready(env.settings(1)).await;
+    let conn =
+        publish_and_wait_dlq(&env, &[not_json("bad-1", "A"), not_json("bad-2", "B")], 2).await;
     pool.stop().await;
     publish_unrecorded(&env, "lost-1", "D").await;
 
@@ -687,24 +628,13 @@ async fn errors_are_one_clear_line() {
     let nobody = "amqp://guest:guest@127.0.0.1:1/%2f";
     for args in [&["dlq", "replay", "--all"][..], &["dlq", "purge", "--yes"]] {
         let ran = urutan(&env, &[("AMQP_URL", nobody)], args).await;
-        assert_eq!(ran.code, Some(1), "{ran}");
-        assert!(
-            ran.stderr
-                .contains("cannot reach the broker at amqp://guest:***@127.0.0.1:1/%2f"),
-            "{ran}"
-        );
-        assert_eq!(ran.error_lines(), 1, "{ran}");
+        ran.assert_fails_in_one_line("cannot reach the broker at amqp://guest:***@127.0.0.1:1/%2f");
     }
     // No topology yet in this vhost.
     let no_queue = urutan(&env, &[], &["dlq", "replay", "--all"]).await;
-    assert_eq!(no_queue.code, Some(1), "{no_queue}");
-    assert!(
-        no_queue
-            .stderr
-            .contains("the dead-letter queue `pesanan.dlq` does not exist in this vhost"),
-        "{no_queue}"
+    no_queue.assert_fails_in_one_line(
+        "the dead-letter queue `pesanan.dlq` does not exist in this vhost",
     );
-    assert_eq!(no_queue.error_lines(), 1, "{no_queue}");
     let listed = urutan(&env, &[("AMQP_URL", nobody)], &["dlq", "list"]).await;
     assert!(listed.ok(), "the records still answer: {listed}");
     assert!(
@@ -727,37 +657,14 @@ async fn errors_are_one_clear_line() {
 
     // A user that may not read the DLQ (the worker user's permissions).
     let user = format!("urutan-dlq-test-{:08x}", rand::random::<u32>());
-    sh("rabbitmqctl", &["-q", "add_user", &user, "pw-dlq-test"]);
-    let _gone = DeleteUser(user.clone());
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &user,
-            "^$",
-            "^amq\\.default$",
-            "^pesanan\\.shard-\\d{3}$",
-        ],
-    );
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
-    env.publisher().await.send(&not_json("bad-1", "A")).await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 1).await;
+    let mut users = BrokerUsers::default();
+    users.add(&env, &user, "pw-dlq-test", WORKER_PERMISSIONS);
+    let pool = RunningPool::ready(env.settings(1)).await;
+    let conn = publish_and_wait_dlq(&env, &[not_json("bad-1", "A")], 1).await;
     pool.stop().await;
     let url = format!("amqp://{user}:pw-dlq-test@127.0.0.1:5672/{}", env.vhost);
     let refused = urutan(&env, &[("AMQP_URL", &url)], &["dlq", "purge", "--yes"]).await;
-    assert_eq!(refused.code, Some(1), "{refused}");
-    assert!(
-        refused
-            .stderr
-            .contains("the broker user may not read (basic.get) the DLQ"),
-        "{refused}"
-    );
-    assert_eq!(refused.error_lines(), 1, "{refused}");
+    refused.assert_fails_in_one_line("the broker user may not read (basic.get) the DLQ");
     // Looking needs no permission on the queue.
     let listed = urutan(&env, &[("AMQP_URL", &url)], &["dlq", "list", "--json"]).await;
     assert!(listed.ok(), "{listed}");
@@ -774,16 +681,6 @@ async fn errors_are_one_clear_line() {
     );
 }
 
-struct DeleteUser(String);
-
-impl Drop for DeleteUser {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("rabbitmqctl")
-            .args(["-q", "delete_user", &self.0])
-            .output();
-    }
-}
-
 /// The worker role records dead letters (and purges resolved ones); the
 /// operator role and the operator RabbitMQ user of the least-privilege
 /// scripts run `urutan dlq` with nothing more than their grants.
@@ -792,33 +689,8 @@ async fn least_privilege_roles_record_and_operate_dead_letters() {
     let env = TestEnv::new("dlq_leastpriv").await;
     env.db().await.close().await; // the owner migrates
     let roles = PgRoles::create(&env, &["operator"]);
-
-    let users = [
-        format!("topo-{}", env.name),
-        format!("worker-{}", env.name),
-        format!("operator-{}", env.name),
-    ];
-    let _gone: Vec<DeleteUser> = users.iter().cloned().map(DeleteUser).collect();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/rabbitmq/least-privilege.sh"
-    );
-    let made = std::process::Command::new("bash")
-        .arg(script)
-        .env("VHOST", &env.vhost)
-        .env("TOPOLOGY_USER", &users[0])
-        .env("TOPOLOGY_PASSWORD", "t0pology-pw")
-        .env("WORKER_USER", &users[1])
-        .env("WORKER_PASSWORD", "w0rker-pw")
-        .env("OPERATOR_USER", &users[2])
-        .env("OPERATOR_PASSWORD", "0perator-pw")
-        .output()
-        .expect("least-privilege.sh");
-    assert!(made.status.success(), "least-privilege.sh: {made:?}");
-    let operator_amqp = format!(
-        "amqp://{}:0perator-pw@127.0.0.1:5672/{}",
-        users[2], env.vhost
-    );
+    let users = RabbitUsers::create(&env, true);
+    let operator_amqp = users.url("operator");
     let as_operator = [
         ("AMQP_URL", operator_amqp.as_str()),
         ("DATABASE_URL", &roles.url("operator")),
@@ -829,18 +701,17 @@ async fn least_privilege_roles_record_and_operate_dead_letters() {
     settings.database_pool_size = Some(4);
     settings.delivery_limit = 1;
     let broken = Arc::new(AtomicBool::new(true));
-    let pool = RunningPool::start_with(settings, poison_while(broken.clone())).await;
-    pool.wait_ready().await;
-    env.publisher()
-        .await
-        .send_all(&[
+    let pool = RunningPool::ready_with(settings, poison_while(broken.clone())).await;
+    let conn = publish_and_wait_dlq(
+        &env,
+        &[
             Msg::event_with("X", 1, "X-v1", "racun"),
             not_json("bad-1", "B"),
             Msg::event("A", 1),
-        ])
-        .await;
-    let conn = env.broker().await;
-    wait_dlq(&conn, 2).await;
+        ],
+        2,
+    )
+    .await;
     let admin = env.db().await;
     assert_eq!(
         records(&admin).await.len(),
@@ -914,18 +785,17 @@ async fn a_refused_message_is_found_fixed_and_replayed() {
         let mut settings = env.settings(1);
         settings.prefetch = prefetch;
         settings.delivery_limit = 2;
-        let pool = RunningPool::start(settings).await;
-        pool.wait_ready().await;
-        env.publisher()
-            .await
-            .send_all(&[
+        let pool = RunningPool::ready(settings).await;
+        publish_and_wait_dlq(
+            &env,
+            &[
                 Msg::event_with("order-7", 1, "order-7-v1", "dibuat"),
                 Msg::event_with("order-7", 2, "order-7-v2", "dikirim"),
                 Msg::event_with("order-8", 1, "order-8-v1", "dibuat"),
-            ])
-            .await;
-        let conn = env.broker().await;
-        wait_dlq(&conn, 1).await;
+            ],
+            1,
+        )
+        .await;
         let (reason, last_error): (String, Option<String>) = sqlx::query_as(
             "SELECT reason, last_error FROM urutan_dead_letter WHERE message_id = 'order-7-v2'",
         )
@@ -1042,11 +912,7 @@ async fn unresolved_dead_letters_expire_after_their_retention() {
     vars.push(("DEAD_LETTER_RETENTION", "90d".to_owned()));
     let mut run = UrutanProcess::start("run", &vars);
     run.wait_ready().await;
-    wait_for("the retention pass", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM urutan_dead_letter").await == 2 }
-    })
-    .await;
+    wait_records(&db, 2).await;
     let kept: Vec<String> =
         sqlx::query_scalar("SELECT delivery_key FROM urutan_dead_letter ORDER BY delivery_key")
             .fetch_all(&db)

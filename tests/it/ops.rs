@@ -4,13 +4,12 @@
 //! back to the passive check, a first start without ERROR lines, and the
 //! demo's quiet screen.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::common::*;
-use crate::topology::Users;
 
 /// `urutan <args>` to completion (bounded): exit code, stdout, stderr.
 async fn urutan(args: &[&str], vars: &[(&str, String)]) -> (i32, String, String) {
@@ -84,18 +83,13 @@ async fn ensure_dead_letter_table(db: &sqlx::PgPool) -> bool {
 async fn status_is_a_check_healthy_stopped_dead_letters_unreachable() {
     let env = TestEnv::new("opsstatus").await;
     let vars = env.process_env(3);
-    let pool = RunningPool::start(env.settings(3)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(3)).await;
     env.publisher()
         .await
         .send_all(&[Msg::event("S", 1), Msg::event("S", 2)])
         .await;
     let db = env.db().await;
-    wait_for("applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 2 }
-    })
-    .await;
+    wait_applied(&db, 2, Duration::from_secs(30)).await;
 
     // Healthy: exit 0, every shard with its consumer, the JSON's fields.
     let (code, status) = status_json(&vars).await;
@@ -136,8 +130,7 @@ async fn status_is_a_check_healthy_stopped_dead_letters_unreachable() {
 
     // A standby replica: seen through the broker's Prometheus endpoint
     // (a passive declare counts only the active consumer).
-    let standby = RunningPool::start(env.settings(3)).await;
-    standby.wait_ready().await;
+    let standby = RunningPool::ready(env.settings(3)).await;
     let mut seen = Value::Null;
     for _ in 0..100 {
         let (_, status) = status_json(&vars).await;
@@ -252,19 +245,14 @@ async fn status_is_a_check_healthy_stopped_dead_letters_unreachable() {
 async fn explain_tells_what_became_of_each_version() {
     let env = TestEnv::new("opsexplain").await;
     let vars = env.process_env(2);
-    let pool = RunningPool::start(env.settings(2)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(2)).await;
     let db = env.db().await;
     let publisher = env.publisher().await;
     // v3 never sent: v4 is applied at once (same epoch), v3 is missing.
     publisher
         .send_all(&[Msg::event("E", 1), Msg::event("E", 2), Msg::event("E", 4)])
         .await;
-    wait_for("applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 3 }
-    })
-    .await;
+    wait_applied(&db, 3, Duration::from_secs(30)).await;
     let (code, text, stderr) = urutan(&["explain", "E"], &vars).await;
     assert_eq!(code, 0, "{text}{stderr}");
     assert!(text.contains("order E: status dibuat at versi 4"), "{text}");
@@ -311,11 +299,8 @@ async fn explain_tells_what_became_of_each_version() {
         .await
         .expect("window");
     publisher.send(&Msg::event("E", 6)).await;
-    wait_for("parked", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM urutan_parkir").await == 1 }
-    })
-    .await;
+    let parked = "SELECT count(*) FROM urutan_parkir";
+    wait_count(&db, parked, 1, Duration::from_secs(30)).await;
     // A dead-lettered v7 (recorded as the dlq helper's worker records it)
     // and an unsent v8 in the outbox.
     ensure_dead_letter_table(&db).await;
@@ -392,6 +377,20 @@ fn row(text: &str, versi: i64) -> String {
         .to_owned()
 }
 
+/// Runs `urutan run` with `vars` until it stops by itself (30 s at most),
+/// asserts that it exited with code 1, and returns its log.
+async fn run_until_it_fails(vars: &[(&str, String)]) -> String {
+    let mut run = UrutanProcess::start("run", vars);
+    let code = run
+        .wait_exit(Duration::from_secs(30))
+        .await
+        .code()
+        .unwrap_or(-1);
+    let log = run.log();
+    assert_eq!(code, 1, "{log}");
+    log
+}
+
 /// Part 5 (a) and (b): a worker whose user may not configure the topology
 /// (the script's worker user, and the issue's user with configure `^$`)
 /// falls back to the passive check and says so once; with nothing declared
@@ -400,81 +399,25 @@ fn row(text: &str, versi: i64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     let env = TestEnv::new("opsrefused").await;
-    let (topology_user, worker_user, bare_user, mute_user) = (
-        format!("topo-{}", env.name),
-        format!("worker-{}", env.name),
-        format!("bare-{}", env.name),
-        format!("mute-{}", env.name),
-    );
-    let _users = Users(vec![
-        topology_user.clone(),
-        worker_user.clone(),
-        bare_user.clone(),
-        mute_user.clone(),
-    ]);
-    let made = Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/deploy/rabbitmq/least-privilege.sh"
-        ))
-        .env("VHOST", &env.vhost)
-        .env("TOPOLOGY_USER", &topology_user)
-        .env("TOPOLOGY_PASSWORD", "t0pology-pw")
-        .env("WORKER_USER", &worker_user)
-        .env("WORKER_PASSWORD", "w0rker-pw")
-        .output()
-        .expect("least-privilege.sh");
-    assert!(made.status.success(), "least-privilege.sh: {made:?}");
+    let (bare_user, mute_user) = (format!("bare-{}", env.name), format!("mute-{}", env.name));
+    let script_users = RabbitUsers::create(&env, false);
+    let mut users = BrokerUsers::default();
     // The issue's user: configure nothing at all.
-    sh("rabbitmqctl", &["-q", "add_user", &bare_user, "b4re-pw"]);
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &bare_user,
-            "^$",
-            r"^amq\.default$",
-            r"^pesanan\.shard-.*",
-        ],
-    );
+    let bare = ["^$", r"^amq\.default$", r"^pesanan\.shard-.*"];
+    users.add(&env, &bare_user, "b4re-pw", bare);
     // A user that may not even put epoch markers into the shard queues.
-    sh("rabbitmqctl", &["-q", "add_user", &mute_user, "mu7e-pw"]);
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &mute_user,
-            "^$",
-            "^$",
-            r"^pesanan\.shard-.*",
-        ],
-    );
-    let as_user = |user: &str, password: &str| {
+    let mute = ["^$", "^$", r"^pesanan\.shard-.*"];
+    users.add(&env, &mute_user, "mu7e-pw", mute);
+    let as_user = |amqp_url: String| {
         let mut vars = env.process_env(3);
-        vars.push((
-            "AMQP_URL",
-            format!("amqp://{user}:{password}@127.0.0.1:5672/{}", env.vhost),
-        ));
+        vars.push(("AMQP_URL", amqp_url));
         vars
     };
-    let worker = as_user(&worker_user, "w0rker-pw");
+    let worker = as_user(script_users.url("worker"));
     let fallback = "this broker user may not declare the topology: checking it passively";
 
     // Nothing declared: one WARN, then one ERROR line naming the fix, exit 1.
-    let mut run = UrutanProcess::start("run", &worker);
-    let code = run
-        .wait_exit(Duration::from_secs(30))
-        .await
-        .code()
-        .unwrap_or(-1);
-    let log = run.log();
-    assert_eq!(code, 1, "{log}");
+    let log = run_until_it_fails(&worker).await;
     assert_eq!(lines_at(&log, "WARN").len(), 1, "{log}");
     assert!(lines_at(&log, "WARN")[0].contains(fallback), "{log}");
     let errors = lines_at(&log, "ERROR");
@@ -493,10 +436,15 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
 
     // Declared by the topology user: both restricted workers get ready in
     // declare mode, warn once, and log no ERROR.
-    let (code, _, stderr) = urutan(&["topology"], &as_user(&topology_user, "t0pology-pw")).await;
+    let as_topology = as_user(script_users.url("topology"));
+    let (code, _, stderr) = urutan(&["topology"], &as_topology).await;
     assert_eq!(code, 0, "{stderr}");
-    for (user, password) in [(&worker_user, "w0rker-pw"), (&bare_user, "b4re-pw")] {
-        let mut run = UrutanProcess::start("run", &as_user(user, password));
+    let bare_url = amqp_url_as(&bare_user, "b4re-pw", &env.vhost);
+    for (user, amqp_url) in [
+        (script_users.name("worker"), script_users.url("worker")),
+        (bare_user.as_str(), bare_url),
+    ] {
+        let mut run = UrutanProcess::start("run", &as_user(amqp_url));
         run.wait_ready().await;
         env.publisher().await.send(&Msg::event(user, 1)).await;
         let db = env.db().await;
@@ -520,14 +468,8 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
 
     // No write on amq.default: the check passes, the epoch cannot be
     // opened; it stops (not retries) with the missing permission named.
-    let mut run = UrutanProcess::start("run", &as_user(&mute_user, "mu7e-pw"));
-    let code = run
-        .wait_exit(Duration::from_secs(30))
-        .await
-        .code()
-        .unwrap_or(-1);
-    let log = run.log();
-    assert_eq!(code, 1, "{log}");
+    let as_mute = as_user(amqp_url_as(&mute_user, "mu7e-pw", &env.vhost));
+    let log = run_until_it_fails(&as_mute).await;
     let last = log.lines().last().unwrap_or_default();
     assert!(
         last.contains(" ERROR ")

@@ -9,8 +9,7 @@ use crate::common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn applies_every_version_in_order_per_entity_across_shards() {
     let env = TestEnv::new("order").await;
-    let pool = RunningPool::start(env.settings(4)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(4)).await;
     let publisher = env.publisher().await;
     let (entities, versions) = (200, 5);
     // Interleaved: every entity's v1, then every entity's v2, ...
@@ -21,11 +20,7 @@ async fn applies_every_version_in_order_per_entity_across_shards() {
 
     let db = env.db().await;
     let total = entities as i64 * versions;
-    wait_for("every version applied", Duration::from_secs(90), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == total }
-    })
-    .await;
+    wait_applied(&db, total, Duration::from_secs(90)).await;
     let history = history(&db).await;
     assert_gapless_in_order(&history, entities, versions);
     let shards: std::collections::HashSet<i32> = history.iter().map(|h| h.2).collect();
@@ -54,18 +49,13 @@ async fn applies_every_version_in_order_per_entity_across_shards() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_and_stale_events_change_nothing() {
     let env = TestEnv::new("dupstale").await;
-    let pool = RunningPool::start(env.settings(2)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(2)).await;
     let publisher = env.publisher().await;
     let db = env.db().await;
     publisher
         .send_all(&[Msg::event("A", 1), Msg::event("A", 2), Msg::event("A", 3)])
         .await;
-    wait_for("A at v3", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 3 }
-    })
-    .await;
+    wait_applied(&db, 3, Duration::from_secs(30)).await;
     // A duplicate of v2 (same message id, even with a different body), then
     // a stale v1 under a new id, then a marker to know both were handled.
     publisher
@@ -75,11 +65,7 @@ async fn duplicates_and_stale_events_change_nothing() {
             Msg::event("A", 4),
         ])
         .await;
-    wait_for("A at v4", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 4 }
-    })
-    .await;
+    wait_applied(&db, 4, Duration::from_secs(30)).await;
     let (status, versi): (String, i64) =
         sqlx::query_as("SELECT status, versi FROM pesanan WHERE id = 'A'")
             .fetch_one(&db)
@@ -97,8 +83,7 @@ async fn every_kind_of_bad_input_is_dead_lettered_while_the_shard_flows() {
     let env = TestEnv::new("badinput").await;
     let mut settings = env.settings(1);
     settings.max_body_bytes = 4096;
-    let pool = RunningPool::start(settings).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(settings).await;
     let publisher = env.publisher().await;
 
     let mut bad = Vec::new();
@@ -142,11 +127,7 @@ async fn every_kind_of_bad_input_is_dead_lettered_while_the_shard_flows() {
 
     let db = env.db().await;
     let n = bad.len() as i64;
-    wait_for("all good messages applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == n }
-    })
-    .await;
+    wait_applied(&db, n, Duration::from_secs(30)).await;
     assert_gapless_in_order(&history(&db).await, 1, n);
     let conn = env.broker().await;
     let dead = drain_dlq_expecting(&conn, bad.len(), Duration::from_secs(30)).await;
@@ -188,8 +169,7 @@ async fn a_huge_header_table_is_dead_lettered_and_a_large_one_is_applied() {
     use lapin::options::BasicPublishOptions;
     use lapin::types::FieldTable;
     let env = TestEnv::new("pipeline_headers").await;
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(1)).await;
     let conn = env.broker().await;
     let ch = conn.create_channel().await.expect("channel");
     ch.confirm_select(Default::default())
@@ -226,21 +206,9 @@ async fn a_huge_header_table_is_dead_lettered_and_a_large_one_is_applied() {
         assert!(confirm.is_ack());
     }
     let db = env.db().await;
-    wait_for("the allowed one applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 1 }
-    })
-    .await;
+    wait_applied(&db, 1, Duration::from_secs(30)).await;
     let dead = drain_dlq_expecting(&conn, 1, Duration::from_secs(30)).await;
-    assert_eq!(
-        dead[0]
-            .delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|s| s.as_str()),
-        Some("headers-1000")
-    );
+    assert_eq!(message_id(&dead[0]), Some("headers-1000"));
     let scrape = http_get(pool.http, "/metrics").await.1;
     assert!(
         metric_sum(

@@ -41,8 +41,7 @@ async fn a_panicking_message_is_requeued_until_the_delivery_limit_and_only_it_is
     };
     let mut settings = env.settings(1);
     settings.delivery_limit = limit;
-    let pool = RunningPool::start_with(settings, hooks).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready_with(settings, hooks).await;
 
     let publisher = env.publisher().await;
     publisher
@@ -56,24 +55,11 @@ async fn a_panicking_message_is_requeued_until_the_delivery_limit_and_only_it_is
         .await;
 
     let db = env.db().await;
-    wait_for("the good messages applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 4 }
-    })
-    .await;
+    wait_applied(&db, 4, Duration::from_secs(30)).await;
     let conn = env.broker().await;
     let dead = drain_dlq_expecting(&conn, 1, Duration::from_secs(30)).await;
-    let ids: Vec<_> = dead
-        .iter()
-        .map(|d| {
-            d.delivery
-                .properties
-                .message_id()
-                .as_ref()
-                .map(|s| s.to_string())
-        })
-        .collect();
-    assert_eq!(ids, [Some("poison-1".to_owned())], "only the poison");
+    let ids: Vec<_> = dead.iter().map(message_id).collect();
+    assert_eq!(ids, [Some("poison-1")], "only the poison");
     let reason = x_death_reason(&dead[0].delivery.properties);
     assert_eq!(reason.as_deref(), Some("delivery_limit"));
 
@@ -128,48 +114,19 @@ fn x_death_reason(props: &lapin::BasicProperties) -> Option<String> {
     }
 }
 
-fn psql(database: &str, sql: &str) -> String {
-    sh(
-        "psql",
-        &[
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            database,
-            "-Atc",
-            sql,
-        ],
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_message_keeps_order_while_the_database_refuses_briefly() {
     let env = TestEnv::new("held").await;
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(1)).await;
     let publisher = env.publisher().await;
     publisher.send(&Msg::event("H", 1)).await;
     let db = env.db().await;
-    wait_for("H v1 applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 1 }
-    })
-    .await;
+    wait_applied(&db, 1, Duration::from_secs(30)).await;
     db.close().await;
 
     // The database refuses the worker: no new connections to this database,
     // and the existing ones are terminated.
-    let refuse = format!(
-        "ALTER DATABASE \"{0}\" ALLOW_CONNECTIONS false; \
-         SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{0}'",
-        env.database
-    );
-    psql("postgres", &refuse);
-    let allow = format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.database);
-    let reopen = Reopen(allow.clone());
+    let refused = RefusedConnections::start(&env);
 
     publisher
         .send_all(&[
@@ -200,43 +157,16 @@ async fn a_held_message_keeps_order_while_the_database_refuses_briefly() {
         503,
         "still not ready"
     );
-    psql("postgres", &allow);
-    drop(reopen);
+    refused.allow();
 
     let db = env.db().await;
-    wait_for("all applied", Duration::from_secs(60), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 5 }
-    })
-    .await;
+    wait_applied(&db, 5, Duration::from_secs(60)).await;
     let history = history(&db).await;
     let order: Vec<_> = history.iter().map(|h| (h.0.as_str(), h.1)).collect();
     assert_eq!(order, [("H", 1), ("H", 2), ("H", 3), ("I", 1), ("H", 4)]);
     assert!(drain_dlq(&conn).await.is_empty(), "nothing dead-lettered");
     pool.wait_ready().await;
     pool.stop().await;
-}
-
-/// Lets connections in again if the test fails while they are refused
-/// (so the database can be dropped and nothing is left behind).
-struct Reopen(String);
-
-impl Drop for Reopen {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .args([
-                "-q",
-                "-h",
-                "127.0.0.1",
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                &self.0,
-            ])
-            .output();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -289,8 +219,7 @@ async fn a_message_id_that_is_not_utf8_is_dead_lettered_and_the_shard_flows() {
     let env = TestEnv::new("poison_utf8").await;
     let mut settings = env.settings(1);
     settings.delivery_limit = 2;
-    let pool = RunningPool::start(settings).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(settings).await;
     let publisher = env.publisher().await;
     publisher.send(&Msg::event("A", 1)).await;
     let body = br#"{"id":"A","status":"baru","versi":2,"data":null}"#;
@@ -314,11 +243,7 @@ async fn a_message_id_that_is_not_utf8_is_dead_lettered_and_the_shard_flows() {
         },
     )
     .await;
-    wait_for("the good messages applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 2 }
-    })
-    .await;
+    wait_applied(&db, 2, Duration::from_secs(30)).await;
     let scrape = http_get(pool.http, "/metrics").await.1;
     eprintln!(
         "{}",
@@ -381,8 +306,7 @@ async fn requeued_messages_are_not_overtaken(prefetch: u16, batch_max: Option<u1
     settings.delivery_limit = 3;
     settings.prefetch = prefetch;
     settings.batch_max = batch_max;
-    let pool = RunningPool::start_with(settings, hooks).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready_with(settings, hooks).await;
 
     let publisher = env.publisher().await;
     publisher
@@ -412,12 +336,7 @@ async fn requeued_messages_are_not_overtaken(prefetch: u16, batch_max: Option<u1
     let conn = env.broker().await;
     let dead = drain_dlq_expecting(&conn, 1, Duration::from_secs(30)).await;
     assert_eq!(
-        dead[0]
-            .delivery
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|s| s.as_str()),
+        message_id(&dead[0]),
         Some("A-v1"),
         "only the poison is dead-lettered"
     );

@@ -39,22 +39,11 @@ impl Credentials {
             pg_password: format!("PgSekr3t-{:016x}", rand::random::<u64>()),
             database: env.database.clone(),
         };
-        sh(
-            "rabbitmqctl",
-            &["-q", "add_user", &creds.rabbit_user, &creds.rabbit_password],
-        );
-        sh(
-            "rabbitmqctl",
-            &[
-                "-q",
-                "set_permissions",
-                "-p",
-                &env.vhost,
-                &creds.rabbit_user,
-                ".*",
-                ".*",
-                ".*",
-            ],
+        add_user(
+            env,
+            &creds.rabbit_user,
+            &creds.rabbit_password,
+            ALL_PERMISSIONS,
         );
         psql(&format!(
             "CREATE ROLE \"{}\" LOGIN PASSWORD '{}'",
@@ -81,32 +70,10 @@ impl Credentials {
 
 impl Drop for Credentials {
     fn drop(&mut self) {
-        let _ = command("rabbitmqctl")
-            .args(["-q", "delete_user", &self.rabbit_user])
-            .output();
+        delete_user(&self.rabbit_user);
         crate::scratch::drop_database(crate::common::PG_BASE, &self.database);
-        let _ = Command::new("psql")
-            .args(["-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"])
-            .args(["-c", &format!("DROP ROLE IF EXISTS \"{}\"", self.pg_role)])
-            .output();
+        psql_ignoring_failure(&format!("DROP ROLE IF EXISTS \"{}\"", self.pg_role));
     }
-}
-
-fn psql(sql: &str) {
-    sh(
-        "psql",
-        &[
-            "-q",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-c",
-            sql,
-        ],
-    );
 }
 
 fn free_port() -> u16 {

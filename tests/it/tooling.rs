@@ -11,17 +11,6 @@ use lapin::{BasicProperties, Connection};
 
 use crate::common::*;
 
-/// Deletes a RabbitMQ user when dropped.
-struct DeleteUser(String);
-
-impl Drop for DeleteUser {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("rabbitmqctl")
-            .args(["-q", "delete_user", &self.0])
-            .output();
-    }
-}
-
 fn text(s: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(s.as_bytes()))
 }
@@ -90,8 +79,7 @@ fn has_control(out: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dlq_and_explain_never_print_a_producers_escape_sequences() {
     let env = TestEnv::new("tool_escape").await;
-    let pool = RunningPool::start(env.settings(1)).await; // the topology
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(1)).await; // the topology
     let evil = "m\u{1b}]52;c;aGFja2Vk\u{7}\u{1b}[2J\r\u{9b}31m\u{202e}1";
     let (props, _) = event(evil, "E1");
     let mut headers = props.headers().clone().unwrap_or_default();
@@ -145,23 +133,9 @@ async fn dlq_and_explain_never_print_a_producers_escape_sequences() {
 async fn replay_goes_on_past_a_message_with_a_producers_user_id() {
     let env = TestEnv::new("tool_userid").await;
     let user = format!("urutan-producer-{:08x}", rand::random::<u32>());
-    sh("rabbitmqctl", &["-q", "add_user", &user, "pr0ducer-pw"]);
-    let _gone = DeleteUser(user.clone());
-    let pool = RunningPool::start(env.settings(1)).await;
-    pool.wait_ready().await;
-    sh(
-        "rabbitmqctl",
-        &[
-            "-q",
-            "set_permissions",
-            "-p",
-            &env.vhost,
-            &user,
-            ".*",
-            ".*",
-            ".*",
-        ],
-    );
+    let mut users = BrokerUsers::default();
+    users.add(&env, &user, "pr0ducer-pw", ALL_PERMISSIONS);
+    let pool = RunningPool::ready(env.settings(1)).await;
     let producer = lapin::Connection::connect(
         &amqp_url_as(&user, "pr0ducer-pw", &env.vhost),
         lapin::ConnectionProperties::default(),
@@ -193,8 +167,7 @@ async fn replay_goes_on_past_a_message_with_a_producers_user_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_ignores_a_forged_x_death_route() {
     let env = TestEnv::new("tool_xdeath").await;
-    let pool = RunningPool::start(env.settings(2)).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(env.settings(2)).await;
     let conn = env.broker().await;
     // Someone else's consumer of some of the entry exchange's keys.
     let ch = conn.create_channel().await.expect("channel");

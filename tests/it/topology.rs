@@ -514,47 +514,16 @@ async fn serial_missing_plugin_is_reported_in_one_clear_line() {
     assert_eq!(ring(&env), [shard(0), shard(1)]);
 }
 
-/// RabbitMQ users made for one test (users are broker-wide), deleted at the end.
-pub(crate) struct Users(pub(crate) Vec<String>);
-
-impl Drop for Users {
-    fn drop(&mut self) {
-        for user in &self.0 {
-            let _ = command("rabbitmqctl")
-                .args(["-q", "delete_user", user])
-                .output();
-        }
-    }
-}
-
 /// The users of `deploy/rabbitmq/least-privilege.sh`, made by the script
 /// itself in the test's vhost: `urutan topology` runs as its topology user,
 /// `urutan run` as its worker user (`TOPOLOGY_MODE=check`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_worker_checks_the_topology_passively() {
     let env = TestEnv::new("leastpriv").await;
-    let (topology_user, worker_user) =
-        (format!("topo-{}", env.name), format!("worker-{}", env.name));
-    let _users = Users(vec![topology_user.clone(), worker_user.clone()]);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/rabbitmq/least-privilege.sh"
-    );
-    let made = std::process::Command::new("bash")
-        .arg(script)
-        .env("VHOST", &env.vhost)
-        .env("TOPOLOGY_USER", &topology_user)
-        .env("TOPOLOGY_PASSWORD", "t0pology-pw")
-        .env("WORKER_USER", &worker_user)
-        .env("WORKER_PASSWORD", "w0rker-pw")
-        .env("RABBITMQCTL", cli_line("rabbitmqctl"))
-        .output()
-        .expect("least-privilege.sh");
-    assert!(made.status.success(), "least-privilege.sh: {made:?}");
-    let url = |user: &str, password: &str| amqp_url_as(user, password, &env.vhost);
+    let users = RabbitUsers::create(&env, false);
     let mut settings = env.settings(3);
     settings.topology_mode = urutan::config::TopologyMode::Check;
-    settings.amqp_url = url(&worker_user, "w0rker-pw").parse().expect("url");
+    settings.amqp_url = users.url("worker").parse().expect("url");
 
     // Nothing declared yet: a clear, fatal error naming what is missing.
     let pool = RunningPool::start(settings.clone()).await;
@@ -573,22 +542,17 @@ async fn a_least_privilege_worker_checks_the_topology_passively() {
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_urutan"))
         .arg("topology")
         .envs(env.process_env(3))
-        .env("AMQP_URL", url(&topology_user, "t0pology-pw"))
+        .env("AMQP_URL", users.url("topology"))
         .output()
         .expect("urutan topology");
     assert!(status.status.success(), "{status:?}");
-    let pool = RunningPool::start(settings).await;
-    pool.wait_ready().await;
+    let pool = RunningPool::ready(settings).await;
     env.publisher()
         .await
         .send_all(&[Msg::event("L", 1), Msg::event("L", 2)])
         .await;
     let db = env.db().await;
-    wait_for("applied", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 2 }
-    })
-    .await;
+    wait_applied(&db, 2, Duration::from_secs(30)).await;
     pool.stop().await;
 }
 

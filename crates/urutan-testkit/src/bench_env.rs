@@ -116,22 +116,7 @@ pub async fn sweep_stale() -> Vec<String> {
         }
     }
     let query = "SELECT datname FROM pg_database WHERE datname LIKE 'urutan\\_bench\\_%'";
-    if let Ok(list) = admin(
-        "psql",
-        &[
-            "-Atq",
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            "postgres",
-            "-c",
-            query,
-        ],
-    )
-    .await
-    {
+    if let Ok(list) = admin("psql", &crate::psql::superuser_args("postgres", query)).await {
         for db in list.lines().map(str::trim) {
             if owner_of(db, DB_PREFIX).is_some_and(|p| !pid_alive(p)) {
                 crate::scratch::drop_database(PG_BASE, db);

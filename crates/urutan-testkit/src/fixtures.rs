@@ -202,6 +202,51 @@ pub fn sh(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `sql` as the superuser in the `postgres` database (statements
+/// about databases and roles) and panics with psql's output if it fails;
+/// the output (`-Atq`: the rows' values).
+pub fn psql(sql: &str) -> String {
+    sh("psql", &crate::psql::superuser_args("postgres", sql))
+}
+
+/// [`psql`] for a clean-up (in a `Drop`): a failure is ignored.
+pub fn psql_ignoring_failure(sql: &str) {
+    let _ = crate::psql::superuser("postgres", sql).output();
+}
+
+/// `env`'s database refusing connections (`ALLOW_CONNECTIONS false`, its
+/// sessions terminated) until [`Self::allow`] or the drop, which lets them
+/// in again also when the test fails meanwhile (so the database can be
+/// dropped and nothing is left behind).
+pub struct RefusedConnections {
+    allow: String,
+}
+
+impl RefusedConnections {
+    pub fn start(env: &TestEnv) -> Self {
+        psql(&format!(
+            "ALTER DATABASE \"{0}\" ALLOW_CONNECTIONS false; \
+             SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{0}'",
+            env.database
+        ));
+        Self {
+            allow: format!("ALTER DATABASE \"{}\" ALLOW_CONNECTIONS true", env.database),
+        }
+    }
+
+    /// Lets connections in again, and panics if psql fails (the drop does
+    /// it once more, harmlessly).
+    pub fn allow(self) {
+        psql(&self.allow);
+    }
+}
+
+impl Drop for RefusedConnections {
+    fn drop(&mut self) {
+        psql_ignoring_failure(&self.allow);
+    }
+}
+
 /// A vhost and a database of one's own, dropped at the end (even on
 /// panic; kept for inspection when a test fails with `URUTAN_TEST_KEEP`
 /// set): the shared scratch type (`urutan_testkit::scratch`), with the
@@ -445,6 +490,12 @@ pub async fn drain_dlq(conn: &Connection) -> Vec<lapin::message::BasicGetMessage
     out
 }
 
+/// The `message_id` of a message taken out of a queue (a dead letter).
+pub fn message_id(msg: &lapin::message::BasicGetMessage) -> Option<&str> {
+    let id = msg.delivery.properties.message_id().as_ref();
+    id.map(|id| id.as_str())
+}
+
 /// Drains the DLQ until `n` messages came out (bounded by `limit`), then
 /// checks for half a second that no more arrive.
 pub async fn drain_dlq_expecting(
@@ -478,6 +529,18 @@ pub async fn history(db: &PgPool) -> Vec<(String, i64, i32)> {
 
 pub async fn count(db: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(db).await.expect(sql)
+}
+
+/// Waits (at most `limit`) until `sql`, a `count(*)`, counts `n`.
+pub async fn wait_count(db: &PgPool, sql: &'static str, n: i64, limit: Duration) {
+    let what = format!("`{sql}` to count {n}");
+    wait_for(&what, limit, || async move { count(db, sql).await == n }).await;
+}
+
+/// Waits (at most `limit`) until `n` versions are applied (`n` rows in
+/// `pesanan_riwayat`).
+pub async fn wait_applied(db: &PgPool, n: i64, limit: Duration) {
+    wait_count(db, "SELECT count(*) FROM pesanan_riwayat", n, limit).await;
 }
 
 /// Asserts that every entity's history is exactly `1..=n` in apply order.
@@ -519,6 +582,18 @@ impl RunningPool {
             shutdown,
             task,
         }
+    }
+
+    /// [`Self::start`], then [`Self::wait_ready`].
+    pub async fn ready(settings: Settings) -> Self {
+        Self::ready_with(settings, Hooks::default()).await
+    }
+
+    /// [`Self::start_with`], then [`Self::wait_ready`].
+    pub async fn ready_with(settings: Settings, hooks: Hooks) -> Self {
+        let pool = Self::start_with(settings, hooks).await;
+        pool.wait_ready().await;
+        pool
     }
 
     pub async fn wait_ready(&self) {
@@ -781,6 +856,133 @@ impl Drop for PgRoles {
     }
 }
 
+/// The least a worker of the prefix `pesanan` needs (configure, write,
+/// read): configure nothing, write only `amq.default` (epoch markers), read
+/// only the shard queues. The worker user of
+/// `deploy/rabbitmq/least-privilege.sh` may also configure the restart
+/// sentinel.
+pub const WORKER_PERMISSIONS: [&str; 3] = ["^$", "^amq\\.default$", "^pesanan\\.shard-\\d{3}$"];
+
+/// Every permission (configure, write, read) on every object.
+pub const ALL_PERMISSIONS: [&str; 3] = [".*", ".*", ".*"];
+
+/// RabbitMQ users made for one test (users are broker-wide), deleted when
+/// dropped.
+#[derive(Default)]
+pub struct BrokerUsers(Vec<String>);
+
+impl BrokerUsers {
+    /// Users made some other way (by a script), to delete at the end.
+    pub fn new(users: impl IntoIterator<Item = String>) -> Self {
+        Self(users.into_iter().collect())
+    }
+
+    /// Adds the user `user` with `password` and gives it `permissions`
+    /// (the configure, write and read patterns) in `env`'s vhost; it is
+    /// deleted at the end.
+    pub fn add(&mut self, env: &TestEnv, user: &str, password: &str, permissions: [&str; 3]) {
+        self.0.push(user.to_owned());
+        add_user(env, user, password, permissions);
+    }
+}
+
+impl Drop for BrokerUsers {
+    fn drop(&mut self) {
+        for user in &self.0 {
+            delete_user(user);
+        }
+    }
+}
+
+/// Adds the RabbitMQ user `user` with `password` and gives it
+/// `permissions` (the configure, write and read patterns) in `env`'s vhost.
+/// The caller deletes it ([`delete_user`]; [`BrokerUsers::add`] does both).
+pub fn add_user(env: &TestEnv, user: &str, password: &str, permissions: [&str; 3]) {
+    let [configure, write, read] = permissions;
+    sh("rabbitmqctl", &["-q", "add_user", user, password]);
+    let vhost = env.vhost.as_str();
+    sh(
+        "rabbitmqctl",
+        &[
+            "-q",
+            "set_permissions",
+            "-p",
+            vhost,
+            user,
+            configure,
+            write,
+            read,
+        ],
+    );
+}
+
+/// Deletes the RabbitMQ user `user`; one already gone is fine.
+pub fn delete_user(user: &str) {
+    let _ = command("rabbitmqctl")
+        .args(["-q", "delete_user", user])
+        .output();
+}
+
+/// The least-privilege RabbitMQ users of `deploy/rabbitmq/least-privilege.sh`
+/// in one test's vhost, made by the script itself: the `topology` user
+/// `topo-<env>` and the `worker` user `worker-<env>` always, the `operator`
+/// user `operator-<env>` when asked; deleted when dropped.
+pub struct RabbitUsers {
+    vhost: String,
+    /// (kind, user, password)
+    made: Vec<(&'static str, String, &'static str)>,
+    _delete: BrokerUsers,
+}
+
+impl RabbitUsers {
+    pub fn create(env: &TestEnv, operator: bool) -> Self {
+        let mut made = vec![
+            ("topology", format!("topo-{}", env.name), "t0pology-pw"),
+            ("worker", format!("worker-{}", env.name), "w0rker-pw"),
+        ];
+        if operator {
+            made.push(("operator", format!("operator-{}", env.name), "0perator-pw"));
+        }
+        let users = Self {
+            vhost: env.vhost.clone(),
+            _delete: BrokerUsers::new(made.iter().map(|(_, user, _)| user.clone())),
+            made,
+        };
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/rabbitmq/least-privilege.sh"
+        );
+        let mut bash = Command::new("bash");
+        bash.arg(script)
+            .env("VHOST", &users.vhost)
+            .env("RABBITMQCTL", cli_line("rabbitmqctl"));
+        for (kind, user, password) in &users.made {
+            let kind = kind.to_uppercase();
+            bash.env(format!("{kind}_USER"), user)
+                .env(format!("{kind}_PASSWORD"), password);
+        }
+        let made = bash.output().expect("least-privilege.sh");
+        assert!(made.status.success(), "least-privilege.sh: {made:?}");
+        users
+    }
+
+    fn find(&self, kind: &str) -> &(&'static str, String, &'static str) {
+        let found = self.made.iter().find(|(k, _, _)| *k == kind);
+        found.unwrap_or_else(|| panic!("no {kind} user made"))
+    }
+
+    /// The user of `kind`.
+    pub fn name(&self, kind: &str) -> &str {
+        &self.find(kind).1
+    }
+
+    /// `AMQP_URL` for the user of `kind`.
+    pub fn url(&self, kind: &str) -> String {
+        let (_, user, password) = self.find(kind);
+        amqp_url_as(user, password, &self.vhost)
+    }
+}
+
 /// One finished run of the `urutan` binary.
 pub struct Ran {
     pub code: Option<i32>,
@@ -797,6 +999,15 @@ impl Ran {
     pub fn error_lines(&self) -> usize {
         let ours = |l: &&str| l.contains("ERROR urutan:") || l.contains("WARN urutan");
         self.stderr.lines().filter(ours).count()
+    }
+
+    /// Asserts that it failed (exit code 1) with `expected` on standard
+    /// error, in its one WARN or ERROR line (see [`Self::error_lines`]).
+    #[track_caller]
+    pub fn assert_fails_in_one_line(&self, expected: &str) {
+        assert_eq!(self.code, Some(1), "{self}");
+        assert!(self.stderr.contains(expected), "{self}");
+        assert_eq!(self.error_lines(), 1, "one line: {self}");
     }
 }
 

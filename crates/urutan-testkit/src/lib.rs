@@ -5,7 +5,8 @@
 //!   [`fixtures`] (the integration tests' `TestEnv`, publishers, workers),
 //!   [`bench_env`] (the benchmarks' `BenchEnv`), [`scenarios`] (steps
 //!   several integration-test files share);
-//! - processes: [`process`] (one `urutan` child) and [`http`] (a tiny GET);
+//! - processes: [`process`] (one `urutan` child), [`http`] (a tiny GET)
+//!   and [`psql`] (`psql` as the local superuser);
 //! - the AMQP wire: [`wire`] (hand-built frames of a hostile producer) and
 //!   [`proxy`] (a TCP proxy that can cut, stall or delay a link);
 //! - models and engines: [`interleave`] (the interleaving model) and
@@ -21,6 +22,7 @@ pub mod http;
 pub mod interleave;
 pub mod process;
 pub mod proxy;
+pub mod psql;
 pub mod scenarios;
 pub mod scratch;
 pub mod wire;
