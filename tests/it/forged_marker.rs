@@ -16,7 +16,6 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use serde_json::Value;
 use sqlx::PgPool;
 use urutan::reshard::handoff::{self, MARKER_HEADER};
-use urutan_testkit::scenarios::wait_count;
 
 use crate::common::*;
 
@@ -350,13 +349,13 @@ async fn reconnects_do_not_grow_the_epoch_table_without_bound() {
     for _ in 0..3 {
         let pool = RunningPool::start(env.settings(2)).await;
         pool.wait_ready().await;
+        // Every shard passed the newest epoch.
         wait_count(
             &db,
-            "every shard passed the newest epoch",
-            Duration::from_secs(30),
             "SELECT count(*) FROM urutan_shard
                      WHERE epoch < (SELECT max(epoch) FROM urutan_epoch)",
             0,
+            Duration::from_secs(30),
         )
         .await;
         pool.stop().await;

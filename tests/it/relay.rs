@@ -22,7 +22,7 @@ use urutan::outbox::relay::{Relay, RelaySettings};
 use urutan::outbox::{NewEvent, enqueue};
 use urutan::outcome::Outcome;
 use urutan::shard::{Hooks, Observed};
-use urutan_testkit::scenarios::{BrokerGuard, sh_blocking, wait_count};
+use urutan_testkit::scenarios::{BrokerGuard, sh_blocking};
 
 use crate::common::*;
 
@@ -954,15 +954,14 @@ async fn an_unroutable_outbox_row_is_set_aside_and_blocks_nothing() {
     insert("U-B", 2, "pesanan.x").await;
     let relay = RunningRelay::start(env.settings(2));
 
-    let good = "the good rows to be applied";
-    wait_count(&db, good, Duration::from_secs(60), APPLIED, 4).await;
+    // The good rows applied, the bad one set aside.
+    wait_count(&db, APPLIED, 4, Duration::from_secs(60)).await;
     wait_count(
         &db,
-        "the bad row to be set aside",
-        Duration::from_secs(30),
         "SELECT count(*) FROM outbox WHERE unroutable_at IS NOT NULL
                    AND unroutable_reason LIKE '%outside `pesanan.#`%'",
         1,
+        Duration::from_secs(30),
     )
     .await;
     let (aside, sent): (Option<String>, Option<chrono::DateTime<chrono::Utc>>) =
@@ -1009,8 +1008,8 @@ async fn an_unroutable_outbox_row_is_set_aside_and_blocks_nothing() {
     // Still relaying: a new row goes out.
     assert!(relay.is_active(), "the relay is still active");
     insert("U-C", 1, "pesanan.x").await;
-    let later = "a later row to be applied";
-    wait_count(&db, later, Duration::from_secs(30), APPLIED, 5).await;
+    // A later row is applied.
+    wait_count(&db, APPLIED, 5, Duration::from_secs(30)).await;
 
     // The operator fixes the key and clears the mark: it is published (and
     // is stale for its order, whose v3 is stored).

@@ -1,12 +1,8 @@
 //! Steps of integration-test scenarios that several test files share: CLI
-//! calls off the async runtime, the broker application stopped (and always
-//! started again), bounded waits on a count.
+//! calls off the async runtime and the broker application stopped (and
+//! always started again).
 
-use std::time::Duration;
-
-use sqlx::PgPool;
-
-use crate::fixtures::{command, count, sh, wait_for};
+use crate::fixtures::{command, sh};
 
 /// Runs a command line off the async runtime (rabbitmqctl and pg_ctlcluster
 /// take seconds) and panics with its output if it fails (see
@@ -33,9 +29,4 @@ impl Drop for BrokerGuard {
             .args(["-q", "--timeout", "120", "await_startup"])
             .output();
     }
-}
-
-/// Waits (polling, at most `limit`) until `sql`, a single count, returns `n`.
-pub async fn wait_count(db: &PgPool, what: &str, limit: Duration, sql: &'static str, n: i64) {
-    wait_for(what, limit, || async move { count(db, sql).await == n }).await;
 }
