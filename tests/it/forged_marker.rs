@@ -11,7 +11,6 @@
 use std::time::Duration;
 
 use lapin::BasicProperties;
-use lapin::options::BasicPublishOptions;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use serde_json::Value;
 use sqlx::PgPool;
@@ -96,8 +95,7 @@ fn forged_messages() -> Vec<Forged> {
 }
 
 async fn publish_forged(publisher: &Publisher, forged: &[Forged]) {
-    let mut confirms = Vec::new();
-    for (n, f) in forged.iter().enumerate() {
+    let raw = forged.iter().enumerate().map(|(n, f)| {
         let mut headers = FieldTable::default();
         headers.insert(
             "x-pesanan-id".into(),
@@ -111,30 +109,17 @@ async fn publish_forged(publisher: &Publisher, forged: &[Forged]) {
         } else {
             Vec::new()
         };
-        let props = BasicProperties::default()
-            .with_headers(headers)
-            .with_delivery_mode(2)
-            .with_message_id(format!("forged-{n}").into());
-        let publish = publisher.channel.basic_publish(
-            f.exchange.into(),
-            f.routing_key.into(),
-            BasicPublishOptions::default(),
-            &body,
-            props,
-        );
-        let confirm = tokio::time::timeout(Duration::from_secs(10), publish)
-            .await
-            .expect("publish timed out")
-            .expect("publish");
-        confirms.push(confirm);
-    }
-    for confirm in confirms {
-        let confirmation = tokio::time::timeout(Duration::from_secs(30), confirm)
-            .await
-            .expect("confirm timed out")
-            .expect("confirm");
-        assert!(confirmation.is_ack(), "broker nacked a publish");
-    }
+        Raw {
+            exchange: f.exchange,
+            routing_key: f.routing_key,
+            props: BasicProperties::default()
+                .with_headers(headers)
+                .with_delivery_mode(2)
+                .with_message_id(format!("forged-{n}").into()),
+            body,
+        }
+    });
+    publisher.send_raw(raw.collect()).await;
 }
 
 async fn positions(db: &PgPool) -> Vec<(i32, i64)> {

@@ -380,6 +380,23 @@ impl Msg {
         Self::event_with(entity, versi, &format!("{entity}-v{versi}"), "dibuat")
     }
 
+    /// Its AMQP properties: message id, delivery mode, `x-pesanan-id`, as set.
+    pub fn properties(&self) -> BasicProperties {
+        let mut props = BasicProperties::default();
+        if let Some(id) = &self.message_id {
+            props = props.with_message_id(id.as_str().into());
+        }
+        if let Some(mode) = self.delivery_mode {
+            props = props.with_delivery_mode(mode);
+        }
+        if let Some(header) = &self.header {
+            let mut headers = FieldTable::default();
+            headers.insert("x-pesanan-id".into(), header.clone());
+            props = props.with_headers(headers);
+        }
+        props
+    }
+
     pub fn event_with(entity: &str, versi: i64, message_id: &str, status: &str) -> Self {
         let body = serde_json::json!({"id": entity, "status": status, "versi": versi});
         Self {
@@ -413,28 +430,28 @@ impl Publisher {
     }
 
     pub async fn send_all_to(&self, exchange: &str, routing_key: &str, msgs: &[Msg]) {
-        let mut confirms = Vec::with_capacity(msgs.len());
-        for msg in msgs {
-            let mut props = BasicProperties::default();
-            if let Some(id) = &msg.message_id {
-                props = props.with_message_id(id.as_str().into());
-            }
-            if let Some(mode) = msg.delivery_mode {
-                props = props.with_delivery_mode(mode);
-            }
-            if let Some(header) = &msg.header {
-                let mut headers = FieldTable::default();
-                headers.insert("x-pesanan-id".into(), header.clone());
-                props = props.with_headers(headers);
-            }
+        let raw = msgs.iter().map(|msg| Raw {
+            exchange,
+            routing_key,
+            props: msg.properties(),
+            body: msg.body.clone(),
+        });
+        self.send_raw(raw.collect()).await;
+    }
+
+    /// Publishes each of `raw` (anything a producer may send), then waits for
+    /// every confirm; panics on a timeout or a nack.
+    pub async fn send_raw(&self, raw: Vec<Raw<'_>>) {
+        let mut confirms = Vec::with_capacity(raw.len());
+        for r in raw {
             let confirm = tokio::time::timeout(
                 Duration::from_secs(10),
                 self.channel.basic_publish(
-                    exchange.into(),
-                    routing_key.into(),
+                    r.exchange.into(),
+                    r.routing_key.into(),
                     BasicPublishOptions::default(),
-                    &msg.body,
-                    props,
+                    &r.body,
+                    r.props,
                 ),
             )
             .await
@@ -450,6 +467,14 @@ impl Publisher {
             assert!(confirmation.is_ack(), "broker nacked a publish");
         }
     }
+}
+
+/// One publish exactly as given: exchange, routing key, properties, body.
+pub struct Raw<'a> {
+    pub exchange: &'a str,
+    pub routing_key: &'a str,
+    pub props: BasicProperties,
+    pub body: Vec<u8>,
 }
 
 /// Ready messages in `queue` (unacked ones are not counted).
