@@ -18,6 +18,7 @@ pub mod faults;
 pub mod fixtures;
 pub mod http;
 pub mod interleave;
+pub mod markdown;
 pub mod process;
 pub mod proxy;
 pub mod scratch;
