@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use urutan::broker::{Names, topology};
+use urutan_testkit::markdown::row;
 
 use crate::env::BenchEnv;
 use crate::load::{self, Cursor, now_ns};
@@ -530,21 +531,20 @@ pub fn markdown(
             .iter()
             .map(|st| st.done_rate.min(st.published))
             .reduce(f64::max);
-        s += &format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
-            c.label,
-            rate(c.knee(KNEES_MS[0])),
-            ratio(
+        s += &row(&[
+            &c.label,
+            &rate(c.knee(KNEES_MS[0])),
+            &ratio(
                 c.knee(KNEES_MS[0]),
-                broker.and_then(|b| b.knee(KNEES_MS[0]))
+                broker.and_then(|b| b.knee(KNEES_MS[0])),
             ),
-            rate(c.knee(KNEES_MS[1])),
-            ratio(
+            &rate(c.knee(KNEES_MS[1])),
+            &ratio(
                 c.knee(KNEES_MS[1]),
-                broker.and_then(|b| b.knee(KNEES_MS[1]))
+                broker.and_then(|b| b.knee(KNEES_MS[1])),
             ),
-            best.map_or("—".into(), |b| format!("{b:.0}")),
-        );
+            &best.map_or("—".into(), |b| format!("{b:.0}")),
+        ]);
     }
     if rounds.len() > 1 {
         s += "\nEach round's knees (p99 < 50 ms / < 250 ms), for the spread:\n\n";
@@ -578,24 +578,24 @@ pub fn markdown(
             s += &format!("| {} | failed: {e} | | | | | | | |\n", c.label);
         }
         for st in &c.steps {
-            s += &format!(
-                "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} |\n",
-                c.label,
-                st.offered,
-                st.published,
-                st.done_rate,
-                ms(st.p50_ms),
-                ms(st.p99_ms),
-                ms(st.p999_ms),
-                ms(st.max_ms),
-                if st.unfinished > 0 {
-                    format!("saturated, {} not done in time", st.unfinished)
-                } else if st.saturated {
-                    "saturated".into()
-                } else {
-                    String::new()
-                }
-            );
+            let note = if st.unfinished > 0 {
+                format!("saturated, {} not done in time", st.unfinished)
+            } else if st.saturated {
+                "saturated".into()
+            } else {
+                String::new()
+            };
+            s += &row(&[
+                &c.label,
+                &format!("{:.0}", st.offered),
+                &format!("{:.0}", st.published),
+                &format!("{:.0}", st.done_rate),
+                &ms(st.p50_ms),
+                &ms(st.p99_ms),
+                &ms(st.p999_ms),
+                &ms(st.max_ms),
+                &note,
+            ]);
         }
     }
     s
