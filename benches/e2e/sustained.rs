@@ -33,7 +33,7 @@ use urutan_testkit::markdown::row;
 
 use crate::env::BenchEnv;
 use crate::load::{self, Cursor, now_ns};
-use crate::runs::{percentile, start_consuming};
+use crate::runs::{percentile, publish_step, start_consuming};
 
 /// How often a worker curve looks for newly committed rows.
 const POLL: Duration = Duration::from_millis(5);
@@ -215,16 +215,8 @@ pub async fn curve(
             w.check_alive()?;
         }
         let prefix = format!("s{i}");
-        let began = Instant::now();
-        let sent = load::publish_paced(
-            &ch,
-            &mut cursor,
-            &prefix,
-            rate,
-            Duration::from_secs_f64(plan.step_secs),
-        )
-        .await?;
-        let published = sent.len() as f64 / began.elapsed().as_secs_f64().max(1e-9);
+        let (sent, published) =
+            publish_step(&ch, &mut cursor, &prefix, rate, plan.step_secs).await?;
         // A saturated step leaves a backlog: give it the step's length
         // three times over (plus 10 s) to drain before giving up on it.
         let bound = Duration::from_secs_f64(plan.step_secs * 3.0 + 10.0);
