@@ -5,6 +5,7 @@
 //!   [`fixtures`] (the integration tests' `TestEnv`, publishers, workers),
 //!   [`bench_env`] (the benchmarks' `BenchEnv`);
 //! - processes: [`process`] (one `urutan` child) and [`http`] (a tiny GET);
+//! - reports: [`markdown`] (the rows of the Markdown tables);
 //! - the AMQP wire: [`wire`] (hand-built frames of a hostile producer) and
 //!   [`proxy`] (a TCP proxy that can cut, stall or delay a link);
 //! - models and engines: [`interleave`] (the interleaving model) and
