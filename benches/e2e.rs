@@ -126,42 +126,33 @@ fn plan(o: &Options) -> Plan {
 /// so that every drain lasts seconds, not a few polls.
 const BATCH_SCALE: usize = 4;
 
+/// A worker row at `shards` and `prefetch`, after its two ceilings: the
+/// broker alone at the same shards and prefetch, and the database alone
+/// with as many tasks, `prefetch` messages per transaction (`db`).
+fn with_ceilings(shards: u16, prefetch: u16, db: DbKind) -> [Key; 3] {
+    [
+        Key::BrokerOnly { shards, prefetch },
+        Key::DbOnly {
+            tasks: shards,
+            batch: usize::from(prefetch),
+            mode: db,
+        },
+        Key::Worker { shards, prefetch },
+    ]
+}
+
 /// The scenarios of one round, grouped so that a worker row runs next to
 /// its ceilings (drift on a noisy machine hits them alike).
 fn round_order(p: &Plan) -> Vec<Key> {
     let mut keys = Vec::new();
     for &s in &p.shard_counts {
-        keys.push(Key::BrokerOnly {
-            shards: s,
-            prefetch: 1,
-        });
-        keys.push(Key::DbOnly {
-            tasks: s,
-            batch: 1,
-            mode: DbKind::PerMessage,
-        });
-        keys.push(Key::Worker {
-            shards: s,
-            prefetch: 1,
-        });
+        keys.extend(with_ceilings(s, 1, DbKind::PerMessage));
         if s == p.latency_shards {
             keys.push(Key::WorkerPipelined { shards: s });
         }
     }
     for &f in &p.prefetches {
-        keys.push(Key::BrokerOnly {
-            shards: 4,
-            prefetch: f,
-        });
-        keys.push(Key::DbOnly {
-            tasks: 4,
-            batch: usize::from(f),
-            mode: DbKind::Statement,
-        });
-        keys.push(Key::Worker {
-            shards: 4,
-            prefetch: f,
-        });
+        keys.extend(with_ceilings(4, f, DbKind::Statement));
         keys.push(Key::WorkerPipelinedBatch {
             shards: 4,
             batch: f,

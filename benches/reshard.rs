@@ -15,7 +15,7 @@
 //! applied exactly once and gapless in order, and `urutan verify` must pass.
 //! Results: `benches/results/reshard.{md,json}`.
 
-use urutan_testkit::{bench_env as env, process};
+use urutan_testkit::{bench_env as env, markdown::row, process};
 
 use std::path::Path;
 use std::process::Command;
@@ -316,19 +316,17 @@ fn write(report: &Report) -> anyhow::Result<()> {
          delay p50/p99 before | delay p50/p99 during |\n|---|---|---|---|---|---|---|\n",
         report.options, report.commit, report.versions
     );
+    let delays = |p50: f64, p99: f64| format!("{p50:.0} / {p99:.0} ms");
     for r in &report.reshardings {
-        md += &format!(
-            "| {} | {:.1} s | {:.0} msg/s | {:.0} msg/s | {} | {:.0} / {:.0} ms | {:.0} / {:.0} ms |\n",
-            r.change,
-            r.seconds_to_reshard,
-            r.throughput_before,
-            r.lowest_1s_during,
-            r.parked_peak,
-            r.delay_p50_ms_before,
-            r.delay_p99_ms_before,
-            r.delay_p50_ms_during,
-            r.delay_p99_ms_during
-        );
+        md += &row(&[
+            &r.change,
+            &format!("{:.1} s", r.seconds_to_reshard),
+            &format!("{:.0} msg/s", r.throughput_before),
+            &format!("{:.0} msg/s", r.lowest_1s_during),
+            &r.parked_peak,
+            &delays(r.delay_p50_ms_before, r.delay_p99_ms_before),
+            &delays(r.delay_p50_ms_during, r.delay_p99_ms_during),
+        ]);
     }
     md += "\nTime to reshard: from the recorded change (bindings switched, epoch opened) to \
            its completion (every shard past the epoch, removed queues deleted). Throughput: \

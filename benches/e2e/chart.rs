@@ -41,6 +41,82 @@ fn err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow!("{e}")
 }
 
+/// A white canvas of `size` pixels for the PNG at `path`, the font
+/// registered.
+fn canvas(path: &Path, size: (u32, u32)) -> anyhow::Result<Area<'_>> {
+    register_font()?;
+    let root = BitMapBackend::new(path, size).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    Ok(root)
+}
+
+/// Writes the canvas to its PNG at `path`.
+fn save(root: &Area<'_>, path: &Path) -> anyhow::Result<()> {
+    root.present()
+        .map_err(err)
+        .with_context(|| format!("write {}", path.display()))
+}
+
+/// A chart on `area` in the common style (17 pt caption, 12 px margin),
+/// with `x` and `y` pixels for the axes' labels.
+fn chart_on<'a, 'b>(
+    area: &'a Area<'b>,
+    caption: &str,
+    (x, y): (u32, u32),
+) -> ChartBuilder<'a, 'a, BitMapBackend<'b>> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(caption, ("sans-serif", 17))
+        .margin(12)
+        .x_label_area_size(x)
+        .y_label_area_size(y);
+    builder
+}
+
+/// Draws `points` as a 2 px line in `color`, listed as `label` in the
+/// chart's legend.
+fn draw_line<'a, CT>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+    points: impl IntoIterator<Item = (f64, f64)>,
+    color: RGBColor,
+    label: impl Into<String>,
+) -> anyhow::Result<()>
+where
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    chart
+        .draw_series(LineSeries::new(points, color.stroke_width(2)))
+        .map_err(err)?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+    Ok(())
+}
+
+/// The legend of the labelled lines, at `position`, on a light box.
+fn draw_legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, BitMapBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font(("sans-serif", 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
+/// Points at x = the index of each of `ticks` (a categorical axis), where
+/// `y` has a value for that tick.
+fn indexed(ticks: &[u16], y: impl Fn(u16) -> Option<f64>) -> Vec<(f64, f64)> {
+    ticks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &t)| Some((i as f64, y(t)?)))
+        .collect()
+}
+
 /// Labels only 1, 2 and 5 × 10^k on a log axis (the others stay gridlines).
 fn log_label(y: &f64) -> String {
     if *y <= 0.0 {
@@ -95,11 +171,7 @@ fn panel(
             (0.0, hi * 1.08)
         }
     };
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 17))
-        .margin(12)
-        .x_label_area_size(42)
-        .y_label_area_size(62)
+    let mut chart = chart_on(area, title, (42, 62))
         .build_cartesian_2d(xmin..xmax, (ymin..ymax).log_scale())
         .map_err(err)?;
     let tick_label = |x: &f64| -> String {
@@ -127,13 +199,12 @@ fn panel(
     mesh.draw().map_err(err)?;
     for line in lines.iter().filter(|l| !l.points.is_empty()) {
         let color = line.color;
-        chart
-            .draw_series(LineSeries::new(line.points.clone(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(line.label.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+        draw_line(
+            &mut chart,
+            line.points.iter().copied(),
+            color,
+            line.label.as_str(),
+        )?;
         chart
             .draw_series(
                 line.points
@@ -142,15 +213,7 @@ fn panel(
             )
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(legend_at)
-        .label_font(("sans-serif", 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    draw_legend(&mut chart, legend_at)
 }
 
 const WORKER: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
@@ -162,10 +225,8 @@ const GREY: RGBColor = RGBColor(0x7f, 0x7f, 0x7f);
 
 /// Throughput vs shards, throughput vs prefetch, latency vs load.
 pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
-    register_font()?;
     let p = &report.plan;
-    let root = BitMapBackend::new(path, (1650, 600)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas(path, (1650, 600))?;
     let m = &report.machine;
     let title = format!(
         "urutan e2e ({} mode, {} msgs/drain, medians of {}) — {} cores, RabbitMQ {}, PostgreSQL {}, commit {}",
@@ -176,14 +237,9 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
         .map_err(err)?;
     let panels = body.split_evenly((1, 3));
 
+    // The measured rate of `key(tick)` at each tick.
+    let rates = |ticks: &[u16], key: fn(u16) -> Key| indexed(ticks, |t| report.rate(key(t)));
     let shard_ticks: Vec<String> = p.shard_counts.iter().map(u16::to_string).collect();
-    let by_shards = |f: &dyn Fn(u16) -> Key| -> Vec<(f64, f64)> {
-        p.shard_counts
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &s)| Some((i as f64, report.rate(f(s))?)))
-            .collect()
-    };
     panel(
         &panels[0],
         "Throughput vs shards (PREFETCH=1)",
@@ -194,7 +250,7 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
             Line {
                 label: "worker".into(),
                 color: WORKER,
-                points: by_shards(&|s| Key::Worker {
+                points: rates(&p.shard_counts, |s| Key::Worker {
                     shards: s,
                     prefetch: 1,
                 }),
@@ -202,7 +258,7 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
             Line {
                 label: "broker only (ack-only)".into(),
                 color: BROKER,
-                points: by_shards(&|s| Key::BrokerOnly {
+                points: rates(&p.shard_counts, |s| Key::BrokerOnly {
                     shards: s,
                     prefetch: 1,
                 }),
@@ -210,7 +266,7 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
             Line {
                 label: "database only, 1 msg/tx".into(),
                 color: DB,
-                points: by_shards(&|s| Key::DbOnly {
+                points: rates(&p.shard_counts, |s| Key::DbOnly {
                     tasks: s,
                     batch: 1,
                     mode: DbKind::PerMessage,
@@ -223,13 +279,6 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
     let mut prefetches = vec![1u16];
     prefetches.extend(&p.prefetches);
     let pf_ticks: Vec<String> = prefetches.iter().map(u16::to_string).collect();
-    let by_pf = |f: &dyn Fn(u16) -> Option<f64>| -> Vec<(f64, f64)> {
-        prefetches
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &pf)| Some((i as f64, f(pf)?)))
-            .collect()
-    };
     panel(
         &panels[1],
         "Throughput vs batch size (4 shards; PREFETCH = batch unless pipelined)",
@@ -240,54 +289,46 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
             Line {
                 label: "worker".into(),
                 color: WORKER,
-                points: by_pf(&|pf| {
-                    report.rate(Key::Worker {
-                        shards: 4,
-                        prefetch: pf,
-                    })
+                points: rates(&prefetches, |pf| Key::Worker {
+                    shards: 4,
+                    prefetch: pf,
                 }),
             },
             Line {
                 label: "broker only (multiple-ack)".into(),
                 color: BROKER,
-                points: by_pf(&|pf| {
-                    report.rate(Key::BrokerOnly {
-                        shards: 4,
-                        prefetch: pf,
-                    })
+                points: rates(&prefetches, |pf| Key::BrokerOnly {
+                    shards: 4,
+                    prefetch: pf,
                 }),
             },
             Line {
                 label: "database only, PREFETCH msgs/tx".into(),
                 color: DB,
-                points: by_pf(&|pf| report.db_ceiling(4, pf)),
+                points: indexed(&prefetches, |pf| report.db_ceiling(4, pf)),
             },
             Line {
                 label: "worker, DB via Unix socket".into(),
                 color: ORANGE,
-                points: by_pf(&|pf| {
-                    report.rate(Key::WorkerUnix {
-                        shards: 4,
-                        prefetch: pf,
-                    })
+                points: rates(&prefetches, |pf| Key::WorkerUnix {
+                    shards: 4,
+                    prefetch: pf,
                 }),
             },
             Line {
                 label: "worker, pipelined (PREFETCH = 2 × x, BATCH_MAX = x)".into(),
                 color: GREY,
-                points: by_pf(&|pf| {
-                    report.rate(Key::WorkerPipelinedBatch {
-                        shards: 4,
-                        batch: pf,
-                    })
+                points: rates(&prefetches, |pf| Key::WorkerPipelinedBatch {
+                    shards: 4,
+                    batch: pf,
                 }),
             },
             Line {
                 label: "database only, via Unix socket".into(),
                 color: DB_BATCH,
-                points: by_pf(&|pf| {
-                    let batch = usize::from(pf);
-                    report.rate(Key::DbOnlyUnix { tasks: 4, batch })
+                points: rates(&prefetches, |pf| Key::DbOnlyUnix {
+                    tasks: 4,
+                    batch: usize::from(pf),
                 }),
             },
         ],
@@ -319,18 +360,13 @@ pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
         &lines,
         SeriesLabelPosition::UpperLeft,
     )?;
-    root.present()
-        .map_err(err)
-        .with_context(|| format!("write {}", path.display()))?;
-    Ok(())
+    save(&root, path)
 }
 
 /// RSS against messages applied, and progress over time, of each long
 /// backlog drain (one line per drain).
 pub fn draw_backlog(drains: &[BacklogRun], path: &Path) -> anyhow::Result<()> {
-    register_font()?;
-    let root = BitMapBackend::new(path, (1300, 520)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas(path, (1300, 520))?;
     let panels = root.split_evenly((1, 2));
     let samples = || drains.iter().flat_map(|d| d.samples.iter());
     let n_max = samples().map(|s| s.applied).max().unwrap_or(1).max(1) as f64;
@@ -344,14 +380,8 @@ pub fn draw_backlog(drains: &[BacklogRun], path: &Path) -> anyhow::Result<()> {
     };
     let colors = [BROKER, WORKER, DB, ORANGE];
     let (shards, prefetch) = drains.first().map_or((0, 0), |d| (d.shards, d.prefetch));
-    let mut chart = ChartBuilder::on(&panels[0])
-        .caption(
-            format!("Worker RSS while draining ({shards} shards, PREFETCH={prefetch})"),
-            ("sans-serif", 17),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
+    let title = format!("Worker RSS while draining ({shards} shards, PREFETCH={prefetch})");
+    let mut chart = chart_on(&panels[0], &title, (40, 60))
         .build_cartesian_2d(0.0..n_max * 1.02, 0.0..rss_max)
         .map_err(err)?;
     chart
@@ -365,30 +395,15 @@ pub fn draw_backlog(drains: &[BacklogRun], path: &Path) -> anyhow::Result<()> {
     for (i, d) in drains.iter().enumerate() {
         let color = colors[i % colors.len()];
         let points = d.samples.iter().filter(|s| s.applied > 0);
-        chart
-            .draw_series(LineSeries::new(
-                points.map(|s| (s.applied as f64, s.rss_mib)),
-                color.stroke_width(2),
-            ))
-            .map_err(err)?
-            .label(label(d))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+        draw_line(
+            &mut chart,
+            points.map(|s| (s.applied as f64, s.rss_mib)),
+            color,
+            label(d),
+        )?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    let mut progress = ChartBuilder::on(&panels[1])
-        .caption("Messages applied over time", ("sans-serif", 17))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+    let mut progress = chart_on(&panels[1], "Messages applied over time", (40, 70))
         .build_cartesian_2d(0.0..t_max * 1.02, 0.0..n_max * 1.05)
         .map_err(err)?;
     progress
@@ -408,18 +423,13 @@ pub fn draw_backlog(drains: &[BacklogRun], path: &Path) -> anyhow::Result<()> {
             ))
             .map_err(err)?;
     }
-    root.present()
-        .map_err(err)
-        .with_context(|| format!("write {}", path.display()))?;
-    Ok(())
+    save(&root, path)
 }
 
 /// The sustained-load curves: p99 and p50 against the offered rate, one
 /// line per configuration, the knees' bounds as grey lines.
 pub fn draw_sustained(curves: &[crate::sustained::Curve], path: &Path) -> anyhow::Result<()> {
-    register_font()?;
-    let root = BitMapBackend::new(path, (1400, 560)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    let root = canvas(path, (1400, 560))?;
     let (left, right) = root.split_horizontally(700);
     let colors = [BROKER, WORKER, ORANGE, DB, DB_BATCH, GREY];
     for (area, title, pick) in [

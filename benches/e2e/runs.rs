@@ -316,16 +316,7 @@ pub async fn latency(
     for (step, &share) in loads.iter().enumerate() {
         let rate = share * max_rate;
         let prefix = format!("lat{step}");
-        let began = Instant::now();
-        let sent = load::publish_paced(
-            &ch,
-            &mut cursor,
-            &prefix,
-            rate,
-            Duration::from_secs_f64(secs),
-        )
-        .await?;
-        let publish_secs = began.elapsed().as_secs_f64();
+        let (sent, published) = publish_step(&ch, &mut cursor, &prefix, rate, secs).await?;
         let applied = applied_times(&pool, &mut worker, &prefix, sent.len()).await?;
         let mut lat: Vec<f64> = sent
             .iter()
@@ -335,7 +326,7 @@ pub async fn latency(
         rows.push(LatencyRow {
             load: share,
             offered_rate: rate,
-            achieved_publish_rate: sent.len() as f64 / publish_secs.max(1e-9),
+            achieved_publish_rate: published,
             messages: lat.len(),
             p50_ms: percentile(&lat, 0.50),
             p99_ms: percentile(&lat, 0.99),
@@ -348,6 +339,23 @@ pub async fn latency(
     let _ = worker.stop(Duration::from_secs(30)).await;
     pool.close().await;
     Ok(rows)
+}
+
+/// One open-loop step: publishes at `rate` msg/s for `secs` seconds
+/// ([`load::publish_paced`]) and returns what it sent (each message id with
+/// its publish time, µs since the epoch) and the publish rate it achieved
+/// (msg/s over the step's wall time).
+pub async fn publish_step(
+    ch: &lapin::Channel,
+    cursor: &mut Cursor,
+    prefix: &str,
+    rate: f64,
+    secs: f64,
+) -> anyhow::Result<(Vec<(String, i64)>, f64)> {
+    let began = Instant::now();
+    let sent = load::publish_paced(ch, cursor, prefix, rate, Duration::from_secs_f64(secs)).await?;
+    let achieved = sent.len() as f64 / began.elapsed().as_secs_f64().max(1e-9);
+    Ok((sent, achieved))
 }
 
 /// Starts `urutan run` (`shards`, `prefetch`, `extra` environment) on a

@@ -29,10 +29,11 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use urutan::broker::{Names, topology};
+use urutan_testkit::markdown::row;
 
 use crate::env::BenchEnv;
 use crate::load::{self, Cursor, now_ns};
-use crate::runs::{percentile, start_consuming};
+use crate::runs::{percentile, publish_step, start_consuming};
 
 /// How often a worker curve looks for newly committed rows.
 const POLL: Duration = Duration::from_millis(5);
@@ -214,16 +215,8 @@ pub async fn curve(
             w.check_alive()?;
         }
         let prefix = format!("s{i}");
-        let began = Instant::now();
-        let sent = load::publish_paced(
-            &ch,
-            &mut cursor,
-            &prefix,
-            rate,
-            Duration::from_secs_f64(plan.step_secs),
-        )
-        .await?;
-        let published = sent.len() as f64 / began.elapsed().as_secs_f64().max(1e-9);
+        let (sent, published) =
+            publish_step(&ch, &mut cursor, &prefix, rate, plan.step_secs).await?;
         // A saturated step leaves a backlog: give it the step's length
         // three times over (plus 10 s) to drain before giving up on it.
         let bound = Duration::from_secs_f64(plan.step_secs * 3.0 + 10.0);
@@ -530,21 +523,20 @@ pub fn markdown(
             .iter()
             .map(|st| st.done_rate.min(st.published))
             .reduce(f64::max);
-        s += &format!(
-            "| {} | {} | {} | {} | {} | {} |\n",
-            c.label,
-            rate(c.knee(KNEES_MS[0])),
-            ratio(
+        s += &row(&[
+            &c.label,
+            &rate(c.knee(KNEES_MS[0])),
+            &ratio(
                 c.knee(KNEES_MS[0]),
-                broker.and_then(|b| b.knee(KNEES_MS[0]))
+                broker.and_then(|b| b.knee(KNEES_MS[0])),
             ),
-            rate(c.knee(KNEES_MS[1])),
-            ratio(
+            &rate(c.knee(KNEES_MS[1])),
+            &ratio(
                 c.knee(KNEES_MS[1]),
-                broker.and_then(|b| b.knee(KNEES_MS[1]))
+                broker.and_then(|b| b.knee(KNEES_MS[1])),
             ),
-            best.map_or("—".into(), |b| format!("{b:.0}")),
-        );
+            &best.map_or("—".into(), |b| format!("{b:.0}")),
+        ]);
     }
     if rounds.len() > 1 {
         s += "\nEach round's knees (p99 < 50 ms / < 250 ms), for the spread:\n\n";
@@ -578,24 +570,24 @@ pub fn markdown(
             s += &format!("| {} | failed: {e} | | | | | | | |\n", c.label);
         }
         for st in &c.steps {
-            s += &format!(
-                "| {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} |\n",
-                c.label,
-                st.offered,
-                st.published,
-                st.done_rate,
-                ms(st.p50_ms),
-                ms(st.p99_ms),
-                ms(st.p999_ms),
-                ms(st.max_ms),
-                if st.unfinished > 0 {
-                    format!("saturated, {} not done in time", st.unfinished)
-                } else if st.saturated {
-                    "saturated".into()
-                } else {
-                    String::new()
-                }
-            );
+            let note = if st.unfinished > 0 {
+                format!("saturated, {} not done in time", st.unfinished)
+            } else if st.saturated {
+                "saturated".into()
+            } else {
+                String::new()
+            };
+            s += &row(&[
+                &c.label,
+                &format!("{:.0}", st.offered),
+                &format!("{:.0}", st.published),
+                &format!("{:.0}", st.done_rate),
+                &ms(st.p50_ms),
+                &ms(st.p99_ms),
+                &ms(st.p999_ms),
+                &ms(st.max_ms),
+                &note,
+            ]);
         }
     }
     s

@@ -7,6 +7,7 @@
 //!   several integration-test files share);
 //! - processes: [`process`] (one `urutan` child), [`http`] (a tiny GET)
 //!   and [`psql`] (`psql` as the local superuser);
+//! - reports: [`markdown`] (the rows of the Markdown tables);
 //! - the AMQP wire: [`wire`] (hand-built frames of a hostile producer) and
 //!   [`proxy`] (a TCP proxy that can cut, stall or delay a link);
 //! - models and engines: [`interleave`] (the interleaving model) and
@@ -20,6 +21,7 @@ pub mod faults;
 pub mod fixtures;
 pub mod http;
 pub mod interleave;
+pub mod markdown;
 pub mod process;
 pub mod proxy;
 pub mod psql;

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::faults::check::Check;
 use crate::faults::inject::Kind;
+use crate::markdown::row;
 
 /// Timestamps as RFC 3339 text (chrono is built without its serde feature).
 fn rfc3339<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
@@ -219,21 +220,17 @@ pub fn markdown(r: &RunReport) -> String {
     s += "| fault kind | injected | messages processed | out of order | violations | recovery p50 / max (ms) | end-to-end p50 / max (ms) | goal | over goal (recovery / e2e) |\n";
     s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for k in &r.kinds {
-        s += &format!(
-            "| {} | {} | {} | {} | {} | {} / {} | {} / {} | ≤ {:.0} s | {} / {} |\n",
-            k.label,
-            k.injected,
-            k.processed,
-            k.reordered,
-            k.violations,
-            ms(k.recovery_p50_ms),
-            ms(k.recovery_max_ms),
-            ms(k.e2e_p50_ms),
-            ms(k.e2e_max_ms),
-            k.goal_ms / 1000.0,
-            k.over_goal,
-            k.e2e_over_goal
-        );
+        s += &row(&[
+            &k.label,
+            &k.injected,
+            &k.processed,
+            &k.reordered,
+            &k.violations,
+            &format!("{} / {}", ms(k.recovery_p50_ms), ms(k.recovery_max_ms)),
+            &format!("{} / {}", ms(k.e2e_p50_ms), ms(k.e2e_max_ms)),
+            &format!("≤ {:.0} s", k.goal_ms / 1000.0),
+            &format!("{} / {}", k.over_goal, k.e2e_over_goal),
+        ]);
     }
     let m = &r.mix;
     s += &format!(
@@ -249,16 +246,14 @@ pub fn markdown(r: &RunReport) -> String {
           outbox after the fault's end (the relay is back too). Both read \
           `pesanan_riwayat.diterapkan_pada`.\n\n";
     s += "## Invariants after the drain\n\n| check | violations |\n|---|---:|\n";
-    s += &format!(
-        "| `urutan verify` (6 checks) | {} |\n",
-        if r.verify_passed {
-            "0 (PASSED)"
-        } else {
-            "FAILED"
-        }
-    );
+    let verify = if r.verify_passed {
+        "0 (PASSED)"
+    } else {
+        "FAILED"
+    };
+    s += &row(&[&"`urutan verify` (6 checks)", &verify]);
     for c in &r.checks {
-        s += &format!("| {} | {} |\n", c.name, c.violations);
+        s += &row(&[&c.name, &c.violations]);
     }
     for c in r.checks.iter().filter(|c| c.violations > 0) {
         s += &format!("\n{}: e.g. {}\n", c.name, c.examples.join("; "));
@@ -271,17 +266,16 @@ pub fn markdown(r: &RunReport) -> String {
     }
     s += "\n## Faults\n\n| # | kind | detail | recovery (ms) | end to end (ms) | processed | out of order | violations |\n|---:|---|---|---:|---:|---:|---:|---|\n";
     for f in &r.faults {
-        s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            f.index,
-            f.kind.label(),
-            f.detail,
-            ms(f.recovery_ms),
-            ms(f.e2e_ms),
-            f.processed,
-            f.reordered,
-            f.violations.join("; ")
-        );
+        s += &row(&[
+            &f.index,
+            &f.kind.label(),
+            &f.detail,
+            &ms(f.recovery_ms),
+            &ms(f.e2e_ms),
+            &f.processed,
+            &f.reordered,
+            &f.violations.join("; "),
+        ]);
     }
     s += &format!(
         "\n## `urutan verify`\n\n```\n{}\n```\n",
