@@ -164,23 +164,23 @@ fn line(versi: i64) -> Line {
     }
 }
 
-fn dead_letter(d: &super::explain::DeadLetter, v: i64) -> Line {
+fn dead_letter(d: &urutan::store::dead_letter::Record, v: i64) -> Line {
     let mut note = format!("reason {}: {}", d.reason, d.detail);
     if let Some(e) = &d.last_error {
         note.push_str(&format!(" (last error: {e})"));
     }
-    match &d.resolved {
+    match d.resolved() {
         None => note.push_str(&format!(
             "; still in the DLQ: `urutan dlq show {}`",
             d.message_id.as_deref().unwrap_or("<id>")
         )),
-        Some((at, how)) => note.push_str(&format!("; {how} {}", when(*at))),
+        Some((at, how)) => note.push_str(&format!("; {how} {}", when(at))),
     }
     Line {
         what: "dead-lettered",
         shard: Some(d.shard),
         message_id: d.message_id.clone().unwrap_or_else(|| "-".into()),
-        at: Some(d.at),
+        at: Some(d.dead_lettered_at),
         note,
         ..line(v)
     }

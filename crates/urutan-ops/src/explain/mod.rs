@@ -22,6 +22,7 @@ use chrono::{DateTime, Utc};
 use crate::QueueInfo;
 use urutan::broker::Names;
 use urutan::config::Settings;
+use urutan::store::dead_letter;
 
 /// `urutan explain --help`: exit codes and examples.
 pub const HELP: &str = "\
@@ -63,8 +64,9 @@ pub struct Explanation {
     pub parked: Vec<Parked>,
     /// Versions handed back to their shard queue after a failure, not back yet.
     pub returned: Vec<Returned>,
-    /// `None`: the dead-letter table does not exist (not migrated).
-    pub dead_letters: Option<Vec<DeadLetter>>,
+    /// Its dead-letter records. `None`: the dead-letter table does not
+    /// exist (not migrated).
+    pub dead_letters: Option<Vec<dead_letter::Record>>,
     /// `Err`: the outbox could not be searched (why).
     pub outbox: Result<Vec<OutboxRow>, String>,
     /// The highest epoch every active shard has passed.
@@ -114,18 +116,6 @@ pub struct Returned {
     pub message_id: String,
     pub shard: i32,
     pub since: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone)]
-pub struct DeadLetter {
-    pub versi: Option<i64>,
-    pub message_id: Option<String>,
-    pub shard: i32,
-    pub reason: String,
-    pub detail: String,
-    pub last_error: Option<String>,
-    pub at: DateTime<Utc>,
-    pub resolved: Option<(DateTime<Utc>, String)>,
 }
 
 #[derive(Debug, Clone)]

@@ -6,8 +6,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::{Applied, DeadLetter, Explanation, OutboxRow, Parked, Returned, State};
+use super::{Applied, Explanation, OutboxRow, Parked, Returned, State};
 use crate::Tables;
+use urutan::store::dead_letter;
 
 pub(super) enum ReadError {
     NotMigrated,
@@ -93,7 +94,7 @@ pub(super) async fn read(db: &PgPool, id: &str) -> Result<Explanation, ReadError
         .collect();
     }
     if tables.dead_letters {
-        found.dead_letters = Some(dead_letters(db, id).await?);
+        found.dead_letters = Some(dead_letter::of_order(db, id).await?);
     }
     found.outbox = outbox(db, id).await;
     found.passed_by_all = sqlx::query_scalar("SELECT urutan_epoch_selesai()")
@@ -115,56 +116,6 @@ pub(super) async fn read(db: &PgPool, id: &str) -> Result<Explanation, ReadError
     .fetch_all(db)
     .await?;
     Ok(found)
-}
-
-type DeadLetterRow = (
-    Option<i64>,
-    Option<String>,
-    i32,
-    String,
-    String,
-    Option<String>,
-    DateTime<Utc>,
-    Option<DateTime<Utc>>,
-    Option<String>,
-);
-
-async fn dead_letters(db: &PgPool, id: &str) -> Result<Vec<DeadLetter>, sqlx::Error> {
-    let rows: Vec<DeadLetterRow> = sqlx::query_as(
-        "SELECT versi, message_id, shard, reason, detail, last_error, dead_lettered_at,
-                resolved_at, resolution
-         FROM urutan_dead_letter WHERE pesanan_id = $1 ORDER BY id",
-    )
-    .bind(id)
-    .fetch_all(db)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(
-            |(
-                versi,
-                message_id,
-                shard,
-                reason,
-                detail,
-                last_error,
-                at,
-                resolved_at,
-                resolution,
-            )| {
-                DeadLetter {
-                    versi,
-                    message_id,
-                    shard,
-                    reason,
-                    detail,
-                    last_error,
-                    at,
-                    resolved: resolved_at.map(|t| (t, resolution.unwrap_or_default())),
-                }
-            },
-        )
-        .collect())
 }
 
 /// The order's outbox rows. The outbox has no index on the order id: on a

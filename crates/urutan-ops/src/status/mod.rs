@@ -24,6 +24,7 @@ use read::{FromBroker, FromDatabase};
 
 use urutan::broker::Names;
 use urutan::config::Settings;
+pub use urutan::store::dead_letter::ReasonCount;
 
 /// `urutan status --help`: exit codes, what needs attention, examples.
 pub const HELP: &str = "\
@@ -195,14 +196,6 @@ pub struct DeadLetters {
     pub records_available: bool,
     /// Records of messages still in the DLQ, by reason (most first).
     pub by_reason: Vec<ReasonCount>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ReasonCount {
-    pub reason: String,
-    pub count: i64,
-    #[serde(serialize_with = "urutan::rfc3339::one")]
-    pub last_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize)]

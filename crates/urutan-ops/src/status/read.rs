@@ -59,19 +59,7 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
         ..FromDatabase::default()
     };
     if read.tables.dead_letters {
-        read.by_reason = sqlx::query_as::<_, (String, i64, DateTime<Utc>)>(
-            "SELECT reason, count(*), max(dead_lettered_at) FROM urutan_dead_letter
-             WHERE resolved_at IS NULL GROUP BY reason ORDER BY count(*) DESC, reason",
-        )
-        .fetch_all(db)
-        .await?
-        .into_iter()
-        .map(|(reason, count, last_at)| ReasonCount {
-            reason,
-            count,
-            last_at,
-        })
-        .collect();
+        read.by_reason = urutan::store::dead_letter::unresolved_by_reason(db).await?;
     }
     if !read.tables.core {
         return Ok(read);

@@ -3,7 +3,7 @@
 //! tools. Errors say whether to retry or give up.
 
 mod apply;
-mod dead_letter;
+pub mod dead_letter;
 mod read;
 mod retention;
 
