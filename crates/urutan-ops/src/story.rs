@@ -275,7 +275,8 @@ impl fmt::Display for Line {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::explain::{Applied, OutboxRow, Parked, Returned, State};
+    use urutan::outbox::OrderRow;
+    use urutan::store::{AppliedVersion, OrderState, ParkedVersion, ReturnedVersion};
 
     fn at() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
@@ -283,8 +284,8 @@ mod tests {
             .with_timezone(&Utc)
     }
 
-    fn applied(versi: i64) -> Applied {
-        Applied {
+    fn applied(versi: i64) -> AppliedVersion {
+        AppliedVersion {
             versi,
             status: "dibuat".into(),
             message_id: format!("E-v{versi}"),
@@ -296,7 +297,7 @@ mod tests {
 
     fn order() -> Explanation {
         let mut x = Explanation::new("E");
-        x.state = Some(State {
+        x.state = Some(OrderState {
             status: "dibuat".into(),
             versi: 4,
             epoch: 3,
@@ -315,14 +316,14 @@ mod tests {
     #[test]
     fn gaps_are_told_with_what_is_known() {
         let mut x = order();
-        x.parked.push(Parked {
+        x.parked.push(ParkedVersion {
             versi: 9,
             message_id: "E-v9".into(),
             shard: 0,
             epoch: 4,
             since: at(),
         });
-        x.outbox = Ok(vec![OutboxRow {
+        x.outbox = Ok(vec![OrderRow {
             id: 70,
             versi: Some(7),
             written_at: at(),
@@ -367,14 +368,14 @@ mod tests {
     fn a_parked_version_names_the_returned_one_it_waits_for() {
         let mut x = order();
         x.positions = vec![(0, 4), (1, 4)];
-        x.parked.push(Parked {
+        x.parked.push(ParkedVersion {
             versi: 6,
             message_id: "E-v6".into(),
             shard: 1,
             epoch: 4,
             since: at(),
         });
-        x.returned.push(Returned {
+        x.returned.push(ReturnedVersion {
             versi: 5,
             message_id: "E-v5".into(),
             shard: 1,

@@ -24,6 +24,7 @@ use read::{FromBroker, FromDatabase};
 
 use urutan::broker::Names;
 use urutan::config::Settings;
+pub use urutan::reshard::read::{Epochs, Window};
 pub use urutan::store::dead_letter::ReasonCount;
 
 /// `urutan status --help`: exit codes, what needs attention, examples.
@@ -132,26 +133,6 @@ pub struct Ring {
     pub completed_at: Option<DateTime<Utc>>,
     /// A resharding is in progress (old-ring messages may still be queued).
     pub resharding: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Epochs {
-    pub latest: i64,
-    pub latest_reason: String,
-    #[serde(serialize_with = "urutan::rfc3339::one")]
-    pub latest_opened_at: DateTime<Utc>,
-    /// The highest epoch every active shard has passed.
-    pub passed_by_all: Option<i64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Window {
-    pub id: i64,
-    pub reason: String,
-    /// The epoch that closes it (`None`: not opened yet).
-    pub epoch: Option<i64>,
-    #[serde(serialize_with = "urutan::rfc3339::one")]
-    pub opened_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize)]
