@@ -1,6 +1,6 @@
 //! Dead-letter records (`urutan_dead_letter`, migration 0008), the one owner
 //! of the table: written by a worker before it rejects a delivery into the
-//! DLQ, read ([`read`]: `urutan dlq`, `status`, `explain`) and resolved by
+//! DLQ, read (`read.rs`: `urutan dlq`, `status`, `explain`) and resolved by
 //! `urutan dlq`, purged after `DEAD_LETTER_RETENTION` once resolved and after
 //! `DEAD_LETTER_UNRESOLVED_RETENTION` if never resolved.
 //!
