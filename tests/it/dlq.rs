@@ -96,14 +96,16 @@ async fn strict_mode_records_each_dead_letter_once_before_its_reject() {
     // redelivered message must not record anything new.
     let earlier = serde_json::json!({});
     let pre = urutan::store::NewDeadLetter {
-        delivery_key: "again-1".into(),
-        message_id: Some("again-1".into()),
-        pesanan_id: Some("C".into()),
-        versi: None,
-        shard: 0,
-        reason: "invalid_json".into(),
-        detail: "recorded before a crash".into(),
-        last_error: None,
+        subject: urutan::store::dead_letter::Subject {
+            delivery_key: "again-1".into(),
+            message_id: Some("again-1".into()),
+            pesanan_id: Some("C".into()),
+            versi: None,
+            shard: 0,
+            reason: "invalid_json".into(),
+            detail: "recorded before a crash".into(),
+            last_error: None,
+        },
         recorded_by: "worker",
         exchange: None,
         routing_key: None,

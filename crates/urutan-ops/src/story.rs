@@ -173,23 +173,23 @@ fn line(versi: i64) -> Line {
     }
 }
 
-fn dead_letter(d: &super::explain::DeadLetter, v: i64) -> Line {
+fn dead_letter(d: &urutan::store::dead_letter::Record, v: i64) -> Line {
     let mut note = format!("reason {}: {}", d.reason, d.detail);
     if let Some(e) = &d.last_error {
         note.push_str(&format!(" (last error: {e})"));
     }
-    match &d.resolved {
+    match d.resolved() {
         None => note.push_str(&format!(
             "; still in the DLQ: `urutan dlq show {}`",
             d.message_id.as_deref().unwrap_or("<id>")
         )),
-        Some((at, how)) => note.push_str(&format!("; {how} {}", when(*at))),
+        Some((at, how)) => note.push_str(&format!("; {how} {}", when(at))),
     }
     Line {
         what: "dead-lettered",
         shard: Some(d.shard),
         message_id: d.message_id.clone().unwrap_or_else(|| "-".into()),
-        at: Some(d.at),
+        at: Some(d.dead_lettered_at),
         note,
         ..line(v)
     }
@@ -284,7 +284,8 @@ impl fmt::Display for Line {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::explain::{Applied, OutboxRow, Parked, Returned, State};
+    use urutan::outbox::OrderRow;
+    use urutan::store::{AppliedVersion, OrderState, ParkedVersion, ReturnedVersion};
 
     fn at() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
@@ -292,8 +293,8 @@ mod tests {
             .with_timezone(&Utc)
     }
 
-    fn applied(versi: i64) -> Applied {
-        Applied {
+    fn applied(versi: i64) -> AppliedVersion {
+        AppliedVersion {
             versi,
             status: "dibuat".into(),
             message_id: format!("E-v{versi}"),
@@ -305,7 +306,7 @@ mod tests {
 
     fn order() -> Explanation {
         let mut x = Explanation::new("E");
-        x.state = Some(State {
+        x.state = Some(OrderState {
             status: "dibuat".into(),
             versi: 4,
             epoch: 3,
@@ -324,14 +325,14 @@ mod tests {
     #[test]
     fn gaps_are_told_with_what_is_known() {
         let mut x = order();
-        x.parked.push(Parked {
+        x.parked.push(ParkedVersion {
             versi: 9,
             message_id: "E-v9".into(),
             shard: 0,
             epoch: 4,
             since: at(),
         });
-        x.outbox = Ok(vec![OutboxRow {
+        x.outbox = Ok(vec![OrderRow {
             id: 70,
             versi: Some(7),
             written_at: at(),
@@ -376,14 +377,14 @@ mod tests {
     fn a_parked_version_names_the_returned_one_it_waits_for() {
         let mut x = order();
         x.positions = vec![(0, 4), (1, 4)];
-        x.parked.push(Parked {
+        x.parked.push(ParkedVersion {
             versi: 6,
             message_id: "E-v6".into(),
             shard: 1,
             epoch: 4,
             since: at(),
         });
-        x.returned.push(Returned {
+        x.returned.push(ReturnedVersion {
             versi: 5,
             message_id: "E-v5".into(),
             shard: 1,

@@ -261,7 +261,7 @@ impl fmt::Display for Explanation {
                 f,
                 "(version unknown) dead-lettered on shard {:03} {}: reason {}: {}",
                 d.shard,
-                when(d.at),
+                when(d.dead_lettered_at),
                 d.reason,
                 d.detail
             )?;

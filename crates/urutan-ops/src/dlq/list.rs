@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use super::rows::{self, Listed};
 use super::{Ctx, ListArgs};
+use urutan::store::dead_letter::{self, Listed};
 
 /// `urutan dlq list`.
 pub(super) async fn list(ctx: &Ctx, args: &ListArgs) -> anyhow::Result<()> {
@@ -31,7 +31,7 @@ pub(super) async fn list(ctx: &Ctx, args: &ListArgs) -> anyhow::Result<()> {
             None
         }
     };
-    let rows = rows::list_unresolved(
+    let rows = dead_letter::list_unresolved(
         &ctx.db,
         args.reason.as_deref(),
         args.order.as_deref(),
@@ -140,6 +140,7 @@ fn shorten(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use chrono::DateTime;
+    use urutan::store::dead_letter::Subject;
 
     use super::*;
 
@@ -147,14 +148,16 @@ mod tests {
     fn the_table_aligns_columns() {
         let row = |reason: &str, order: Option<&str>| Listed {
             id: 1,
-            delivery_key: "m-1".into(),
-            message_id: Some("m-1".into()),
-            pesanan_id: order.map(Into::into),
-            versi: Some(3),
-            shard: 2,
-            reason: reason.into(),
-            detail: "x".repeat(100),
-            last_error: None,
+            subject: Subject {
+                delivery_key: "m-1".into(),
+                message_id: Some("m-1".into()),
+                pesanan_id: order.map(Into::into),
+                versi: Some(3),
+                shard: 2,
+                reason: reason.into(),
+                detail: "x".repeat(100),
+                last_error: None,
+            },
             dead_lettered_at: DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
             recorded_by: "worker".into(),
         };

@@ -21,8 +21,8 @@ mod effects;
 mod list;
 mod predict;
 mod replay;
-mod rows;
 mod show;
+mod unreadable;
 mod walk;
 
 use std::time::Duration;
@@ -34,6 +34,7 @@ use sqlx::PgPool;
 
 use urutan::broker::{self, BrokerError, Names};
 use urutan::config::{Settings, parse_duration};
+use urutan::store::dead_letter;
 
 /// The `urutan dlq` subcommands.
 #[derive(Debug, Subcommand)]
@@ -268,13 +269,13 @@ impl Ctx {
 
     /// Records in the DLQ now (unresolved rows).
     async fn recorded(&self) -> Result<i64, sqlx::Error> {
-        rows::unresolved_count(&self.db).await
+        dead_letter::unresolved_count(&self.db).await
     }
 
     /// If the DLQ holds more messages than there are records, walks it once
     /// so that every message has one. Returns the DLQ's depth.
     ///
-    /// Not while an unreadable message is recorded (see [`rows::UNREADABLE`]):
+    /// Not while an unreadable message is recorded (see [`unreadable`]):
     /// each attempt would hand it back, which counts a delivery. `replay` and
     /// `purge`, asked for explicitly, still try.
     async fn record_unrecorded(&self, conn: &lapin::Connection) -> Result<u32, DlqError> {
@@ -282,7 +283,7 @@ impl Ctx {
         if i64::from(depth) <= self.recorded().await? {
             return Ok(depth);
         }
-        if rows::unreadable_known(&self.db, &self.names).await? {
+        if unreadable::known(&self.db, &self.names).await? {
             return Err(DlqError::Unreadable(self.names.dead_letter_queue()));
         }
         let mut walker =
@@ -319,7 +320,7 @@ async fn full_key(db: &PgPool, id: &str) -> Result<String, sqlx::Error> {
     if !id.starts_with("sha256:") || id.len() < KEY_PREFIX || id.len() >= 71 {
         return Ok(id.to_owned());
     }
-    let keys = rows::keys_with_prefix(db, id).await?;
+    let keys = dead_letter::keys_with_prefix(db, id).await?;
     Ok(match keys.as_slice() {
         [one] => one.clone(),
         _ => id.to_owned(),

@@ -5,11 +5,11 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::rows::{self, Candidate};
 use super::{Ctx, ReplayArgs, walk};
 use urutan::dead_letter;
 use urutan::message::{self, EntityHeader, Envelope, Rejection};
 use urutan::store;
+use urutan::store::dead_letter::Candidate;
 
 /// A record a replay would take, and the likely outcome.
 #[derive(Debug, Serialize)]
@@ -21,7 +21,8 @@ struct Predicted {
 
 /// `ids`: the message ids asked for, abbreviated keys completed.
 pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, ids: &[String]) -> anyhow::Result<()> {
-    let records = rows::candidates(&ctx.db, args.all, args.reason.as_deref(), ids).await?;
+    let records =
+        store::dead_letter::candidates(&ctx.db, args.all, args.reason.as_deref(), ids).await?;
     let mut candidates = Vec::with_capacity(records.len());
     for record in records {
         let prediction = predict(ctx, &record).await?;

@@ -10,9 +10,9 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::rows::{self, Reason, Resolved};
 use super::walk::{self, Published, Taken, Walker};
 use super::{Ctx, PurgeArgs, ReplayArgs};
+use urutan::store::dead_letter::{self, Reason, Resolved};
 use urutan::store::{self, Standing};
 
 /// How often the database is asked what became of replayed messages.
@@ -205,7 +205,7 @@ async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Res
 /// An id asked for that the walk did not meet.
 async fn not_found(ctx: &Ctx, id: &str) -> anyhow::Result<Replayed> {
     let queue = ctx.names.dead_letter_queue();
-    let note = match rows::last_resolution(&ctx.db, id).await? {
+    let note = match dead_letter::last_resolution(&ctx.db, id).await? {
         Some(Resolved {
             resolution,
             resolved_at,
@@ -251,7 +251,7 @@ async fn wait_for_outcomes(
 
 /// What the database says about one replayed message now.
 async fn outcome(ctx: &Ctx, r: &Replayed) -> Result<Became, sqlx::Error> {
-    let dead = rows::dead_lettered_again(&ctx.db, &r.key, r.old_row).await?;
+    let dead = dead_letter::dead_lettered_again(&ctx.db, &r.key, r.old_row).await?;
     if let Some(Reason { reason, detail }) = dead {
         return Ok(Became::DeadLettered { reason, detail });
     }
@@ -324,7 +324,7 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
             "Remove the {depth} message(s) in {queue} for good ({recorded} recorded)? [y/N] "
         ))?;
     }
-    let started = rows::now(&ctx.db).await?;
+    let started = database_now(&ctx.db).await?;
     let mut walker = Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
     let mut removed = 0u64;
     while let Some(taken) = walker.take().await? {
@@ -343,6 +343,12 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
         println!("{ghosts} record(s) whose message was no longer in {queue} marked purged too");
     }
     Ok(())
+}
+
+/// The database's clock now: where a purge starts (see
+/// [`urutan::store::purge_dead_letters_before`]).
+async fn database_now(db: &sqlx::PgPool) -> Result<DateTime<Utc>, sqlx::Error> {
+    sqlx::query_scalar("SELECT now()").fetch_one(db).await
 }
 
 /// Asks on the terminal; anything but `y`/`yes` stops.

@@ -8,15 +8,15 @@ use std::fmt::Write as _;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use super::rows::{self, Shown};
 use super::{Ctx, ShowArgs, walk};
 use crate::terminal::{Clean, Lines};
+use urutan::store::dead_letter::{self, Shown};
 
 /// The newest record of `id` (a message id or a delivery key), the one
 /// still in the DLQ first.
 async fn find(ctx: &Ctx, id: &str) -> Result<Option<Shown>, sqlx::Error> {
     let key = super::full_key(&ctx.db, id).await?;
-    rows::newest(&ctx.db, id, &key).await
+    dead_letter::newest(&ctx.db, id, &key).await
 }
 
 /// `urutan dlq show`.

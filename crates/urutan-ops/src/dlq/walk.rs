@@ -43,9 +43,10 @@ use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionStatus
 use sqlx::PgPool;
 
 use super::DlqError;
-use super::rows::{self, Row, find_row};
+use super::unreadable;
 use urutan::broker::{Names, call};
 use urutan::dead_letter;
+use urutan::store::dead_letter::{Unresolved, find_unresolved};
 use urutan::store::resolve_dead_letter;
 
 /// A message taken from the DLQ, not yet settled.
@@ -54,7 +55,7 @@ pub(crate) struct Taken {
     pub key: String,
     /// Its unresolved record (`None` only for a second copy of a key whose
     /// record this walk already resolved).
-    pub row: Option<Row>,
+    pub row: Option<Unresolved>,
     /// Another message with a key this walk already took (not identical:
     /// identical copies are removed, see the module doc).
     pub copy: bool,
@@ -124,7 +125,7 @@ impl<'a> Walker<'a> {
     /// record. A message this client cannot parse drops the connection:
     /// that is [`DlqError::Unreadable`] (the broker gets the message back,
     /// which counts as one delivery), and it is recorded (see
-    /// [`rows::UNREADABLE`]) so that no automatic walk tries again.
+    /// [`unreadable`]) so that no automatic walk tries again.
     pub async fn take(&mut self) -> Result<Option<Taken>, DlqError> {
         loop {
             let Some(delivery) = self.get().await? else {
@@ -166,7 +167,7 @@ impl<'a> Walker<'a> {
             biased;
             got = call("basic.get", get) => got,
             () = lost => {
-                let row = rows::unreadable_record(self.names);
+                let row = unreadable::record(self.names);
                 urutan::store::insert_dead_letter(self.db, &row).await?;
                 return Err(DlqError::Unreadable(self.queue.clone()));
             }
@@ -187,7 +188,7 @@ impl<'a> Walker<'a> {
         key: String,
         copy: bool,
     ) -> Result<Taken, DlqError> {
-        let mut row = find_row(self.db, &key).await?;
+        let mut row = find_unresolved(self.db, &key).await?;
         if row.is_none() && !copy {
             let new = dead_letter::found_in_queue(&delivery, self.max_body_bytes);
             if urutan::store::insert_dead_letter(self.db, &new)
@@ -196,7 +197,7 @@ impl<'a> Walker<'a> {
             {
                 self.recorded += 1;
             }
-            row = find_row(self.db, &key).await?;
+            row = find_unresolved(self.db, &key).await?;
         }
         let deaths = dead_letter::deaths(&delivery.properties);
         if let Some(row) = row.as_ref().filter(|r| !r.has_death && !deaths.is_empty()) {
@@ -319,8 +320,7 @@ impl<'a> Walker<'a> {
     pub async fn close(self) -> Result<(), DlqError> {
         let _ = call("channel.close", self.ch.close(200, "done".into())).await;
         if self.complete {
-            urutan::store::purge_dead_letter_by_key(self.db, &rows::unreadable_key(self.names))
-                .await?;
+            urutan::store::purge_dead_letter_by_key(self.db, &unreadable::key(self.names)).await?;
         }
         Ok(())
     }

@@ -17,11 +17,12 @@
 
 mod read;
 
-use chrono::{DateTime, Utc};
-
 use crate::QueueInfo;
 use urutan::broker::Names;
 use urutan::config::Settings;
+use urutan::outbox::OrderRow;
+use urutan::store::dead_letter;
+use urutan::store::{AppliedVersion, OrderState, ParkedVersion, ReturnedVersion};
 
 /// `urutan explain --help`: exit codes and examples.
 pub const HELP: &str = "\
@@ -58,15 +59,16 @@ fn parse_order_id(s: &str) -> Result<String, String> {
 #[derive(Debug, Clone)]
 pub struct Explanation {
     pub order_id: String,
-    pub state: Option<State>,
-    pub applied: Vec<Applied>,
-    pub parked: Vec<Parked>,
+    pub state: Option<OrderState>,
+    pub applied: Vec<AppliedVersion>,
+    pub parked: Vec<ParkedVersion>,
     /// Versions handed back to their shard queue after a failure, not back yet.
-    pub returned: Vec<Returned>,
-    /// `None`: the dead-letter table does not exist (not migrated).
-    pub dead_letters: Option<Vec<DeadLetter>>,
+    pub returned: Vec<ReturnedVersion>,
+    /// Its dead-letter records. `None`: the dead-letter table does not
+    /// exist (not migrated).
+    pub dead_letters: Option<Vec<dead_letter::Record>>,
     /// `Err`: the outbox could not be searched (why).
-    pub outbox: Result<Vec<OutboxRow>, String>,
+    pub outbox: Result<Vec<OrderRow>, String>,
     /// The highest epoch every active shard has passed.
     pub passed_by_all: Option<i64>,
     /// Active shards and the epoch each has passed.
@@ -76,66 +78,6 @@ pub struct Explanation {
     /// Shard queues (index = shard; `None`: missing) and the DLQ, or why
     /// the broker could not be asked.
     pub queues: Result<(Vec<Option<QueueInfo>>, Option<QueueInfo>), String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct State {
-    pub status: String,
-    pub versi: i64,
-    /// The highest epoch of its applied messages.
-    pub epoch: i64,
-    pub updated_at: DateTime<Utc>,
-    pub data: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct Applied {
-    pub versi: i64,
-    pub status: String,
-    pub message_id: String,
-    pub shard: i32,
-    pub at: DateTime<Utc>,
-    /// The latest epoch opened before it was applied: its epoch is at most this.
-    pub epoch_at_most: Option<i64>,
-}
-
-#[derive(Debug, Clone)]
-pub struct Parked {
-    pub versi: i64,
-    pub message_id: String,
-    pub shard: i32,
-    pub epoch: i64,
-    pub since: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone)]
-pub struct Returned {
-    pub versi: i64,
-    pub message_id: String,
-    pub shard: i32,
-    pub since: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone)]
-pub struct DeadLetter {
-    pub versi: Option<i64>,
-    pub message_id: Option<String>,
-    pub shard: i32,
-    pub reason: String,
-    pub detail: String,
-    pub last_error: Option<String>,
-    pub at: DateTime<Utc>,
-    pub resolved: Option<(DateTime<Utc>, String)>,
-}
-
-#[derive(Debug, Clone)]
-pub struct OutboxRow {
-    pub id: i64,
-    pub versi: Option<i64>,
-    pub written_at: DateTime<Utc>,
-    pub sent_at: Option<DateTime<Utc>>,
-    /// Its message id (the row id) is recorded as processed.
-    pub processed: bool,
 }
 
 impl Explanation {

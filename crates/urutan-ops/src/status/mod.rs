@@ -24,6 +24,8 @@ use read::{FromBroker, FromDatabase};
 
 use urutan::broker::Names;
 use urutan::config::Settings;
+pub use urutan::reshard::read::{Epochs, Window};
+pub use urutan::store::dead_letter::ReasonCount;
 
 /// `urutan status --help`: exit codes, what needs attention, examples.
 pub const HELP: &str = "\
@@ -134,26 +136,6 @@ pub struct Ring {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Epochs {
-    pub latest: i64,
-    pub latest_reason: String,
-    #[serde(serialize_with = "urutan::rfc3339::one")]
-    pub latest_opened_at: DateTime<Utc>,
-    /// The highest epoch every active shard has passed.
-    pub passed_by_all: Option<i64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Window {
-    pub id: i64,
-    pub reason: String,
-    /// The epoch that closes it (`None`: not opened yet).
-    pub epoch: Option<i64>,
-    #[serde(serialize_with = "urutan::rfc3339::one")]
-    pub opened_at: DateTime<Utc>,
-}
-
-#[derive(Debug, Clone, Serialize)]
 pub struct Shard {
     pub shard: u16,
     pub queue: String,
@@ -195,14 +177,6 @@ pub struct DeadLetters {
     pub records_available: bool,
     /// Records of messages still in the DLQ, by reason (most first).
     pub by_reason: Vec<ReasonCount>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct ReasonCount {
-    pub reason: String,
-    pub count: i64,
-    #[serde(serialize_with = "urutan::rfc3339::one")]
-    pub last_at: DateTime<Utc>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -1,6 +1,8 @@
 //! Reading what `urutan status` shows: from PostgreSQL (one statement per
-//! part, each bounded by the statement timeout) and from the broker
-//! (passive declares).
+//! part, each bounded by the statement timeout), through the read functions
+//! of the core module that owns each table (`reshard`, `store`,
+//! `store::dead_letter`, `outbox`; only the relay's session, in `pg_locks`,
+//! is read here), and from the broker (passive declares).
 
 use std::collections::BTreeMap;
 
@@ -11,6 +13,8 @@ use super::{Epochs, Outbox, RECENT_HISTORY, ReasonCount, Ring, Session, Window};
 use crate::{QueueInfo, Tables};
 use urutan::broker::Names;
 use urutan::config::Settings;
+use urutan::reshard::read::{self as reshard, Position};
+use urutan::store;
 
 /// What the database says.
 #[derive(Debug, Default)]
@@ -35,43 +39,19 @@ pub(super) struct FromBroker {
     pub(super) dead_letter_queue: Option<QueueInfo>,
 }
 
-/// One shard's row of `urutan_shard`, as status reads it.
-#[derive(Debug, sqlx::FromRow)]
-pub(super) struct Position {
-    #[sqlx(rename = "shard")]
-    index: i32,
-    /// The highest epoch passed.
-    pub(super) epoch: i64,
-    pub(super) active: bool,
-    /// When the oldest epoch not passed yet was opened.
-    pub(super) waiting_since: Option<DateTime<Utc>>,
-    /// No recorded epoch explains `epoch`: not moved by a marker urutan sent.
-    pub(super) unexplained: bool,
-}
-
 fn shard(n: i32) -> u16 {
     u16::try_from(n).unwrap_or(u16::MAX)
 }
 
+/// Everything status reads from PostgreSQL: the parts a database without
+/// urutan's tables (or with old ones) lacks stay empty.
 pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromDatabase, sqlx::Error> {
     let mut read = FromDatabase {
         tables: Tables::look(db).await?,
         ..FromDatabase::default()
     };
     if read.tables.dead_letters {
-        read.by_reason = sqlx::query_as::<_, (String, i64, DateTime<Utc>)>(
-            "SELECT reason, count(*), max(dead_lettered_at) FROM urutan_dead_letter
-             WHERE resolved_at IS NULL GROUP BY reason ORDER BY count(*) DESC, reason",
-        )
-        .fetch_all(db)
-        .await?
-        .into_iter()
-        .map(|(reason, count, last_at)| ReasonCount {
-            reason,
-            count,
-            last_at,
-        })
-        .collect();
+        read.by_reason = store::dead_letter::unresolved_by_reason(db).await?;
     }
     if !read.tables.core {
         return Ok(read);
@@ -88,85 +68,29 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
             completed_at: r.completed,
             resharding: r.completed.is_none(),
         });
-    let latest: Option<(i64, String, DateTime<Utc>, Option<i64>)> = sqlx::query_as(
-        "SELECT epoch, alasan, dibuka_pada, urutan_epoch_selesai() FROM urutan_epoch
-         ORDER BY epoch DESC LIMIT 1",
-    )
-    .fetch_optional(db)
-    .await?;
-    read.epochs = latest.map(
-        |(latest, latest_reason, latest_opened_at, passed_by_all)| Epochs {
-            latest,
-            latest_reason,
-            latest_opened_at,
-            passed_by_all,
-        },
-    );
-    read.windows = sqlx::query_as::<_, (i64, String, Option<i64>, DateTime<Utc>)>(
-        "SELECT jendela, sebab, epoch, dibuka_pada FROM urutan_jendela
-         WHERE ditutup_pada IS NULL AND (epoch IS NULL OR epoch > coalesce(urutan_epoch_selesai(), 0))
-         ORDER BY jendela",
-    )
-    .fetch_all(db)
-    .await?
-    .into_iter()
-    .map(|(id, reason, epoch, opened_at)| Window {
-        id,
-        reason,
-        epoch,
-        opened_at,
-    })
-    .collect();
-    // A position is explained by a recorded epoch, by 0 (no marker passed
-    // yet), or by lying below the oldest epoch kept (older ones are pruned,
-    // see `handoff::record_epoch`). Anything else was written by no marker
-    // urutan sent.
-    let positions: Vec<Position> = sqlx::query_as(
-        "SELECT s.shard, s.epoch, s.aktif AS active,
-                (SELECT min(e.dibuka_pada) FROM urutan_epoch e WHERE e.epoch > s.epoch)
-                    AS waiting_since,
-                s.epoch <> 0
-                AND (s.epoch > coalesce((SELECT max(epoch) FROM urutan_epoch), 0)
-                     OR (s.epoch >= (SELECT min(epoch) FROM urutan_epoch)
-                         AND NOT EXISTS (SELECT 1 FROM urutan_epoch e WHERE e.epoch = s.epoch)))
-                IS TRUE AS unexplained
-         FROM urutan_shard s ORDER BY s.shard",
-    )
-    .fetch_all(db)
-    .await?;
-    read.positions = positions.into_iter().map(|p| (shard(p.index), p)).collect();
-    let parked: Vec<(i32, i64, DateTime<Utc>, String)> = sqlx::query_as(
-        "SELECT shard, count(*), min(diparkir_pada), (array_agg(pesanan_id ORDER BY seq))[1]
-         FROM urutan_parkir GROUP BY shard",
-    )
-    .fetch_all(db)
-    .await?;
-    read.parked = parked
+    read.epochs = reshard::epochs(db).await?;
+    read.windows = reshard::open_windows(db).await?;
+    read.positions = reshard::positions(db)
+        .await?
         .into_iter()
-        .map(|(s, n, oldest, order)| (shard(s), (n, oldest, order)))
+        .map(|p| (shard(p.shard), p))
         .collect();
-    let applied: Vec<(i32, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT shard, max(diterapkan_pada) FROM
-             (SELECT shard, diterapkan_pada FROM pesanan_riwayat ORDER BY seq DESC LIMIT $1) r
-         GROUP BY shard",
-    )
-    .bind(RECENT_HISTORY)
-    .fetch_all(db)
-    .await?;
-    read.last_applied = applied.into_iter().map(|(s, t)| (shard(s), t)).collect();
-    let (unsent, oldest_unsent_at, unroutable): (i64, Option<DateTime<Utc>>, i64) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE unroutable_at IS NULL),
-                    min(dibuat_pada) FILTER (WHERE unroutable_at IS NULL),
-                    count(*) FILTER (WHERE unroutable_at IS NOT NULL)
-             FROM outbox WHERE dikirim_pada IS NULL",
-    )
-    .fetch_one(db)
-    .await?;
+    read.parked = store::parked_by_shard(db)
+        .await?
+        .into_iter()
+        .map(|p| (shard(p.shard), (p.count, p.oldest_at, p.oldest_order)))
+        .collect();
+    read.last_applied = store::last_applied_by_shard(db, RECENT_HISTORY)
+        .await?
+        .into_iter()
+        .map(|(s, t)| (shard(s), t))
+        .collect();
+    let backlog = urutan::outbox::backlog(db).await?;
     let relay = relay_session(db, names).await?;
     read.outbox = Some(Outbox {
-        unsent,
-        oldest_unsent_at,
-        unroutable,
+        unsent: backlog.unsent,
+        oldest_unsent_at: backlog.oldest_unsent_at,
+        unroutable: backlog.unroutable,
         relay,
     });
     Ok(read)

@@ -19,6 +19,7 @@ mod amqp;
 use crate::broker::delivery;
 use crate::message::{self, Rejection};
 use crate::store::NewDeadLetter;
+use crate::store::dead_letter::Subject;
 pub use amqp::{Death, TOO_DEEP, clean, deaths, headers_json, properties_json};
 
 /// Body bytes kept in the record (`dlq show` shows a capped view of it).
@@ -116,8 +117,8 @@ pub fn rejected(
     last_error: Option<&str>,
 ) -> NewDeadLetter {
     let mut row = from_delivery(delivery, rejection.reason(), &rejection.to_string());
-    row.shard = i32::from(shard);
-    row.last_error = last_error.map(capped_text);
+    row.subject.shard = i32::from(shard);
+    row.subject.last_error = last_error.map(capped_text);
     row
 }
 
@@ -153,7 +154,7 @@ pub fn found_in_queue(delivery: &Delivery, max_body_bytes: usize) -> NewDeadLett
     row.exchange = Some(exchange);
     row.routing_key = Some(routing_key);
     row.recorded_by = "queue";
-    row.shard = first.and_then(|d| shard_of(&d.queue)).unwrap_or(-1);
+    row.subject.shard = first.and_then(|d| shard_of(&d.queue)).unwrap_or(-1);
     row.dead_lettered_at = first
         .and_then(|d| d.time)
         .and_then(|secs| chrono::DateTime::from_timestamp(i64::try_from(secs).ok()?, 0));
@@ -199,14 +200,16 @@ fn from_delivery(delivery: &Delivery, reason: &str, detail: &str) -> NewDeadLett
     };
     let order_ok = |id: &String| !id.is_empty() && id.len() <= ORDER_ID_KEPT && !id.contains('\0');
     NewDeadLetter {
-        delivery_key: delivery_key(props, body),
-        message_id: valid_message_id(props).map(str::to_owned),
-        pesanan_id: header_id.filter(order_ok).or(body_id.filter(order_ok)),
-        versi,
-        shard: -1,
-        reason: clean(reason),
-        detail: capped_text(detail),
-        last_error: None,
+        subject: Subject {
+            delivery_key: delivery_key(props, body),
+            message_id: valid_message_id(props).map(str::to_owned),
+            pesanan_id: header_id.filter(order_ok).or(body_id.filter(order_ok)),
+            versi,
+            shard: -1,
+            reason: clean(reason),
+            detail: capped_text(detail),
+            last_error: None,
+        },
         recorded_by: "worker",
         exchange: Some(clean(delivery.exchange.as_str())),
         routing_key: Some(clean(delivery.routing_key.as_str())),

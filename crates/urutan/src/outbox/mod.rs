@@ -1,8 +1,12 @@
 //! The transactional outbox: producers write their business change and the
 //! event in ONE transaction ([`enqueue`]); `urutan relay` ([`relay`]) moves
 //! the rows to the broker with publisher confirms, in order per aggregate.
+//! The operator commands read it here too ([`rows_of_order`], [`backlog`]).
 
+mod read;
 pub mod relay;
+
+pub use read::{Backlog, OrderRow, backlog, rows_of_order};
 
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};

@@ -10,7 +10,9 @@
 //!   applied migrations cannot change, not even their comments);
 //! - [`retire`]: draining and deleting the shard queues a shrink removed;
 //! - [`prepare`]: topology preparation, the step that moves the ring: plan,
-//!   bindings, epoch, with the relay's publishing paused.
+//!   bindings, epoch, with the relay's publishing paused;
+//! - [`read`]: the epochs, the shards' positions and the open windows, as
+//!   the operator commands read them.
 //!
 //! The supervisor and `urutan topology` drive them ([`prepare::prepare_topology`]); the shard
 //! worker passes markers and releases parked messages; the SQL that decides
@@ -18,5 +20,6 @@
 
 pub mod handoff;
 pub mod prepare;
+pub mod read;
 pub mod retire;
 pub mod ring;

@@ -3,7 +3,7 @@
 //! tools. Errors say whether to retry or give up.
 
 mod apply;
-mod dead_letter;
+pub mod dead_letter;
 mod read;
 mod retention;
 
@@ -25,7 +25,11 @@ pub use dead_letter::{
     purge_resolved_dead_letters, purge_unresolved_dead_letters, record_dead_letters,
     resolve_dead_letter, store_dead_letter_x_death,
 };
-pub use read::{Standing, processed_at, processed_for, standing, stored_version};
+pub use read::{
+    AppliedVersion, OrderState, ParkedOnShard, ParkedVersion, ReturnedVersion, Standing,
+    applied_versions, last_applied_by_shard, order_state, parked_by_shard, parked_versions,
+    processed_at, processed_for, returned_versions, standing, stored_version,
+};
 pub(crate) use retention::{Expiring, purge_batches_on};
 pub use retention::{Retention, purge_expired, run_retention};
 

@@ -1,5 +1,6 @@
-//! Dead-letter records (`urutan_dead_letter`, migration 0008): written by a
-//! worker before it rejects a delivery into the DLQ, read and resolved by
+//! Dead-letter records (`urutan_dead_letter`, migration 0008), the one owner
+//! of the table: written by a worker before it rejects a delivery into the
+//! DLQ, read (`read.rs`: `urutan dlq`, `status`, `explain`) and resolved by
 //! `urutan dlq`, purged after `DEAD_LETTER_RETENTION` once resolved and after
 //! `DEAD_LETTER_UNRESOLVED_RETENTION` if never resolved.
 //!
@@ -16,9 +17,21 @@ use sqlx::{Connection, PgConnection, PgExecutor, PgPool};
 use super::StoreError;
 use super::retention::{Expiring, purge_in_batches};
 
-/// One dead-letter row to record (see the migration for each column).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewDeadLetter {
+mod read;
+
+pub use read::{
+    Candidate, Listed, Reason, ReasonCount, Record, Resolved, Shown, Unresolved, candidates,
+    dead_lettered_again, find_unresolved, is_unresolved, keys_with_prefix, last_resolution,
+    list_unresolved, newest, of_order, unresolved_by_reason, unresolved_count,
+};
+
+/// Which message a dead-letter record is about, and why it is there: the
+/// columns every record is written with ([`NewDeadLetter`]) and read back
+/// with ([`Listed`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct Subject {
+    /// What identifies the delivery across redeliveries, the DLQ and
+    /// replays (see [`crate::dead_letter::delivery_key`]).
     pub delivery_key: String,
     pub message_id: Option<String>,
     pub pesanan_id: Option<String>,
@@ -28,6 +41,13 @@ pub struct NewDeadLetter {
     pub reason: String,
     pub detail: String,
     pub last_error: Option<String>,
+}
+
+/// One dead-letter row to record (see the migration for each column).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDeadLetter {
+    /// Which message, and why.
+    pub subject: Subject,
     /// `worker` or `queue`.
     pub recorded_by: &'static str,
     pub exchange: Option<String>,
@@ -50,7 +70,10 @@ impl NewDeadLetter {
     /// refuses the full row, so the delivery still has a row.
     pub fn minimal(&self) -> Self {
         Self {
-            pesanan_id: None,
+            subject: Subject {
+                pesanan_id: None,
+                ..self.subject.clone()
+            },
             properties: serde_json::json!({}),
             headers: serde_json::json!({}),
             body: Vec::new(),
@@ -75,14 +98,14 @@ pub async fn insert_dead_letter<'c>(
          ON CONFLICT (delivery_key) WHERE resolved_at IS NULL DO NOTHING
          RETURNING id",
     )
-    .bind(&row.delivery_key)
-    .bind(&row.message_id)
-    .bind(&row.pesanan_id)
-    .bind(row.versi)
-    .bind(row.shard)
-    .bind(&row.reason)
-    .bind(&row.detail)
-    .bind(&row.last_error)
+    .bind(&row.subject.delivery_key)
+    .bind(&row.subject.message_id)
+    .bind(&row.subject.pesanan_id)
+    .bind(row.subject.versi)
+    .bind(row.subject.shard)
+    .bind(&row.subject.reason)
+    .bind(&row.subject.detail)
+    .bind(&row.subject.last_error)
     .bind(row.recorded_by)
     .bind(&row.exchange)
     .bind(&row.routing_key)

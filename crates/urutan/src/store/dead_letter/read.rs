@@ -1,20 +1,22 @@
-//! The SQL of `urutan dlq` on `urutan_dead_letter`: a message's unresolved
-//! record and the record of an unreadable message; the records `list`,
-//! `show` and `replay --dry-run` read. Every write to the table is the
-//! core's (`urutan::store`, beside the worker's own).
+//! The reads of `urutan_dead_letter`, for the operator commands: a
+//! message's unresolved record and what a walk over the DLQ needs of it
+//! (`urutan dlq`), the records `dlq list`, `show` and `replay --dry-run`
+//! show, an order's records (`urutan explain`) and the count by reason
+//! (`urutan status`). They change nothing. The field names of the structs
+//! that derive `Serialize` are those of the commands' JSON output.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::PgPool;
+use sqlx::types::Json;
 
-use urutan::broker::Names;
-use urutan::dead_letter::Death;
-use urutan::store::NewDeadLetter;
+use super::Subject;
+use crate::dead_letter::Death;
 
-/// The record a taken message belongs to.
+/// A message's unresolved record, with what a walk over the DLQ needs.
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub(crate) struct Row {
+pub struct Unresolved {
     pub id: i64,
     pub message_id: Option<String>,
     pub pesanan_id: Option<String>,
@@ -28,8 +30,8 @@ pub(crate) struct Row {
     pub worker_routing_key: Option<String>,
 }
 
-/// The unresolved record of `key`.
-pub(crate) async fn find_row(db: &PgPool, key: &str) -> Result<Option<Row>, sqlx::Error> {
+/// The unresolved record of delivery key `key`, if there is one.
+pub async fn find_unresolved(db: &PgPool, key: &str) -> Result<Option<Unresolved>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, message_id, pesanan_id, versi, reason, x_death IS NOT NULL AS has_death,
                 CASE WHEN recorded_by = 'worker' THEN routing_key END AS worker_routing_key
@@ -40,56 +42,19 @@ pub(crate) async fn find_row(db: &PgPool, key: &str) -> Result<Option<Row>, sqlx
     .await
 }
 
-/// The delivery key of the record that stands for a message at the head of
-/// the DLQ that lapin cannot parse (it drops the connection on such a
-/// delivery, e.g. a `message_id` that is not UTF-8): nothing of it can be
-/// read, so it is one record per queue, reason `unreadable`. While it is
-/// unresolved, `list` and `show` do not walk the queue by themselves.
-pub(crate) const UNREADABLE: &str = "unreadable:";
-
-/// The delivery key of the unreadable message's record for `names`' DLQ.
-pub(crate) fn unreadable_key(names: &Names) -> String {
-    format!("{UNREADABLE}{}", names.dead_letter_queue())
-}
-
-/// The record of an unreadable message in `names`' DLQ, to insert.
-pub(crate) fn unreadable_record(names: &Names) -> NewDeadLetter {
-    NewDeadLetter {
-        delivery_key: unreadable_key(names),
-        message_id: None,
-        pesanan_id: None,
-        versi: None,
-        shard: -1,
-        reason: "unreadable".to_owned(),
-        detail: "a message in the DLQ that urutan's AMQP client cannot parse (e.g. a \
-                 message_id that is not UTF-8); remove it with the management UI"
-            .to_owned(),
-        last_error: None,
-        recorded_by: "queue",
-        exchange: None,
-        routing_key: None,
-        properties: json!({}),
-        headers: json!({}),
-        body: Vec::new(),
-        body_bytes: 0,
-        x_death: None,
-        dead_lettered_at: None,
-    }
-}
-
-/// Whether an unreadable message is recorded in the DLQ.
-pub(crate) async fn unreadable_known(db: &PgPool, names: &Names) -> Result<bool, sqlx::Error> {
+/// Whether delivery key `key` has an unresolved record.
+pub async fn is_unresolved(db: &PgPool, key: &str) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM urutan_dead_letter
                         WHERE delivery_key = $1 AND resolved_at IS NULL)",
     )
-    .bind(unreadable_key(names))
+    .bind(key)
     .fetch_one(db)
     .await
 }
 
 /// The number of unresolved records: the messages recorded as in the DLQ now.
-pub(crate) async fn unresolved_count(db: &PgPool) -> Result<i64, sqlx::Error> {
+pub async fn unresolved_count(db: &PgPool) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM urutan_dead_letter WHERE resolved_at IS NULL")
         .fetch_one(db)
         .await
@@ -97,10 +62,7 @@ pub(crate) async fn unresolved_count(db: &PgPool) -> Result<i64, sqlx::Error> {
 
 /// The distinct delivery keys (resolved or not) that start with `prefix`,
 /// at most two: one means `prefix` names that key.
-pub(crate) async fn keys_with_prefix(
-    db: &PgPool,
-    prefix: &str,
-) -> Result<Vec<String>, sqlx::Error> {
+pub async fn keys_with_prefix(db: &PgPool, prefix: &str) -> Result<Vec<String>, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT DISTINCT delivery_key FROM urutan_dead_letter
          WHERE starts_with(delivery_key, $1) LIMIT 2",
@@ -118,27 +80,32 @@ macro_rules! listed_columns {
     };
 }
 
-/// One record as `list` shows it; what `show` prints of it starts with it.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-pub(crate) struct Listed {
+/// One record as `dlq list` shows it; the other reads of whole records
+/// start with it.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Listed {
     pub id: i64,
-    pub delivery_key: String,
-    pub message_id: Option<String>,
-    pub pesanan_id: Option<String>,
-    pub versi: Option<i64>,
-    pub shard: i32,
-    pub reason: String,
-    pub detail: String,
-    pub last_error: Option<String>,
-    #[serde(serialize_with = "urutan::rfc3339::one")]
+    #[serde(flatten)]
+    #[sqlx(flatten)]
+    pub subject: Subject,
+    #[serde(serialize_with = "crate::rfc3339::one")]
     pub dead_lettered_at: DateTime<Utc>,
+    /// `worker` or `queue`.
     pub recorded_by: String,
+}
+
+impl std::ops::Deref for Listed {
+    type Target = Subject;
+
+    fn deref(&self) -> &Subject {
+        &self.subject
+    }
 }
 
 /// The unresolved records, oldest first, at most `limit`: only those with
 /// this `reason`, of this order (`pesanan_id`), dead-lettered at or after
 /// `since`, for each filter given.
-pub(crate) async fn list_unresolved(
+pub async fn list_unresolved(
     db: &PgPool,
     reason: Option<&str>,
     order: Option<&str>,
@@ -164,26 +131,28 @@ pub(crate) async fn list_unresolved(
     .await
 }
 
-/// A whole record, as `show` prints it: the [`Listed`] columns and the rest.
-#[derive(Debug, Serialize, sqlx::FromRow)]
-pub(crate) struct Shown {
+/// A record with how it was resolved, if it was (`urutan explain`).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct Record {
     #[serde(flatten)]
     #[sqlx(flatten)]
     pub listed: Listed,
-    #[serde(serialize_with = "urutan::rfc3339::option")]
+    #[serde(serialize_with = "crate::rfc3339::option")]
     pub resolved_at: Option<DateTime<Utc>>,
+    /// `replayed` or `purged`.
     pub resolution: Option<String>,
-    pub exchange: Option<String>,
-    pub routing_key: Option<String>,
-    pub properties: sqlx::types::Json<Value>,
-    pub headers: sqlx::types::Json<Value>,
-    #[serde(skip)]
-    pub body: Vec<u8>,
-    pub body_bytes: i32,
-    pub x_death: Option<sqlx::types::Json<Vec<Death>>>,
 }
 
-impl std::ops::Deref for Shown {
+impl Record {
+    /// When and how (`replayed`, `purged`) it was resolved; `None` while
+    /// its message is in the DLQ.
+    pub fn resolved(&self) -> Option<(DateTime<Utc>, &str)> {
+        let how = self.resolution.as_deref().unwrap_or_default();
+        self.resolved_at.map(|at| (at, how))
+    }
+}
+
+impl std::ops::Deref for Record {
     type Target = Listed;
 
     fn deref(&self) -> &Listed {
@@ -191,9 +160,51 @@ impl std::ops::Deref for Shown {
     }
 }
 
+/// Every record of order `order_id`, resolved or not, in the order they
+/// were written.
+pub async fn of_order(db: &PgPool, order_id: &str) -> Result<Vec<Record>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        listed_columns!(),
+        ", resolved_at, resolution
+         FROM urutan_dead_letter WHERE pesanan_id = $1 ORDER BY id"
+    ))
+    .bind(order_id)
+    .fetch_all(db)
+    .await
+}
+
+/// A whole record, as `dlq show` prints it: the [`Record`] columns and the
+/// message as it was kept.
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct Shown {
+    #[serde(flatten)]
+    #[sqlx(flatten)]
+    pub record: Record,
+    pub exchange: Option<String>,
+    pub routing_key: Option<String>,
+    pub properties: Json<Value>,
+    pub headers: Json<Value>,
+    /// At most [`crate::dead_letter::BODY_KEPT`] bytes (not serialized:
+    /// the command shows it its own way).
+    #[serde(skip)]
+    pub body: Vec<u8>,
+    /// The full body size.
+    pub body_bytes: i32,
+    pub x_death: Option<Json<Vec<Death>>>,
+}
+
+impl std::ops::Deref for Shown {
+    type Target = Record;
+
+    fn deref(&self) -> &Record {
+        &self.record
+    }
+}
+
 /// The newest record with message id `message_id` or delivery key `key`,
 /// an unresolved one (still in the DLQ) first; `None` if there is none.
-pub(crate) async fn newest(
+pub async fn newest(
     db: &PgPool,
     message_id: &str,
     key: &str,
@@ -214,9 +225,10 @@ pub(crate) async fn newest(
     .await
 }
 
-/// A record a replay would take, with what predicting its outcome needs.
+/// A record a replay would take, with what predicting its outcome needs
+/// (serialized: what `dlq replay --dry-run --json` says of it).
 #[derive(Debug, Serialize, sqlx::FromRow)]
-pub(crate) struct Candidate {
+pub struct Candidate {
     pub delivery_key: String,
     pub message_id: Option<String>,
     pub pesanan_id: Option<String>,
@@ -224,9 +236,9 @@ pub(crate) struct Candidate {
     pub reason: String,
     pub last_error: Option<String>,
     #[serde(skip)]
-    pub properties: sqlx::types::Json<Value>,
+    pub properties: Json<Value>,
     #[serde(skip)]
-    pub headers: sqlx::types::Json<Value>,
+    pub headers: Json<Value>,
     #[serde(skip)]
     pub body: Vec<u8>,
     #[serde(skip)]
@@ -236,7 +248,7 @@ pub(crate) struct Candidate {
 /// The unresolved records a replay would take, oldest first: every one
 /// (`all`), those dead-lettered for `reason`, and those whose message id or
 /// delivery key is in `ids`.
-pub(crate) async fn candidates(
+pub async fn candidates(
     db: &PgPool,
     all: bool,
     reason: Option<&str>,
@@ -259,7 +271,7 @@ pub(crate) async fn candidates(
 
 /// How a record was resolved.
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub(crate) struct Resolved {
+pub struct Resolved {
     /// `replayed` or `purged`.
     pub resolution: String,
     pub resolved_at: DateTime<Utc>,
@@ -267,10 +279,7 @@ pub(crate) struct Resolved {
 
 /// How the newest resolved record with message id or delivery key `id` was
 /// resolved; `None` if no record of it is resolved.
-pub(crate) async fn last_resolution(
-    db: &PgPool,
-    id: &str,
-) -> Result<Option<Resolved>, sqlx::Error> {
+pub async fn last_resolution(db: &PgPool, id: &str) -> Result<Option<Resolved>, sqlx::Error> {
     sqlx::query_as(
         "SELECT resolution, resolved_at FROM urutan_dead_letter
          WHERE (message_id = $1 OR delivery_key = $1) AND resolved_at IS NOT NULL
@@ -283,7 +292,7 @@ pub(crate) async fn last_resolution(
 
 /// Why a message was dead-lettered.
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub(crate) struct Reason {
+pub struct Reason {
     pub reason: String,
     pub detail: String,
 }
@@ -291,7 +300,7 @@ pub(crate) struct Reason {
 /// Why the message with delivery key `key` is in the DLQ again: the reason
 /// of its unresolved record newer than record `after` (its record before a
 /// replay); `None` if it has none.
-pub(crate) async fn dead_lettered_again(
+pub async fn dead_lettered_again(
     db: &PgPool,
     key: &str,
     after: i64,
@@ -306,8 +315,23 @@ pub(crate) async fn dead_lettered_again(
     .await
 }
 
-/// The database's clock now: where a purge starts (see
-/// [`urutan::store::purge_dead_letters_before`]).
-pub(crate) async fn now(db: &PgPool) -> Result<DateTime<Utc>, sqlx::Error> {
-    sqlx::query_scalar("SELECT now()").fetch_one(db).await
+/// The unresolved records of one reason (`urutan status`).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct ReasonCount {
+    pub reason: String,
+    pub count: i64,
+    /// When the newest of them was dead-lettered.
+    #[serde(serialize_with = "crate::rfc3339::one")]
+    pub last_at: DateTime<Utc>,
+}
+
+/// The unresolved records counted by reason, most first (then by reason).
+pub async fn unresolved_by_reason(db: &PgPool) -> Result<Vec<ReasonCount>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT reason, count(*) AS count, max(dead_lettered_at) AS last_at
+         FROM urutan_dead_letter
+         WHERE resolved_at IS NULL GROUP BY reason ORDER BY count(*) DESC, reason",
+    )
+    .fetch_all(db)
+    .await
 }
