@@ -8,7 +8,8 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 
 use super::clock::{age, when};
-use super::explain::{Explanation, OutboxRow};
+use super::explain::Explanation;
+use urutan::outbox::OrderRow;
 
 /// One line of the story.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,7 +127,7 @@ fn version(x: &Explanation, stored: i64, v: i64, now: DateTime<Utc>) -> Vec<Line
 
 /// Known version `v` as its outbox row `o` tells it (nothing applied or
 /// parked): unsent, queued, or processed and stale.
-fn outbox_row(o: &OutboxRow, v: i64, now: DateTime<Utc>) -> Line {
+fn outbox_row(o: &OrderRow, v: i64, now: DateTime<Utc>) -> Line {
     let (what, at, note) = match (o.sent_at, o.processed) {
         (None, _) => (
             "unsent",
