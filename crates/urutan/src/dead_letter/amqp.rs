@@ -5,10 +5,11 @@
 
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
-use serde::Serialize;
+
 use serde_json::{Map, Value, json};
 
 use crate::message;
+use crate::store::dead_letter::Death;
 
 /// Largest header JSON kept; larger tables are summarised.
 const HEADERS_KEPT: usize = 64 * 1024;
@@ -129,22 +130,6 @@ fn value_json(value: &AMQPValue, level: usize) -> Value {
         }
         AMQPValue::Void => Value::Null,
     }
-}
-
-/// One entry of the broker's `x-death` header (most recent first).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Death {
-    /// `rejected`, `delivery_limit`, `expired`, `maxlen`.
-    pub reason: String,
-    /// The queue the message was dead-lettered from.
-    pub queue: String,
-    pub count: i64,
-    /// Seconds since the epoch.
-    pub time: Option<u64>,
-    /// Where it had been published.
-    pub exchange: String,
-    #[serde(rename = "routing-keys")]
-    pub routing_keys: Vec<String>,
 }
 
 /// The `x-death` entries of a message (empty without the header).

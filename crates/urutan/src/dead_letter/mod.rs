@@ -19,8 +19,9 @@ mod amqp;
 use crate::broker::delivery;
 use crate::message::{self, Rejection};
 use crate::store::NewDeadLetter;
+pub use crate::store::dead_letter::Death;
 use crate::store::dead_letter::Subject;
-pub use amqp::{Death, TOO_DEEP, clean, deaths, headers_json, properties_json};
+pub use amqp::{TOO_DEEP, clean, deaths, headers_json, properties_json};
 
 /// Body bytes kept in the record (`dlq show` shows a capped view of it).
 pub const BODY_KEPT: usize = 64 * 1024;

@@ -43,6 +43,24 @@ pub struct Subject {
     pub last_error: Option<String>,
 }
 
+/// One entry of the broker's `x-death` header (most recent first), as
+/// `urutan_dead_letter.x_death` keeps it (read from a message by
+/// [`crate::dead_letter::deaths`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Death {
+    /// `rejected`, `delivery_limit`, `expired`, `maxlen`.
+    pub reason: String,
+    /// The queue the message was dead-lettered from.
+    pub queue: String,
+    pub count: i64,
+    /// Seconds since the epoch.
+    pub time: Option<u64>,
+    /// Where it had been published.
+    pub exchange: String,
+    #[serde(rename = "routing-keys")]
+    pub routing_keys: Vec<String>,
+}
+
 /// One dead-letter row to record (see the migration for each column).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewDeadLetter {
@@ -169,7 +187,7 @@ pub async fn purge_dead_letter_by_key(pool: &PgPool, key: &str) -> Result<(), sq
 pub async fn store_dead_letter_x_death(
     pool: &PgPool,
     id: i64,
-    deaths: &[crate::dead_letter::Death],
+    deaths: &[Death],
 ) -> Result<(), sqlx::Error> {
     sqlx::query("UPDATE urutan_dead_letter SET x_death = $2 WHERE id = $1 AND x_death IS NULL")
         .bind(id)

@@ -11,8 +11,8 @@ use serde_json::Value;
 use sqlx::PgPool;
 use sqlx::types::Json;
 
+use super::Death;
 use super::Subject;
-use crate::dead_letter::Death;
 
 /// A message's unresolved record, with what a walk over the DLQ needs.
 #[derive(Debug, Clone, sqlx::FromRow)]
