@@ -194,8 +194,14 @@ if not m:
     sys.exit("Dockerfile: the stub step of the deps stage was not found")
 print(m.group(1))
 EOF
+        # Only this host's packages: cargo's cache drops what no build used
+        # for months (e.g. the Android-only crates of a time-zone lookup),
+        # and offline it cannot fetch them again.
+        local host
+        host=$(rustc -vV | sed -n 's/^host: //p')
         (cd "$stub" && bash -o pipefail stubs.sh \
-            && cargo metadata --offline --locked --format-version 1 >/dev/null) \
+            && cargo metadata --offline --locked --format-version 1 \
+                --filter-platform "$host" >/dev/null) \
             || { echo "the deps stage's stubs do not satisfy Cargo.toml"; return 1; }
         echo "hadolint clean; .dockerignore keeps the sources; deps-stage stubs satisfy Cargo.toml"
     else
