@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgPool, Row};
+use sqlx::{FromRow, PgExecutor, PgPool, Row};
 
 /// One outbox row of an order, as `urutan explain` shows it.
 #[derive(Debug, Clone)]
@@ -63,8 +63,8 @@ pub struct Backlog {
     pub unroutable: i64,
 }
 
-/// The outbox's backlog now.
-pub async fn backlog(db: &PgPool) -> Result<Backlog, sqlx::Error> {
+/// The outbox's backlog now (`urutan status`, and the relay's gauges).
+pub async fn backlog(db: impl PgExecutor<'_>) -> Result<Backlog, sqlx::Error> {
     sqlx::query_as(
         "SELECT count(*) FILTER (WHERE unroutable_at IS NULL) AS unsent,
                 min(dibuat_pada) FILTER (WHERE unroutable_at IS NULL) AS oldest_unsent_at,

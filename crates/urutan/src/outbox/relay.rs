@@ -424,15 +424,9 @@ async fn set_aside(tx: &mut PgConnection, rows: &[(i64, String)]) -> Result<(), 
 }
 
 async fn update_backlog(db: &mut PgConnection) -> Result<(), sqlx::Error> {
-    let (backlog, unroutable): (i64, i64) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE unroutable_at IS NULL),
-                count(*) FILTER (WHERE unroutable_at IS NOT NULL)
-         FROM outbox WHERE dikirim_pada IS NULL",
-    )
-    .fetch_one(&mut *db)
-    .await?;
-    metrics::gauge!(m::OUTBOX_BACKLOG).set(backlog as f64);
-    metrics::gauge!(m::OUTBOX_UNROUTABLE).set(unroutable as f64);
+    let backlog = super::read::backlog(&mut *db).await?;
+    metrics::gauge!(m::OUTBOX_BACKLOG).set(backlog.unsent as f64);
+    metrics::gauge!(m::OUTBOX_UNROUTABLE).set(backlog.unroutable as f64);
     Ok(())
 }
 
