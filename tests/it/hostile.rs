@@ -126,15 +126,6 @@ async fn dead_letters(db: &PgPool) -> Vec<(String, Option<String>, i32)> {
         .expect("dead-letter records")
 }
 
-async fn wait_applied(db: &PgPool, n: i64) {
-    wait_for(
-        &format!("{n} versions applied"),
-        Duration::from_secs(60),
-        || async move { count(db, "SELECT count(*) FROM pesanan_riwayat").await == n },
-    )
-    .await;
-}
-
 async fn wait_records(db: &PgPool, n: usize) {
     wait_for(
         &format!("{n} dead-letter records"),
@@ -174,7 +165,7 @@ async fn a_header_nested_20000_levels_deep_is_dead_lettered_and_the_pool_keeps_r
 
     // Everything valid applied (16 levels is within the contract), on both
     // shards, after the hostile messages.
-    wait_applied(&db, 41).await;
+    wait_applied(&db, 41, Duration::from_secs(60)).await;
     wait_records(&db, 3).await;
     let records = dead_letters(&db).await;
     let mut refused: Vec<_> = records
@@ -251,7 +242,7 @@ async fn a_message_id_that_is_not_utf8_is_dead_lettered_on_the_same_connection()
         .collect();
     let mut hit = between_good_rounds(&env, &hostile).await;
 
-    wait_applied(&db, 40).await;
+    wait_applied(&db, 40, Duration::from_secs(60)).await;
     wait_records(&db, 3).await;
     for (reason, message_id, _) in dead_letters(&db).await {
         assert_eq!(reason, "invalid_message_id");
@@ -312,7 +303,7 @@ async fn versi_and_data_postgresql_refuses_are_contract_violations() {
     env.publisher().await.send_all(&msgs).await;
 
     let db = env.db().await;
-    wait_applied(&db, 2).await;
+    wait_applied(&db, 2, Duration::from_secs(60)).await;
     wait_records(&db, 6).await;
     let mut got: Vec<_> = dead_letters(&db)
         .await

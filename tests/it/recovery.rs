@@ -26,13 +26,6 @@ async fn applied(db: &PgPool) -> i64 {
     count(db, "SELECT count(*) FROM pesanan_riwayat").await
 }
 
-async fn wait_applied(db: &PgPool, total: i64, limit: Duration) {
-    wait_for(&format!("{total} versions applied"), limit, || async move {
-        applied(db).await == total
-    })
-    .await;
-}
-
 /// Polls (every 10 ms, at most `limit`) until at least `n` versions are applied.
 async fn wait_applied_at_least(db: &PgPool, n: i64, limit: Duration) -> i64 {
     let start = Instant::now();
