@@ -110,10 +110,10 @@ fn benches(c: &mut Criterion) {
 
     let delivery = mock_delivery(typical.clone());
     c.bench_function("delivery::envelope/mock", |b| {
-        b.iter(|| envelope(black_box(&delivery)));
+        b.iter(|| envelope(black_box(&delivery), ENTITY_HEADER));
     });
     c.bench_function("delivery::envelope+decode/typical", |b| {
-        b.iter(|| decode(&envelope(black_box(&delivery)), LIMIT).expect("valid"));
+        b.iter(|| decode(&envelope(black_box(&delivery), ENTITY_HEADER), LIMIT).expect("valid"));
     });
 }
 
@@ -128,7 +128,7 @@ fn smoke() {
         assert_eq!(event.entity_id, ENTITY);
     }
     let delivery = mock_delivery(typical);
-    let event = decode(&envelope(&delivery), LIMIT).expect("valid");
+    let event = decode(&envelope(&delivery, ENTITY_HEADER), LIMIT).expect("valid");
     assert_eq!(event.message_id, MESSAGE_ID);
     println!("decode bench: smoke run ok (measure with `cargo bench --bench decode`)");
 }

@@ -12,7 +12,8 @@ use std::time::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, value_parser};
 use urutan::config::{
-    BrokerUrls, LogFormat, SecretUrl, Settings, TopologyMode, parse_duration, parse_prefix,
+    BrokerUrls, DEFAULT_ENTITY, DEFAULT_SCHEMA, LogFormat, SecretUrl, Settings, TopologyMode,
+    parse_duration, parse_entity, parse_handler, parse_prefix, parse_schema,
 };
 use urutan::effects::EffectsSettings;
 use urutan::outbox::relay::RelaySettings;
@@ -115,9 +116,27 @@ pub struct SettingsArgs {
     #[arg(long, env = "LOG_FORMAT", default_value = "text", value_parser = one_of::<LogFormat>(LogFormat::VALUES))]
     pub log_format: LogFormat,
 
-    /// Prefix of every broker object name (`pesanan`, `pesanan-hash`, `pesanan.shard-000`, ...).
-    #[arg(long, env = "TOPOLOGY_PREFIX", default_value = "pesanan", value_parser = parse_prefix)]
-    pub topology_prefix: String,
+    /// The entity's name: the hash header is `x-<ENTITY>-id`, and the
+    /// default topology prefix (`^[a-z][a-z0-9_]{0,30}$`).
+    #[arg(long, env = "ENTITY", default_value = DEFAULT_ENTITY, value_parser = parse_entity)]
+    pub entity: String,
+
+    /// The PostgreSQL schema holding every urutan table and function of this
+    /// pipeline (created by `urutan migrate` if missing); two pipelines
+    /// share a database in two schemas.
+    #[arg(long, env = "DATABASE_SCHEMA", default_value = DEFAULT_SCHEMA, value_parser = parse_schema)]
+    pub database_schema: String,
+
+    /// A PostgreSQL function `(event jsonb) RETURNS void` (`name` or
+    /// `schema.name`) called in the apply transaction of every applied
+    /// version; unset: none.
+    #[arg(long, env = "HANDLER_FUNCTION", value_parser = parse_handler)]
+    pub handler_function: Option<String>,
+
+    /// Prefix of every broker object name (`pesanan`, `pesanan-hash`,
+    /// `pesanan.shard-000`, ...); default: ENTITY.
+    #[arg(long, env = "TOPOLOGY_PREFIX", value_parser = parse_prefix)]
+    pub topology_prefix: Option<String>,
 
     /// Largest accepted message body; larger ones are dead-lettered.
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 1024 * 1024,
@@ -173,7 +192,10 @@ impl From<SettingsArgs> for Settings {
             dead_letter_retention: a.dead_letter_retention,
             dead_letter_unresolved_retention: a.dead_letter_unresolved_retention,
             log_format: a.log_format,
-            topology_prefix: a.topology_prefix,
+            topology_prefix: a.topology_prefix.unwrap_or_else(|| a.entity.clone()),
+            entity: a.entity,
+            database_schema: a.database_schema,
+            handler_function: a.handler_function,
             max_body_bytes: a.max_body_bytes,
             database_pool_size: a.database_pool_size,
             topology_mode: a.topology_mode,
@@ -402,6 +424,11 @@ mod tests {
         );
         assert_eq!(s.log_format, LogFormat::Text);
         assert_eq!(s.topology_prefix, "pesanan");
+        assert_eq!(
+            (s.entity.as_str(), s.database_schema.as_str()),
+            ("pesanan", "public")
+        );
+        assert_eq!(s.handler_function, None);
         assert_eq!(s.max_body_bytes, 1_048_576);
         assert_eq!((s.dlq_max_length, s.dlq_max_bytes), (100_000, 1 << 30));
         assert_eq!(s.batch_size(), 1, "strict mode by default");
@@ -409,6 +436,51 @@ mod tests {
         assert_eq!(s.batch_size(), 64, "BATCH_MAX defaults to PREFETCH");
         let s = parse(&["--prefetch", "64", "--batch-max", "500"]).expect("batch");
         assert_eq!(s.batch_size(), 64, "a batch never exceeds PREFETCH");
+    }
+
+    #[test]
+    fn the_entity_names_the_header_and_the_default_prefix() {
+        let s = parse(&["--entity", "pengiriman"]).expect("entity");
+        assert_eq!(s.topology_prefix, "pengiriman");
+        assert_eq!(s.names().entity_header(), "x-pengiriman-id");
+        assert_eq!(s.names().shard_queue(3), "pengiriman.shard-003");
+        let s = parse(&["--entity", "pengiriman", "--topology-prefix", "kirim"]).expect("both");
+        assert_eq!(s.names().hash_exchange(), "kirim-hash");
+        assert_eq!(s.names().entity_header(), "x-pengiriman-id");
+        for bad in ["Pesanan", "1pesanan", "pe-sanan", "", &"a".repeat(32)] {
+            let err = parse(&["--entity", bad]).expect_err(bad);
+            assert!(err.contains("--entity"), "{err}");
+        }
+    }
+
+    #[test]
+    fn the_schema_and_the_handler_reach_every_database_session() {
+        let s = parse(&[
+            "--database-schema",
+            "pengiriman",
+            "--handler-function",
+            "tim.catat",
+        ])
+        .expect("schema and handler");
+        let url = s.database().expose().to_owned();
+        assert!(url.contains("options%5Bsearch_path%5D=pengiriman"), "{url}");
+        assert!(
+            url.contains("options%5Burutan.handler%5D=tim.catat"),
+            "{url}"
+        );
+        let plain = parse(&[]).expect("defaults").database().expose().to_owned();
+        assert!(
+            !plain.contains("search_path") && !plain.contains("urutan.handler"),
+            "{plain}"
+        );
+        for bad in ["pg_catalog", "Public", "a-b", "information_schema"] {
+            let err = parse(&["--database-schema", bad]).expect_err(bad);
+            assert!(err.contains("--database-schema"), "{err}");
+        }
+        for bad in ["a;b", "a.b.c", "f()", "1f"] {
+            let err = parse(&["--handler-function", bad]).expect_err(bad);
+            assert!(err.contains("--handler-function"), "{err}");
+        }
     }
 
     #[test]

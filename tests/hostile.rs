@@ -832,7 +832,7 @@ fn every_amqp_value_type_maps_to_the_right_entity_header() {
     ];
     for value in strings {
         let d = delivery(with_header(value.clone()), body);
-        let env = envelope(&d);
+        let env = envelope(&d, ENTITY_HEADER);
         assert_eq!(env.entity_header, EntityHeader::Text(b"P"), "{value:?}");
         assert_eq!(decode(&env, MIB).expect("valid").entity_id, "P");
     }
@@ -870,7 +870,7 @@ fn every_amqp_value_type_maps_to_the_right_entity_header() {
     ];
     for (value, name) in others {
         let d = delivery(with_header(value.clone()), body);
-        let env = envelope(&d);
+        let env = envelope(&d, ENTITY_HEADER);
         assert_eq!(
             env.entity_header,
             EntityHeader::OtherType(name),
@@ -887,7 +887,7 @@ fn every_amqp_value_type_maps_to_the_right_entity_header() {
         with_header(AMQPValue::LongString(LongString::from(&b"P\xff"[..]))),
         body,
     );
-    let env = envelope(&d);
+    let env = envelope(&d, ENTITY_HEADER);
     assert_eq!(env.entity_header, EntityHeader::Text(b"P\xff"));
     assert_eq!(
         decode(&env, MIB).err(),
@@ -899,7 +899,10 @@ fn every_amqp_value_type_maps_to_the_right_entity_header() {
         BasicProperties::default().with_headers(FieldTable::default()),
     ] {
         let d = delivery(props, body);
-        assert_eq!(envelope(&d).entity_header, EntityHeader::Missing);
+        assert_eq!(
+            envelope(&d, ENTITY_HEADER).entity_header,
+            EntityHeader::Missing
+        );
     }
 }
 
@@ -937,7 +940,7 @@ fn huge_and_nested_header_tables() {
         AMQPValue::LongString(LongString::from(&b"P-7"[..])),
     ));
     let d = delivery(props(headers(table)), body);
-    let env = envelope(&d);
+    let env = envelope(&d, ENTITY_HEADER);
     assert_eq!(env.entity_header, EntityHeader::Text(b"P-7"));
     assert!(env.headers_bytes > urutan::message::MAX_HEADERS_BYTES);
     assert_eq!(
@@ -951,10 +954,18 @@ fn huge_and_nested_header_tables() {
         AMQPValue::LongString(LongString::from(&b"P-7"[..])),
     ));
     let d = delivery(props(headers(table)), body);
-    assert_eq!(decode(&envelope(&d), MIB).expect("valid").entity_id, "P-7");
+    assert_eq!(
+        decode(&envelope(&d, ENTITY_HEADER), MIB)
+            .expect("valid")
+            .entity_id,
+        "P-7"
+    );
 
     let d = delivery(props(headers(noise(10_000))), body);
-    assert_eq!(envelope(&d).entity_header, EntityHeader::Missing);
+    assert_eq!(
+        envelope(&d, ENTITY_HEADER).entity_header,
+        EntityHeader::Missing
+    );
 
     let near_misses = [
         "X-Pesanan-Id",
@@ -971,7 +982,10 @@ fn huge_and_nested_header_tables() {
         )
     });
     let d = delivery(props(headers(near_misses)), body);
-    assert_eq!(envelope(&d).entity_header, EntityHeader::Missing);
+    assert_eq!(
+        envelope(&d, ENTITY_HEADER).entity_header,
+        EntityHeader::Missing
+    );
 
     // The id only inside 64 levels of nested tables and arrays.
     let mut nested = AMQPValue::LongString(LongString::from(&b"P-7"[..]));
@@ -983,10 +997,13 @@ fn huge_and_nested_header_tables() {
         };
     }
     let d = delivery(props(headers([("x-wrapper".to_owned(), nested)])), body);
-    assert_eq!(envelope(&d).entity_header, EntityHeader::Missing);
-    assert_eq!(envelope(&d).headers_depth, 64);
     assert_eq!(
-        decode(&envelope(&d), MIB).err(),
+        envelope(&d, ENTITY_HEADER).entity_header,
+        EntityHeader::Missing
+    );
+    assert_eq!(envelope(&d, ENTITY_HEADER).headers_depth, 64);
+    assert_eq!(
+        decode(&envelope(&d, ENTITY_HEADER), MIB).err(),
         Some(Rejection::HeadersTooDeep)
     );
     assert!(
@@ -1080,7 +1097,7 @@ proptest! {
             props = props.with_headers(headers(table.clone()));
         }
         let d = delivery(props, &body);
-        let env = envelope(&d);
+        let env = envelope(&d, ENTITY_HEADER);
         let expected = match table.get(ENTITY_HEADER).filter(|_| with_headers) {
             None => EntityHeader::Missing,
             Some(AMQPValue::LongString(s)) => EntityHeader::Text(s.as_bytes()),
@@ -1130,12 +1147,12 @@ fn read_encoded(properties: Vec<u8>, body: Vec<u8>) -> Option<Read> {
     bounded(Duration::from_secs(5), move || {
         let (_, props) = lapin::protocol::basic::parse_properties(properties.as_slice()).ok()?;
         let d = delivery(props, &body);
-        let env = envelope(&d);
+        let env = envelope(&d, ENTITY_HEADER);
         let headers_depth = env.headers_depth;
         let outcome = decode(&env, MIB).map(|e| e.versi);
         let rejection = outcome.err().unwrap_or(Rejection::DeliveryLimit);
-        let record = urutan::dead_letter::rejected(&d, 0, rejection, None);
-        let found = urutan::dead_letter::found_in_queue(&d, MIB);
+        let record = urutan::dead_letter::rejected(&d, ENTITY_HEADER, 0, rejection, None);
+        let found = urutan::dead_letter::found_in_queue(&d, ENTITY_HEADER, MIB);
         assert_eq!(found.headers, record.headers);
         Some(Read {
             message_id: d.properties.message_id().as_ref().map(|s| s.to_string()),

@@ -26,7 +26,7 @@ pub async fn run(settings: Settings, effects: EffectsSettings) -> anyhow::Result
         .await
         .with_context(|| format!("cannot listen on METRICS_ADDR {}", settings.metrics_addr))?;
     let size = effects.effects_concurrency.min(16) + 2;
-    let pool = store::prepare(&settings.database_url, size)
+    let pool = store::prepare(&settings.schema_url(), size)
         .await
         .with_context(|| format!("cannot open {}", settings.database_url))?;
     info!(http = %listener.local_addr()?, "urutan effects starting");

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use tracing::info;
-use urutan::broker::{self, Names};
+use urutan::broker;
 use urutan::config::{Settings, TopologyMode};
 use urutan::reshard::prepare::{Prepared, prepare_topology};
 use urutan::store;
@@ -26,7 +26,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let conn = broker::connect(&settings.broker(), "urutan topology")
         .await
         .with_context(|| format!("cannot connect to {}", settings.amqp_url))?;
-    let names = Names::new(&settings.topology_prefix);
+    let names = settings.names();
     let mut declare = settings.clone();
     declare.topology_mode = TopologyMode::Declare;
     let Prepared { plan, epoch, .. } =

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use lapin::options::QueueDeclareOptions;
-use urutan::broker::{self, Names};
+use urutan::broker;
 use urutan::config::Settings;
 use urutan::store;
 
@@ -35,7 +35,7 @@ async fn dead_letter_depth(settings: &Settings) -> Option<u32> {
         passive: true,
         ..Default::default()
     };
-    let queue = Names::new(&settings.topology_prefix).dead_letter_queue();
+    let queue = settings.names().dead_letter_queue();
     let q = ch
         .queue_declare(queue.as_str().into(), passive, Default::default())
         .await

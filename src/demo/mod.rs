@@ -173,7 +173,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub async fn run(settings: Settings, options: DemoOptions) -> anyhow::Result<bool> {
     use anyhow::Context;
     let (settings, demo_db) = apart(settings);
-    let names = Names::new(&settings.topology_prefix);
+    let names = settings.names();
 
     println!(
         "urutan demo: {} shards, prefetch {}, topology `{}`, database `{demo_db}`",

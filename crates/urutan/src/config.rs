@@ -71,7 +71,21 @@ pub struct Settings {
     /// Log format: `text` or `json` (level from `RUST_LOG`).
     pub log_format: LogFormat,
 
-    /// Prefix of every broker object name (`pesanan`, `pesanan-hash`, `pesanan.shard-000`, ...).
+    /// The entity's name (`ENTITY`, docs/contract.md section 9): the hash
+    /// header is `x-<entity>-id`, and the default topology prefix.
+    pub entity: String,
+
+    /// The PostgreSQL schema holding every urutan table and function of this
+    /// pipeline (`DATABASE_SCHEMA`): two pipelines share a database in two schemas.
+    pub database_schema: String,
+
+    /// The team's PostgreSQL function `(event jsonb) RETURNS void`, called in
+    /// the apply transaction of every applied version (`HANDLER_FUNCTION`,
+    /// docs/contract.md section 10), as `name` or `schema.name`.
+    pub handler_function: Option<String>,
+
+    /// Prefix of every broker object name (`pesanan`, `pesanan-hash`,
+    /// `pesanan.shard-000`, ...); defaults to the entity.
     pub topology_prefix: String,
 
     /// Largest accepted message body; larger ones are dead-lettered.
@@ -124,7 +138,10 @@ impl Default for Settings {
             dead_letter_retention: days(90),
             dead_letter_unresolved_retention: days(90),
             log_format: LogFormat::Text,
-            topology_prefix: "pesanan".to_owned(),
+            entity: DEFAULT_ENTITY.to_owned(),
+            database_schema: DEFAULT_SCHEMA.to_owned(),
+            handler_function: None,
+            topology_prefix: DEFAULT_ENTITY.to_owned(),
             max_body_bytes: 1024 * 1024,
             database_pool_size: None,
             topology_mode: TopologyMode::Declare,
@@ -147,7 +164,28 @@ impl Settings {
         self.amqp_url.with_heartbeat(self.amqp_heartbeat)
     }
 
-    /// The database URL with the session limits of [`Self::database_timeout`]
+    /// The broker object names and the hash header of this pipeline.
+    pub fn names(&self) -> crate::broker::Names {
+        crate::broker::Names::with_entity(&self.topology_prefix, &self.entity)
+    }
+
+    /// The database URL in this pipeline's schema: every unqualified name
+    /// resolves in [`Self::database_schema`] (`search_path`; `public`
+    /// leaves the server's default), and with [`Self::handler_function`]
+    /// the apply functions call it (`urutan.handler`). Options the URL sets
+    /// itself win.
+    pub fn schema_url(&self) -> SecretUrl {
+        let mut options = Vec::new();
+        if self.database_schema != DEFAULT_SCHEMA {
+            options.push(("search_path", self.database_schema.as_str()));
+        }
+        if let Some(handler) = &self.handler_function {
+            options.push(("urutan.handler", handler.as_str()));
+        }
+        with_options(&self.database_url, &options)
+    }
+
+    /// [`Self::schema_url`] with the session limits of [`Self::database_timeout`]
     /// and TCP keepalives (a dead client's backend, and its locks, go within
     /// about 30 s) added, except those the URL sets itself.
     pub fn database(&self) -> SecretUrl {
@@ -160,16 +198,7 @@ impl Settings {
             ("tcp_keepalives_count", "3"),
             ("tcp_user_timeout", "30000"),
         ];
-        self.database_url.with(|u| {
-            let set: Vec<String> = u.query_pairs().map(|(k, _)| k.into_owned()).collect();
-            let mut pairs = u.query_pairs_mut();
-            for (key, value) in limits {
-                let key = format!("options[{key}]");
-                if !set.contains(&key) {
-                    pairs.append_pair(&key, value);
-                }
-            }
-        })
+        with_options(&self.schema_url(), &limits)
     }
 
     /// Connections the database pool may open.
@@ -177,6 +206,26 @@ impl Settings {
         self.database_pool_size
             .unwrap_or(u32::from(self.shard_count) + 2)
     }
+}
+
+/// The default entity (`ENTITY`): orders, as in the contract's names.
+pub const DEFAULT_ENTITY: &str = "pesanan";
+
+/// The default schema (`DATABASE_SCHEMA`).
+pub const DEFAULT_SCHEMA: &str = "public";
+
+/// `url` with each `options[key]=value` the URL does not set itself.
+fn with_options(url: &SecretUrl, options: &[(&str, &str)]) -> SecretUrl {
+    url.with(|u| {
+        let set: Vec<String> = u.query_pairs().map(|(k, _)| k.into_owned()).collect();
+        let mut pairs = u.query_pairs_mut();
+        for (key, value) in options {
+            let key = format!("options[{key}]");
+            if !set.contains(&key) {
+                pairs.append_pair(&key, value);
+            }
+        }
+    })
 }
 
 /// Whether `urutan run` declares the topology or only checks it.
@@ -398,6 +447,57 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// A topology prefix: 1-200 characters from `[A-Za-z0-9._-]`.
+/// `ENTITY`: `^[a-z][a-z0-9_]{0,30}$` (docs/contract.md section 9).
+pub fn parse_entity(s: &str) -> Result<String, String> {
+    let mut chars = s.chars();
+    let ok = s.len() <= 31
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err("use 1-31 characters: a lowercase letter, then [a-z0-9_]".into())
+    }
+}
+
+/// `DATABASE_SCHEMA`: a plain lowercase SQL identifier (no quoting needed
+/// anywhere it is used), not one of PostgreSQL's own schemas.
+pub fn parse_schema(s: &str) -> Result<String, String> {
+    let mut chars = s.chars();
+    let ok = s.len() <= 63
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !s.starts_with("pg_")
+        && s != "information_schema";
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err("use a lowercase identifier of 1-63 characters ([a-z_][a-z0-9_]*, not pg_*)".into())
+    }
+}
+
+/// `HANDLER_FUNCTION`: `name` or `schema.name`, each a plain SQL
+/// identifier (`[A-Za-z_][A-Za-z0-9_]*`; unquoted, so PostgreSQL folds it
+/// to lowercase as in `CREATE FUNCTION`).
+pub fn parse_handler(s: &str) -> Result<String, String> {
+    let ident = |p: &str| {
+        let mut chars = p.chars();
+        p.len() <= 63
+            && chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let parts: Vec<&str> = s.split('.').collect();
+    if parts.len() <= 2 && parts.iter().all(|p| ident(p)) {
+        Ok(s.to_owned())
+    } else {
+        Err("use `name` or `schema.name` of a function (event jsonb) RETURNS void".into())
+    }
+}
+
 pub fn parse_prefix(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
         && s.len() <= 200

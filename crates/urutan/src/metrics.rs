@@ -62,10 +62,16 @@ pub enum RetryReason {
     Panic,
     /// PostgreSQL's lock table could not hold a batch (the batch was split).
     LockTableFull,
+    /// The handler asked to retry (SQLSTATE `URTRY`).
+    HandlerRetry,
+    /// A lock was not available in time (SQLSTATE 55P03).
+    LockTimeout,
+    /// A statement ran past its timeout (SQLSTATE 57014).
+    StatementTimeout,
 }
 
 impl RetryReason {
-    pub const ALL: [RetryReason; 9] = [
+    pub const ALL: [RetryReason; 12] = [
         RetryReason::Connection,
         RetryReason::PoolTimeout,
         RetryReason::Timeout,
@@ -75,6 +81,9 @@ impl RetryReason {
         RetryReason::Refused,
         RetryReason::Panic,
         RetryReason::LockTableFull,
+        RetryReason::HandlerRetry,
+        RetryReason::LockTimeout,
+        RetryReason::StatementTimeout,
     ];
 
     /// The label value.
@@ -89,6 +98,9 @@ impl RetryReason {
             RetryReason::Refused => "refused",
             RetryReason::Panic => "panic",
             RetryReason::LockTableFull => "lock_table_full",
+            RetryReason::HandlerRetry => "handler_retry",
+            RetryReason::LockTimeout => "lock_timeout",
+            RetryReason::StatementTimeout => "statement_timeout",
         }
     }
 }

@@ -232,7 +232,7 @@ pub async fn run(settings: Settings, command: DlqCommand) -> anyhow::Result<()> 
         .await
         .with_context(|| format!("cannot open the database {}", settings.database_url))?;
     let ctx = Ctx {
-        names: Names::new(&settings.topology_prefix),
+        names: settings.names(),
         settings,
         db,
     };

@@ -76,7 +76,7 @@ async fn predict(ctx: &Ctx, c: &Candidate) -> Result<String, sqlx::Error> {
         return Ok("unknown: only the body's first bytes were kept".into());
     }
     let props = &c.properties.0;
-    let header = c.headers.0.get("x-pesanan-id");
+    let header = c.headers.0.get(ctx.names.entity_header());
     let message_id = props.get("message_id").and_then(Value::as_str);
     let envelope = Envelope {
         message_id,

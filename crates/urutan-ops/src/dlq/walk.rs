@@ -190,7 +190,11 @@ impl<'a> Walker<'a> {
     ) -> Result<Taken, DlqError> {
         let mut row = find_unresolved(self.db, &key).await?;
         if row.is_none() && !copy {
-            let new = dead_letter::found_in_queue(&delivery, self.max_body_bytes);
+            let new = dead_letter::found_in_queue(
+                &delivery,
+                self.names.entity_header(),
+                self.max_body_bytes,
+            );
             if urutan::store::insert_dead_letter(self.db, &new)
                 .await?
                 .is_some()

@@ -18,7 +18,6 @@
 mod read;
 
 use crate::QueueInfo;
-use urutan::broker::Names;
 use urutan::config::Settings;
 use urutan::outbox::OrderRow;
 use urutan::store::dead_letter;
@@ -140,7 +139,7 @@ async fn queues(
     settings: &Settings,
     shards: usize,
 ) -> Result<(Vec<Option<QueueInfo>>, Option<QueueInfo>), String> {
-    let names = Names::new(&settings.topology_prefix);
+    let names = settings.names();
     let conn = crate::open_broker(settings, "urutan explain").await?;
     let mut queues: Vec<String> = (0..u16::try_from(shards).unwrap_or(u16::MAX))
         .map(|i| names.shard_queue(i))

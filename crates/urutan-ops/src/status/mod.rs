@@ -202,7 +202,7 @@ pub struct Session {
 
 /// Looks at everything; never fails (what cannot be read is reported).
 pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
-    let names = Names::new(&settings.topology_prefix);
+    let names = settings.names();
     let mut status = Status {
         checked_at: Utc::now(),
         exit_code: super::EXIT_OK,

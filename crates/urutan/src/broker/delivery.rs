@@ -5,16 +5,18 @@ use lapin::types::{AMQPType, AMQPValue, FieldTable};
 
 use crate::message::{EntityHeader, Envelope};
 
-/// Header carrying the entity id (and the hash key).
+/// Header carrying the entity id (and the hash key) of the default entity;
+/// a pipeline's own is [`crate::broker::Names::entity_header`].
 pub const ENTITY_HEADER: &str = "x-pesanan-id";
 
-/// The contract's view of `delivery`.
-pub fn envelope(delivery: &Delivery) -> Envelope<'_> {
+/// The contract's view of `delivery`, whose entity id is in header
+/// `entity_header` (`x-<ENTITY>-id`).
+pub fn envelope<'a>(delivery: &'a Delivery, entity_header: &str) -> Envelope<'a> {
     let props = &delivery.properties;
     let header = props
         .headers()
         .as_ref()
-        .and_then(|h| h.inner().get(ENTITY_HEADER));
+        .and_then(|h| h.inner().get(entity_header));
     let entity_header = match header {
         None => EntityHeader::Missing,
         Some(AMQPValue::LongString(s)) => EntityHeader::Text(s.as_bytes()),

@@ -12,19 +12,31 @@ use tracing::{info, warn};
 
 use super::reply::amqp_reply_code;
 pub use super::reply::{is_access_refused, is_not_found};
-use super::{BrokerError, call, delivery::ENTITY_HEADER};
+use super::{BrokerError, call};
 
-/// Broker object names, all derived from one prefix (default `pesanan`).
+/// Broker object names, all derived from one prefix (default: the entity,
+/// `pesanan`), and the entity's hash header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Names {
     prefix: String,
+    entity_header: String,
 }
 
 impl Names {
+    /// The names under `prefix`, for the default entity (`x-pesanan-id`).
     pub fn new(prefix: &str) -> Self {
+        Self::with_entity(prefix, crate::config::DEFAULT_ENTITY)
+    }
+    /// The names under `prefix` for `entity` (hash header `x-<entity>-id`).
+    pub fn with_entity(prefix: &str, entity: &str) -> Self {
         Self {
             prefix: prefix.to_owned(),
+            entity_header: format!("x-{entity}-id"),
         }
+    }
+    /// The header carrying the entity id, which the hash exchange hashes.
+    pub fn entity_header(&self) -> &str {
+        &self.entity_header
     }
     /// The topic exchange producers publish to.
     pub fn entry_exchange(&self) -> String {
@@ -262,7 +274,7 @@ async fn declare_entry(ch: &Channel, names: &Names) -> Result<(), TopologyError>
     let hash = names.hash_exchange();
     declare_exchange(ch, &entry, ExchangeKind::Topic, FieldTable::default()).await?;
     let mut hash_args = FieldTable::default();
-    hash_args.insert("hash-header".into(), string(ENTITY_HEADER));
+    hash_args.insert("hash-header".into(), string(names.entity_header()));
     declare_exchange(
         ch,
         &hash,

@@ -113,11 +113,17 @@ fn feed_value(hash: &mut Sha256, value: &AMQPValue) {
 /// A worker's record of a delivery it is about to dead-letter.
 pub fn rejected(
     delivery: &Delivery,
+    entity_header: &str,
     shard: u16,
     rejection: Rejection,
     last_error: Option<&str>,
 ) -> NewDeadLetter {
-    let mut row = from_delivery(delivery, rejection.reason(), &rejection.to_string());
+    let mut row = from_delivery(
+        delivery,
+        entity_header,
+        rejection.reason(),
+        &rejection.to_string(),
+    );
     row.subject.shard = i32::from(shard);
     row.subject.last_error = last_error.map(capped_text);
     row
@@ -128,29 +134,34 @@ pub fn rejected(
 /// reason: the contract rule it breaks if it breaks one, else the broker's
 /// own (`x-death`: `delivery_limit` when the worker kept failing without
 /// rejecting, e.g. it crashed on each delivery).
-pub fn found_in_queue(delivery: &Delivery, max_body_bytes: usize) -> NewDeadLetter {
+pub fn found_in_queue(
+    delivery: &Delivery,
+    entity_header: &str,
+    max_body_bytes: usize,
+) -> NewDeadLetter {
     let deaths = deaths(&delivery.properties);
     let first = deaths.first();
     let broker_said = first.map_or_else(
         || "no x-death header".to_owned(),
         |d| format!("x-death: {} from {}", d.reason, d.queue),
     );
-    let (reason, detail) = match message::decode(&delivery::envelope(delivery), max_body_bytes) {
-        Err(rejection) => (rejection.reason().to_owned(), rejection.to_string()),
-        Ok(_) => match first.map(|d| d.reason.as_str()) {
-            Some("delivery_limit") => (
-                "delivery_limit".to_owned(),
-                Rejection::DeliveryLimit.to_string(),
-            ),
-            Some(other) => (other.to_owned(), "the message itself is valid".to_owned()),
-            None => (
-                "unknown".to_owned(),
-                "the message itself is valid".to_owned(),
-            ),
-        },
-    };
+    let (reason, detail) =
+        match message::decode(&delivery::envelope(delivery, entity_header), max_body_bytes) {
+            Err(rejection) => (rejection.reason().to_owned(), rejection.to_string()),
+            Ok(_) => match first.map(|d| d.reason.as_str()) {
+                Some("delivery_limit") => (
+                    "delivery_limit".to_owned(),
+                    Rejection::DeliveryLimit.to_string(),
+                ),
+                Some(other) => (other.to_owned(), "the message itself is valid".to_owned()),
+                None => (
+                    "unknown".to_owned(),
+                    "the message itself is valid".to_owned(),
+                ),
+            },
+        };
     let detail = format!("{detail} (found in the DLQ without a record; {broker_said})");
-    let mut row = from_delivery(delivery, &reason, &detail);
+    let mut row = from_delivery(delivery, entity_header, &reason, &detail);
     let (exchange, routing_key) = original_route(delivery);
     row.exchange = Some(exchange);
     row.routing_key = Some(routing_key);
@@ -186,14 +197,19 @@ fn shard_of(queue: &str) -> Option<i32> {
         .then(|| index.parse().ok())?
 }
 
-fn from_delivery(delivery: &Delivery, reason: &str, detail: &str) -> NewDeadLetter {
+fn from_delivery(
+    delivery: &Delivery,
+    entity_header: &str,
+    reason: &str,
+    detail: &str,
+) -> NewDeadLetter {
     let props = &delivery.properties;
     let body = &delivery.data;
     let (body_id, versi) = body_fields(body);
     let header_id = match props
         .headers()
         .as_ref()
-        .and_then(|h| h.inner().get("x-pesanan-id"))
+        .and_then(|h| h.inner().get(entity_header))
     {
         Some(AMQPValue::LongString(s)) => std::str::from_utf8(s.as_bytes()).ok().map(str::to_owned),
         Some(AMQPValue::ShortString(s)) => Some(s.as_str().to_owned()),

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::NOTIFY_CHANNEL;
-use crate::broker::{self, BrokerError, Names, call, delivery::ENTITY_HEADER};
+use crate::broker::{self, BrokerError, Names, call};
 use crate::config::{SecretUrl, Settings};
 use crate::health::Health;
 use crate::metrics as m;
@@ -165,7 +165,7 @@ impl Relay {
         }
         // A broker restart may have changed the ring: mark every shard
         // before publishing anything routed by it (see `handoff`).
-        let names = Names::new(&self.settings.topology_prefix);
+        let names = self.settings.names();
         handoff::open_epoch(&mut db, &conn, &names, "relay connected").await?;
         let channel = call("channel.open", conn.create_channel()).await?;
         call(
@@ -276,7 +276,10 @@ async fn publish_waves(
         let started = Instant::now();
         let mut pending = Vec::with_capacity(wave.len());
         for &i in &wave {
-            pending.push((&rows[i], publish(channel, &exchange, &rows[i]).await?));
+            pending.push((
+                &rows[i],
+                publish(channel, &exchange, names.entity_header(), &rows[i]).await?,
+            ));
         }
         let mut complete = true;
         for (row, confirm) in pending {
@@ -338,11 +341,12 @@ fn waves(rows: &[Row]) -> Vec<Vec<usize>> {
 async fn publish(
     channel: &Channel,
     exchange: &str,
+    entity_header: &str,
     row: &Row,
 ) -> Result<PublisherConfirm, BrokerError> {
     let mut headers = FieldTable::default();
     headers.insert(
-        ENTITY_HEADER.into(),
+        entity_header.into(),
         AMQPValue::LongString(LongString::from(row.agregat_id.as_bytes())),
     );
     let props = BasicProperties::default()

@@ -19,12 +19,17 @@ pub(super) enum Read {
 /// message span) gets the message id and, for a valid event, the entity id.
 /// The marker header counts only on a marker urutan sent (see
 /// [`delivery::marker`]); on anything else it is a contract violation.
-pub(super) fn read(delivery: &Delivery, queue: &str, max_body_bytes: usize) -> Read {
+pub(super) fn read(
+    delivery: &Delivery,
+    queue: &str,
+    entity_header: &str,
+    max_body_bytes: usize,
+) -> Read {
     let marker = delivery::marker(delivery, queue);
     if let delivery::Marker::Epoch(epoch) = marker {
         return Read::Marker(epoch);
     }
-    let envelope = delivery::envelope(delivery);
+    let envelope = delivery::envelope(delivery, entity_header);
     let span = tracing::Span::current();
     if let Some(id) = envelope.message_id {
         span.record("message_id", id);

@@ -76,6 +76,8 @@ const SHUTDOWN_LINGER: Duration = Duration::from_millis(250);
 pub struct ShardWorker {
     pub shard: u16,
     pub queue: String,
+    /// The header holding the entity id (`x-<ENTITY>-id`).
+    pub entity_header: String,
     pub prefetch: u16,
     /// Deliveries per transaction (1: strict mode).
     pub batch_size: u16,

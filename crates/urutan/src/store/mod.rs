@@ -54,6 +54,11 @@ pub enum StoreError {
     /// it if it keeps failing. Retrying the same data cannot succeed.
     #[error("the database refused the message's data: {0}")]
     Refused(#[source] sqlx::Error),
+    /// The handler (`HANDLER_FUNCTION`) refused this version (SQLSTATE
+    /// `URREF`, raised by `urutan_panggil_penangan` with the handler's own
+    /// SQLSTATE and message): dead-letter it as `handler_refused`.
+    #[error("{0}")]
+    HandlerRefused(String),
 }
 
 impl StoreError {
@@ -61,7 +66,7 @@ impl StoreError {
     pub fn reason(&self) -> RetryReason {
         match self {
             Self::Transient { reason, .. } => *reason,
-            Self::Refused(_) => RetryReason::Refused,
+            Self::Refused(_) | Self::HandlerRefused(_) => RetryReason::Refused,
         }
     }
 }
@@ -77,6 +82,10 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) => {
                 let code = db.code().unwrap_or_default();
                 match code.as_ref() {
+                    "URREF" => return Self::HandlerRefused(db.message().to_owned()),
+                    "URTRY" => RetryReason::HandlerRetry,
+                    "55P03" => RetryReason::LockTimeout,
+                    "57014" => RetryReason::StatementTimeout,
                     "40001" => RetryReason::Serialization,
                     "40P01" => RetryReason::Deadlock,
                     c if c.starts_with("08") || c.starts_with("57") || c.starts_with("53") => {
@@ -188,6 +197,7 @@ pub async fn prepare(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> 
         Err(unreachable) => return Err(unreachable),
     }
     let pool = connect(url, size).await?;
+    ensure_schema(&pool).await?;
     let pending = pending_migrations(&pool).await;
     if pending.as_ref().is_ok_and(Vec::is_empty) {
         return Ok(pool);
@@ -223,6 +233,65 @@ pub async fn prepare(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> 
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Checks the handler this pool's sessions name (`HANDLER_FUNCTION`, the
+/// `urutan.handler` option of [`crate::config::Settings::schema_url`]):
+/// a function of one `jsonb` that returns `void`. `Err` is one line naming
+/// the setting and the fix; a database error is `Ok(Err)` only when it is
+/// the check's answer.
+pub async fn check_handler(
+    pool: &PgPool,
+    handler: &str,
+) -> Result<Result<(), String>, sqlx::Error> {
+    let found: Result<Option<(String, String)>, sqlx::Error> = sqlx::query_as(
+        "SELECT f::text, format_type(p.prorettype, NULL)
+         FROM urutan_penangan() f JOIN pg_proc p ON p.oid = f",
+    )
+    .fetch_optional(pool)
+    .await;
+    let create = format!(
+        "create it (CREATE FUNCTION {handler}(event jsonb) RETURNS void ...) or unset HANDLER_FUNCTION"
+    );
+    Ok(match found {
+        Ok(Some((_, returns))) if returns == "void" => Ok(()),
+        Ok(Some((function, returns))) => Err(format!(
+            "HANDLER_FUNCTION {handler}: {function} returns {returns}, not void: {create}"
+        )),
+        Ok(None) => Err(format!(
+            "HANDLER_FUNCTION {handler}: the database connection does not name it: {create}"
+        )),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42883") => Err(format!(
+            "HANDLER_FUNCTION {handler}: there is no function {handler}(event jsonb) in this database: {create}"
+        )),
+        Err(e) => return Err(e),
+    })
+}
+
+/// Creates the schema the URL's `search_path` names (`DATABASE_SCHEMA`,
+/// see [`crate::config::Settings::schema_url`]) if it does not exist yet:
+/// then `current_schema()` is NULL. The name was checked to be a plain
+/// identifier; `%I` quotes it all the same.
+async fn ensure_schema(pool: &PgPool) -> Result<(), sqlx::Error> {
+    let missing: Option<String> =
+        sqlx::query_scalar("SELECT current_setting('search_path') WHERE current_schema() IS NULL")
+            .fetch_optional(pool)
+            .await?;
+    let Some(schema) = missing else {
+        return Ok(());
+    };
+    let create = format!(
+        "CREATE SCHEMA IF NOT EXISTS \"{}\"",
+        schema.replace('"', "\"\"")
+    );
+    match sqlx::query(sqlx::AssertSqlSafe(create)).execute(pool).await {
+        Ok(_) => info!(schema = %schema, "created the schema"),
+        // Created by another process at the same moment.
+        Err(sqlx::Error::Database(e))
+            if matches!(e.code().as_deref(), Some("42P06") | Some("23505")) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(())
 }
 
 /// The embedded migrations not applied (or applied with other contents) in
