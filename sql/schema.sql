@@ -435,6 +435,73 @@ COMMENT ON FUNCTION public.urutan_menunggu_kembali(p_id text, p_versi bigint, p_
 
 
 --
+-- Name: urutan_panggil_penangan(regprocedure, jsonb, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_panggil_penangan(p_penangan regprocedure, p_pesan jsonb, p_shard integer, p_versi_lama bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    v_event JSONB := jsonb_build_object(
+        'message_id', p_pesan->>'message_id', 'id', p_pesan->>'id',
+        'status', p_pesan->>'status', 'versi', (p_pesan->>'versi')::bigint,
+        'data', p_pesan->'data', 'previous_versi', p_versi_lama, 'shard', p_shard);
+    v_state TEXT;
+    v_pesan TEXT;
+BEGIN
+    EXECUTE format('SELECT %s($1)', p_penangan::oid::regproc) USING v_event;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_pesan = MESSAGE_TEXT;
+    IF v_state IN ('URTRY', '55P03', '57014')
+       OR left(v_state, 2) IN ('40', '53', '57', '58', 'XX') THEN
+        RAISE;
+    END IF;
+    RAISE EXCEPTION 'the handler refused: SQLSTATE %: %', v_state, v_pesan
+        USING ERRCODE = 'URREF';
+END
+$_$;
+
+
+--
+-- Name: FUNCTION urutan_panggil_penangan(p_penangan regprocedure, p_pesan jsonb, p_shard integer, p_versi_lama bigint); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_panggil_penangan(p_penangan regprocedure, p_pesan jsonb, p_shard integer, p_versi_lama bigint) IS 'Calls (panggil) the handler with the contract''s event of an applied version; its transient errors pass as they are, any other is raised as URREF (the handler refused) with its SQLSTATE and message.';
+
+
+--
+-- Name: urutan_penangan(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_penangan() RETURNS regprocedure
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_nama TEXT := nullif(current_setting('urutan.handler', true), '');
+    v_fungsi regprocedure;
+BEGIN
+    IF v_nama IS NULL THEN
+        RETURN NULL;
+    END IF;
+    v_fungsi := to_regprocedure(v_nama || '(jsonb)');
+    IF v_fungsi IS NULL THEN
+        RAISE EXCEPTION 'HANDLER_FUNCTION %: there is no function %(event jsonb) in this database', v_nama, v_nama
+            USING ERRCODE = '42883',
+                  HINT = 'create it (CREATE FUNCTION ... (event jsonb) RETURNS void) or unset HANDLER_FUNCTION';
+    END IF;
+    RETURN v_fungsi;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_penangan(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_penangan() IS 'The handler (penangan) named in this session''s urutan.handler setting (HANDLER_FUNCTION), as the function taking one jsonb; NULL when none is set; raises 42883 when the name resolves to no such function.';
+
+
+--
 -- Name: urutan_sudah_diproses(text, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -539,8 +606,9 @@ CREATE FUNCTION public.urutan_terapkan_batch(p_pesan jsonb, p_shard integer) RET
 DECLARE
     v_ids TEXT[] := ARRAY(SELECT e->>'id' FROM jsonb_array_elements(p_pesan) e);
 BEGIN
-    IF (urutan_efek_aktif()
-        AND (SELECT count(DISTINCT id) < count(id) FROM unnest(v_ids) id))
+    IF coalesce(current_setting('urutan.handler', true), '') <> ''
+       OR (urutan_efek_aktif()
+           AND (SELECT count(DISTINCT id) < count(id) FROM unnest(v_ids) id))
        OR EXISTS (SELECT 1 FROM urutan_dikembalikan WHERE pesanan_id = ANY (v_ids)) THEN
         RETURN urutan_terapkan_batch_urut(p_pesan, p_shard);
     END IF;
@@ -553,7 +621,7 @@ $$;
 -- Name: FUNCTION urutan_terapkan_batch(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_terapkan_batch(p_pesan jsonb, p_shard integer) IS 'Ordered batch mode: a jsonb array of one shard''s deliveries (events, or {"marker": epoch}) in ONE transaction, with exactly the outcomes they would have one by one. Returns one answer per item (urutan_terapkan''s, or marker / marker_forged).';
+COMMENT ON FUNCTION public.urutan_terapkan_batch(p_pesan jsonb, p_shard integer) IS 'Applies one shard''s batch in arrival order with the outcomes each message would have alone: set-based, or message by message when a handler is set, effects need each version''s state, or an order has a returned message.';
 
 
 --
@@ -736,7 +804,13 @@ CREATE FUNCTION public.urutan_tulis(p_pesan jsonb, p_shard integer, p_epoch bigi
 DECLARE
     v_id    TEXT := p_pesan->>'id';
     v_versi BIGINT := (p_pesan->>'versi')::bigint;
+    v_penangan regprocedure;
+    v_lama  BIGINT;  -- the stored version before this one (NULL: a new order)
 BEGIN
+    IF coalesce(current_setting('urutan.handler', true), '') <> '' THEN
+        v_penangan := urutan_penangan();
+        SELECT versi INTO v_lama FROM pesanan WHERE id = v_id;
+    END IF;
     INSERT INTO pesanan AS p (id, status, versi, data, epoch)
     VALUES (v_id, p_pesan->>'status', v_versi, p_pesan->'data', p_epoch)
     ON CONFLICT (id) DO UPDATE
@@ -748,6 +822,9 @@ BEGIN
     END IF;
     INSERT INTO pesanan_riwayat (pesanan_id, versi, status, message_id, shard)
     VALUES (v_id, v_versi, p_pesan->>'status', p_pesan->>'message_id', p_shard);
+    IF v_penangan IS NOT NULL THEN
+        PERFORM urutan_panggil_penangan(v_penangan, p_pesan, p_shard, v_lama);
+    END IF;
     RETURN 'applied';
 END
 $$;
@@ -757,7 +834,7 @@ $$;
 -- Name: FUNCTION urutan_tulis(p_pesan jsonb, p_shard integer, p_epoch bigint); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_tulis(p_pesan jsonb, p_shard integer, p_epoch bigint) IS 'The versioned write (tulis: write) of one event at epoch p_epoch: moves the order forward only, with one history row per applied version. Returns applied or stale; the caller holds the order''s lock.';
+COMMENT ON FUNCTION public.urutan_tulis(p_pesan jsonb, p_shard integer, p_epoch bigint) IS 'The versioned write (tulis: write) of one event at epoch p_epoch: moves the order forward only, with one history row per applied version, then calls the handler (urutan.handler) if one is set. Returns applied or stale; the caller holds the order''s lock.';
 
 
 SET default_tablespace = '';

@@ -25,7 +25,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     info!(http = %supervisor.http_addr(), "urutan run starting");
     let shutdown = CancellationToken::new();
     tokio::spawn(super::stop_on_signal(shutdown.clone()));
-    supervisor.run(shutdown).await?;
+    match supervisor.run(shutdown).await {
+        Err(urutan::supervisor::RunError::Setting(wrong)) => {
+            tracing::error!("{wrong}");
+            return Err(urutan_ops::Exit(2).into());
+        }
+        other => other?,
+    }
     info!("stopped cleanly");
     Ok(())
 }

@@ -124,12 +124,14 @@ pub enum Rejection {
     MessageIdReused,
     #[error("the header table nests deeper than {MAX_HEADERS_DEPTH} levels")]
     HeadersTooDeep,
+    #[error("the handler (HANDLER_FUNCTION) refused this version")]
+    HandlerRefused,
 }
 
 impl Rejection {
     /// Every rejection (a new variant belongs here too): the bounded label
     /// set `urutan_dead_letters_total{reason}` is registered with at startup.
-    pub const ALL: [Rejection; 20] = [
+    pub const ALL: [Rejection; 21] = [
         Rejection::HeadersTooLarge,
         Rejection::MissingMessageId,
         Rejection::InvalidMessageId,
@@ -150,6 +152,7 @@ impl Rejection {
         Rejection::ReservedHeader,
         Rejection::MessageIdReused,
         Rejection::HeadersTooDeep,
+        Rejection::HandlerRefused,
     ];
 
     /// The `reason` label of `urutan_dead_letters_total`.
@@ -175,6 +178,7 @@ impl Rejection {
             Self::ReservedHeader => "reserved_header",
             Self::MessageIdReused => "message_id_reused",
             Self::HeadersTooDeep => "headers_too_deep",
+            Self::HandlerRefused => "handler_refused",
         }
     }
 }

@@ -32,6 +32,9 @@ pub enum RunError {
     Prepare(#[from] PrepareError),
     #[error("cannot serve HTTP: {0}")]
     Http(#[from] std::io::Error),
+    /// A setting no retry can fix (one line naming it and the fix).
+    #[error("{0}")]
+    Setting(String),
 }
 
 /// A worker pool, built (HTTP port bound) but not yet running.
@@ -93,6 +96,18 @@ impl Supervisor {
             return Ok(());
         };
         info!(database = %settings.database_url, "database ready (migrations applied)");
+        if let Some(handler) = &settings.handler_function {
+            let checked = retry_until_ready("database", &shutdown, || {
+                store::check_handler(&pool, handler)
+            })
+            .await;
+            if let Some(Err(wrong)) = checked {
+                background.cancel();
+                pool.close().await;
+                return Err(RunError::Setting(wrong));
+            }
+            info!(handler = %handler, "the handler is called in every apply transaction");
+        }
         health.set_database(true);
         tasks.spawn(health::watch_database(
             pool.clone(),
@@ -138,7 +153,7 @@ async fn consume_until_shutdown(
     health: &Arc<Health>,
     shutdown: &CancellationToken,
 ) -> Result<(), RunError> {
-    let names = Names::new(&settings.topology_prefix);
+    let names = settings.names();
     let mut lost_before = false;
     // Switched to check mode once the broker refused a declare: a refusal
     // is not transient, and asking again only repeats it.
@@ -330,6 +345,7 @@ fn start_workers(
         let worker = ShardWorker {
             shard,
             queue: names.shard_queue(shard),
+            entity_header: names.entity_header().to_owned(),
             prefetch: settings.prefetch,
             batch_size: settings.batch_size(),
             batch_linger: Duration::from_millis(settings.batch_linger_ms),

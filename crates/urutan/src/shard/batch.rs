@@ -123,7 +123,12 @@ impl Context<'_> {
     /// The pure part of one delivery: marker, contract check, and the
     /// before-apply hook, retried in place up to the delivery limit.
     fn prepare(&self, delivery: &Delivery) -> Checked {
-        let event = match decode::read(delivery, &self.worker.queue, self.worker.max_body_bytes) {
+        let event = match decode::read(
+            delivery,
+            &self.worker.queue,
+            &self.worker.entity_header,
+            self.worker.max_body_bytes,
+        ) {
             Read::Event(event) => event,
             Read::Marker(epoch) => return Checked::Marker(epoch),
             Read::Invalid(rejection) => {
@@ -205,9 +210,12 @@ impl Context<'_> {
             let applied = self.held(|| self.session.apply_batch(single)).await?;
             results.push(match applied {
                 Ok(mut one) => (one.pop().unwrap_or(BatchResult::Marker), None),
-                Err(error) => {
-                    let outcome = Outcome::DeadLettered(Rejection::DatabaseRefused);
-                    (BatchResult::Event(Applied::Done(outcome)), Some(error))
+                Err(refusal) => {
+                    let outcome = Outcome::DeadLettered(refusal.rejection);
+                    (
+                        BatchResult::Event(Applied::Done(outcome)),
+                        Some(refusal.error),
+                    )
                 }
             });
         }

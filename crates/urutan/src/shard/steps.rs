@@ -36,8 +36,8 @@ pub(super) enum Step {
 
 /// Why a held database step stopped without a result.
 pub(super) enum Held {
-    /// The database refused this message's data (the error, for the record).
-    Refused(String),
+    /// The database, or the handler, refused this message.
+    Refused(Refusal),
     /// The channel died, or shutdown's grace ran out: the message comes back.
     Abandon,
     /// The caller's `give_up` matched this transient error: the caller has
@@ -46,9 +46,23 @@ pub(super) enum Held {
 }
 
 /// A held database step's answer: `Err` when the channel is lost (the
-/// message comes back), else its result or the database's refusal of the
-/// message's data.
-pub(super) type HeldResult<T> = Result<Result<T, String>, BrokerError>;
+/// message comes back), else its result or the refusal of the message.
+pub(super) type HeldResult<T> = Result<Result<T, Refusal>, BrokerError>;
+
+/// Who refused a message, and what they said (for its dead-letter record).
+pub(super) struct Refusal {
+    /// `DatabaseRefused` (its data broke a rule of urutan's tables) or
+    /// `HandlerRefused` (the team's handler raised an error that is not a
+    /// request to retry).
+    pub rejection: Rejection,
+    pub error: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.error)
+    }
+}
 
 /// The id of a delivery, as its producer set it.
 pub(super) fn message_id(delivery: &Delivery) -> Option<&str> {
@@ -60,7 +74,12 @@ impl Context<'_> {
     /// Marker or message; decodes, then applies with held retries.
     pub(super) async fn decide(&self, delivery: &Delivery) -> Result<Step, BrokerError> {
         let worker = self.worker;
-        let event = match decode::read(delivery, &worker.queue, worker.max_body_bytes) {
+        let event = match decode::read(
+            delivery,
+            &worker.queue,
+            &worker.entity_header,
+            worker.max_body_bytes,
+        ) {
             Read::Event(event) => event,
             Read::Invalid(rejection) => {
                 return Ok(Step::Done(Outcome::DeadLettered(rejection), None));
@@ -148,7 +167,10 @@ impl Context<'_> {
                     return None;
                 };
                 let error = error.as_deref();
-                Some(dead_letter::rejected(delivery, shard, *rejection, error))
+                let header = &self.worker.entity_header;
+                Some(dead_letter::rejected(
+                    delivery, header, shard, *rejection, error,
+                ))
             })
             .collect();
         self.record_dead_letters(rows).await?;
@@ -201,7 +223,17 @@ impl Context<'_> {
                 Ok(value) => return Ok(value),
                 Err(StoreError::Refused(e)) => {
                     warn!(error = %e, "the database refused this message");
-                    return Err(Held::Refused(e.to_string()));
+                    return Err(Held::Refused(Refusal {
+                        rejection: Rejection::DatabaseRefused,
+                        error: e.to_string(),
+                    }));
+                }
+                Err(StoreError::HandlerRefused(error)) => {
+                    warn!(error = %error, "the handler refused this message");
+                    return Err(Held::Refused(Refusal {
+                        rejection: Rejection::HandlerRefused,
+                        error,
+                    }));
                 }
                 Err(e) if give_up(&e) => return Err(Held::GaveUp),
                 Err(e) => e,
@@ -270,12 +302,19 @@ impl Context<'_> {
         let returns = delivery::previous_deliveries(delivery) + 1;
         if returns > u64::from(worker.delivery_limit) {
             let rejection = Rejection::DeliveryLimit;
-            let row = dead_letter::rejected(delivery, worker.shard, rejection, Some(error));
+            let row = dead_letter::rejected(
+                delivery,
+                &worker.entity_header,
+                worker.shard,
+                rejection,
+                Some(error),
+            );
             self.record_dead_letters(vec![row]).await?;
             self.record(Outcome::DeadLettered(rejection), message_id(delivery));
-        } else if let Ok(event) =
-            message::decode(&delivery::envelope(delivery), worker.max_body_bytes)
-        {
+        } else if let Ok(event) = message::decode(
+            &delivery::envelope(delivery, &worker.entity_header),
+            worker.max_body_bytes,
+        ) {
             let recorded = self.held(|| self.session.record_returned(&event));
             // Cannot be refused (nothing in the row is the producer's to
             // refuse); if it were, the message is requeued unrecorded, as before.
@@ -376,10 +415,18 @@ pub(super) fn panicked(error: String) -> Step {
     }
 }
 
-/// A message the database refused: the handler's failure, requeued.
-fn refused(error: String) -> Step {
-    Step::Requeue {
-        reason: RetryReason::Refused,
-        error,
+/// A message the database refused: requeued (the delivery limit
+/// dead-letters it if it keeps failing). One the handler refused:
+/// dead-lettered at once as `handler_refused`, with the handler's error.
+fn refused(refusal: Refusal) -> Step {
+    match refusal.rejection {
+        Rejection::HandlerRefused => Step::Done(
+            Outcome::DeadLettered(Rejection::HandlerRefused),
+            Some(refusal.error),
+        ),
+        _ => Step::Requeue {
+            reason: RetryReason::Refused,
+            error: refusal.error,
+        },
     }
 }
