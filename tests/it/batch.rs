@@ -108,10 +108,47 @@ async fn run_stream_with(
     batch_max: Option<u16>,
     msgs: &[Msg],
 ) -> (BTreeMap<&'static str, usize>, State) {
+    let (counts, state, _) = run_stream_handled(shards, prefetch, batch_max, false, msgs).await;
+    (counts, state)
+}
+
+/// The calls of the test handler `panggil` per entity, in its apply
+/// order: (message id, versi, previous_versi).
+type Calls = BTreeMap<String, Vec<(String, i64, Option<i64>)>>;
+
+/// A `HANDLER_FUNCTION` recording every call in `panggilan`.
+const RECORDING_HANDLER: &str = "
+CREATE TABLE panggilan (n BIGSERIAL PRIMARY KEY, message_id TEXT, pesanan_id TEXT,
+                        versi BIGINT, previous_versi BIGINT, status TEXT);
+CREATE FUNCTION panggil(event jsonb) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO panggilan (message_id, pesanan_id, versi, previous_versi, status)
+    SELECT event->>'message_id', event->>'id', (event->>'versi')::bigint,
+           (event->>'previous_versi')::bigint, event->>'status'
+    -- the state this version wrote is what the handler sees
+    FROM pesanan p WHERE p.id = event->>'id' AND p.versi = (event->>'versi')::bigint
+$$;";
+
+/// [`run_stream_with`], with the recording handler when `handled`; also
+/// returns its calls.
+async fn run_stream_handled(
+    shards: u16,
+    prefetch: u16,
+    batch_max: Option<u16>,
+    handled: bool,
+    msgs: &[Msg],
+) -> (BTreeMap<&'static str, usize>, State, Calls) {
     let env = TestEnv::new(&format!("diff_p{prefetch}")).await;
     let mut settings = env.settings(shards);
     settings.prefetch = prefetch;
     settings.batch_max = batch_max;
+    if handled {
+        let db = env.db().await;
+        sqlx::raw_sql(RECORDING_HANDLER)
+            .execute(&db)
+            .await
+            .expect("handler");
+        settings.handler_function = Some("panggil".to_owned());
+    }
     let (hooks, counts) = counting_hooks();
     // Queue everything first, so batches really form.
     let conn = urutan::broker::connect(&settings.amqp_url, "t")
@@ -139,7 +176,22 @@ async fn run_stream_with(
     let db = env.db().await;
     let state = state(&db).await;
     let counts = counts.lock().map(|c| c.clone()).unwrap_or_default();
-    (counts, state)
+    let mut calls = Calls::new();
+    if handled {
+        let rows: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT pesanan_id, message_id, versi, previous_versi FROM panggilan ORDER BY n",
+        )
+        .fetch_all(&db)
+        .await
+        .expect("calls");
+        for (order, message_id, versi, previous) in rows {
+            calls
+                .entry(order)
+                .or_default()
+                .push((message_id, versi, previous));
+        }
+    }
+    (counts, state, calls)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,6 +216,26 @@ async fn pipelined_strict_mode_gives_the_same_outcomes_state_and_history_as_stri
     assert!(strict_counts.get("duplicate").copied().unwrap_or(0) > 0);
     assert!(strict_counts.get("stale").copied().unwrap_or(0) > 0);
     assert_eq!(strict_state, piped_state, "pesanan and pesanan_riwayat");
+}
+
+/// With a `HANDLER_FUNCTION`: strict, pipelined strict and batch mode give
+/// the same outcomes, state and history, and the same handler calls (one
+/// per applied version, in each order's apply order, each seeing the state
+/// its version wrote).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_handler_every_mode_makes_the_same_calls() {
+    let msgs = stream(13, 30, 1000, false);
+    let strict = run_stream_handled(4, 1, None, true, &msgs).await;
+    let piped = run_stream_handled(4, 2, Some(1), true, &msgs).await;
+    let batch = run_stream_handled(4, 64, None, true, &msgs).await;
+    let applied = strict.1.1.len();
+    let calls: usize = strict.2.values().map(Vec::len).sum();
+    assert_eq!(calls, applied, "one call per applied version");
+    for (mode, other) in [("pipelined strict", &piped), ("batch", &batch)] {
+        assert_eq!(strict.0, other.0, "{mode}: outcome counts");
+        assert_eq!(strict.1, other.1, "{mode}: pesanan and pesanan_riwayat");
+        assert_eq!(strict.2, other.2, "{mode}: the handler's calls");
+    }
 }
 
 fn event(m: &Msg) -> Event {
