@@ -13,7 +13,7 @@
 -- such function raises undefined_function (42883): the worker holds the
 -- message and retries (a dropped handler is an operator's mistake, never a
 -- reason to dead-letter events).
-CREATE FUNCTION urutan_penangan() RETURNS regprocedure
+CREATE OR REPLACE FUNCTION urutan_penangan() RETURNS regprocedure
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_nama TEXT := nullif(current_setting('urutan.handler', true), '');
@@ -38,7 +38,7 @@ $$;
 -- trouble (classes 53, 57, 58, XX) pass as they are; any other error is its
 -- refusal, raised as URREF with the original SQLSTATE and message, so the
 -- worker can tell it from a refusal of urutan's own writes.
-CREATE FUNCTION urutan_panggil_penangan(p_penangan regprocedure, p_pesan JSONB, p_shard INT,
+CREATE OR REPLACE FUNCTION urutan_panggil_penangan(p_penangan regprocedure, p_pesan JSONB, p_shard INT,
                                         p_versi_lama BIGINT)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE

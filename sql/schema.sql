@@ -19,6 +19,30 @@ SET client_min_messages = warning;
 SET row_security = off;
 
 --
+-- Name: urutan_alasan_ulang(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_alasan_ulang(p_state text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE p_state
+        WHEN 'URTRY' THEN 'handler_retry'
+        WHEN '40001' THEN 'serialization'
+        WHEN '40P01' THEN 'deadlock'
+        WHEN '55P03' THEN 'lock_timeout'
+        WHEN '57014' THEN 'statement_timeout'
+    END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_alasan_ulang(p_state text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_alasan_ulang(p_state text) IS 'The retry reason of an SQLSTATE that sets one message aside (handler_retry, serialization, deadlock, lock_timeout, statement_timeout); NULL for any other.';
+
+
+--
 -- Name: urutan_dikembalikan_mati(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -306,6 +330,25 @@ COMMENT ON FUNCTION public.urutan_epoch_selesai() IS 'The highest epoch every ac
 
 
 --
+-- Name: urutan_jeda(integer, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_jeda(p_percobaan integer, p_min double precision, p_max double precision) RETURNS interval
+    LANGUAGE sql
+    AS $$
+    SELECT make_interval(secs => greatest(p_min, least(p_max,
+        least(p_max, p_min * 2 ^ least(greatest(p_percobaan - 1, 0), 40)) * (0.75 + random() * 0.5))))
+$$;
+
+
+--
+-- Name: FUNCTION urutan_jeda(p_percobaan integer, p_min double precision, p_max double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_jeda(p_percobaan integer, p_min double precision, p_max double precision) IS 'The wait (jeda) before the next attempt of a set-aside message: RETRY_BACKOFF_MIN x 2^(attempts - 1), capped at RETRY_BACKOFF_MAX, jittered.';
+
+
+--
 -- Name: urutan_jendela_terbuka(bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -329,6 +372,26 @@ COMMENT ON FUNCTION public.urutan_jendela_terbuka(p_posisi bigint) IS 'Is a ring
 --
 
 CREATE FUNCTION public.urutan_lepas(p_shard integer, p_batas integer) RETURNS TABLE(message_id text, hasil text, tunggu double precision, pertama boolean)
+    LANGUAGE sql
+    AS $$
+    SELECT l.message_id, l.hasil, l.tunggu, l.pertama
+    FROM urutan_lepas(p_shard, p_batas, 1, 300, 1000000, true) l
+    WHERE l.hasil IN ('applied', 'stale')
+$$;
+
+
+--
+-- Name: FUNCTION urutan_lepas(p_shard integer, p_batas integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer) IS 'The release of the previous version''s workers (rolling upgrades): applied and stale ones only.';
+
+
+--
+-- Name: urutan_lepas(integer, integer, double precision, double precision, integer, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean) RETURNS TABLE(message_id text, hasil text, tunggu double precision, pertama boolean, alasan text, galat text, pesan jsonb)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -336,6 +399,9 @@ DECLARE
     v_bebas   BOOLEAN;  -- no window open: an epoch every shard passed is enough
     v_versi   BIGINT;
     v_id      TEXT;
+    v_event   JSONB;
+    v_state   TEXT;
+    v_teks    TEXT;
     r RECORD;
 BEGIN
     IF v_selesai IS NULL THEN
@@ -350,6 +416,9 @@ BEGIN
           AND ((v_bebas AND u.epoch <= v_selesai
                 AND NOT urutan_menunggu_kembali(u.pesanan_id, u.versi, p.versi))
                OR u.versi <= coalesce(p.versi, 0) + 1)
+          AND NOT EXISTS (SELECT 1 FROM urutan_tahan t WHERE t.pesanan_id = u.pesanan_id)
+          AND NOT EXISTS (SELECT 1 FROM urutan_parkir w
+                          WHERE w.pesanan_id = u.pesanan_id AND w.jatuh_tempo > now())
         ORDER BY u.pesanan_id LIMIT p_batas
     LOOP
         PERFORM pg_advisory_xact_lock(hashtextextended(v_id, 7261));
@@ -360,18 +429,52 @@ BEGIN
             EXIT WHEN r.versi > coalesce(v_versi, 0) + 1
                       AND NOT (v_bebas AND r.epoch <= v_selesai
                                AND NOT urutan_menunggu_kembali(v_id, r.versi, v_versi));
+            EXIT WHEN r.jatuh_tempo > now();
             message_id := r.message_id;
-            hasil := urutan_tulis(
-                coalesce(r.pesan,
-                         jsonb_build_object('message_id', r.message_id, 'id', r.pesanan_id,
-                                            'status', r.status, 'versi', r.versi)
-                         || CASE WHEN r.data IS NULL THEN '{}'::jsonb
-                                 ELSE jsonb_build_object('data', r.data) END),
-                r.shard, r.epoch);
+            tunggu := extract(epoch FROM now() - r.diparkir_pada);
+            v_event := coalesce(r.pesan,
+                                jsonb_build_object('message_id', r.message_id, 'id', r.pesanan_id,
+                                                   'status', r.status, 'versi', r.versi)
+                                || CASE WHEN r.data IS NULL THEN '{}'::jsonb
+                                        ELSE jsonb_build_object('data', r.data) END);
+            alasan := NULL;
+            galat := NULL;
+            pesan := NULL;
+            BEGIN
+                hasil := urutan_tulis(v_event, r.shard, r.epoch);
+            EXCEPTION WHEN OTHERS THEN
+                GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_teks = MESSAGE_TEXT;
+                IF urutan_alasan_ulang(v_state) IS NULL
+                   AND v_state <> 'URREF' AND left(v_state, 2) NOT IN ('22', '23', '54') THEN
+                    RAISE;
+                END IF;
+                galat := CASE WHEN v_state = 'URREF' THEN v_teks
+                              ELSE format('SQLSTATE %s: %s', v_state, v_teks) END;
+                alasan := urutan_alasan_ulang(v_state);
+                IF alasan IS NOT NULL AND r.percobaan + 1 < p_maks THEN
+                    UPDATE urutan_parkir u
+                    SET percobaan = r.percobaan + 1, galat = urutan_lepas.galat,
+                        jatuh_tempo = now() + urutan_jeda(r.percobaan + 1, p_min, p_max)
+                    WHERE u.seq = r.seq;
+                    hasil := 'retry';
+                ELSE
+                    alasan := CASE WHEN alasan IS NOT NULL THEN 'retries_exhausted'
+                                   WHEN v_state = 'URREF' THEN 'handler_refused'
+                                   ELSE 'database_refused' END;
+                    DELETE FROM urutan_parkir u WHERE u.seq = r.seq;
+                    DELETE FROM pesan_diproses d WHERE d.message_id = r.message_id;
+                    IF p_tahan THEN
+                        PERFORM urutan_tahan_tolak(v_id, r.message_id, r.versi, r.shard, galat);
+                    END IF;
+                    hasil := 'refused';
+                    pesan := v_event;
+                END IF;
+                RETURN NEXT;
+                EXIT;
+            END;
             IF hasil = 'applied' THEN
                 v_versi := r.versi;
             END IF;
-            tunggu := extract(epoch FROM now() - r.diparkir_pada);
             DELETE FROM urutan_parkir u WHERE u.seq = r.seq;
             RETURN NEXT;
             pertama := false;
@@ -382,10 +485,43 @@ $$;
 
 
 --
--- Name: FUNCTION urutan_lepas(p_shard integer, p_batas integer); Type: COMMENT; Schema: public; Owner: -
+-- Name: FUNCTION urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer) IS 'Releases (lepas) the parked messages of shard p_shard that may go now, for at most p_batas orders, in version then arrival order; returns each one''s outcome, wait and whether it was the first of its order.';
+COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean) IS 'Releases (lepas) the parked and due set-aside messages of a shard, each version in a subtransaction: applied, stale, retry (set aside again) or refused (out of the sequence; the order held if p_tahan).';
+
+
+--
+-- Name: urutan_lepaskan(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_lepaskan(p_id text) RETURNS TABLE(alasan text, message_id text, versi bigint, menunggu bigint)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    t RECORD;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_id, 7261));
+    DELETE FROM urutan_tahan h WHERE h.pesanan_id = p_id RETURNING h.* INTO t;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO urutan_lewati (pesanan_id, versi, message_id, alasan, galat, ditahan_sejak)
+    VALUES (p_id, t.versi, t.message_id, t.alasan, t.galat, t.sejak);
+    alasan := t.alasan;
+    message_id := t.message_id;
+    versi := t.versi;
+    menunggu := (SELECT count(*) FROM urutan_parkir u WHERE u.pesanan_id = p_id);
+    RETURN NEXT;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_lepaskan(p_id text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_lepaskan(p_id text) IS 'Ends the hold of an order without its holding version (lepaskan: let go; `urutan hold release`), recording the skip; its waiting versions are then released by their shard.';
 
 
 --
@@ -502,6 +638,42 @@ COMMENT ON FUNCTION public.urutan_penangan() IS 'The handler (penangan) named in
 
 
 --
+-- Name: urutan_sisihkan(jsonb, integer, text, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_sisihkan(p_pesan jsonb, p_shard integer, p_galat text, p_min double precision, p_max double precision) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_message_id TEXT := p_pesan->>'message_id';
+    v_id         TEXT := p_pesan->>'id';
+    v_posisi     BIGINT;
+BEGIN
+    DELETE FROM urutan_dikembalikan WHERE message_id = v_message_id AND pesanan_id = v_id;
+    INSERT INTO pesan_diproses (message_id, pesanan_id) VALUES (v_message_id, v_id)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN urutan_sudah_diproses(v_message_id, v_id);
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended(v_id, 7261));
+    SELECT epoch INTO v_posisi FROM urutan_shard WHERE shard = p_shard;
+    INSERT INTO urutan_parkir (pesanan_id, message_id, status, versi, data, shard, epoch, pesan,
+                               percobaan, jatuh_tempo, galat)
+    VALUES (v_id, v_message_id, p_pesan->>'status', (p_pesan->>'versi')::bigint, p_pesan->'data',
+            p_shard, coalesce(v_posisi, 0), p_pesan, 1, now() + urutan_jeda(1, p_min, p_max), p_galat);
+    RETURN 'set_aside';
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_sisihkan(p_pesan jsonb, p_shard integer, p_galat text, p_min double precision, p_max double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_sisihkan(p_pesan jsonb, p_shard integer, p_galat text, p_min double precision, p_max double precision) IS 'Sets a message aside (sisihkan) after a transient failure of its own transaction: claimed and parked with a due time; its order''s later versions wait behind it.';
+
+
+--
 -- Name: urutan_sudah_diproses(text, text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -523,6 +695,32 @@ COMMENT ON FUNCTION public.urutan_sudah_diproses(p_message_id text, p_id text) I
 
 
 --
+-- Name: urutan_tahan_tolak(text, text, bigint, integer, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_tahan_tolak(p_id text, p_message_id text, p_versi bigint, p_shard integer, p_galat text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_versi <= coalesce((SELECT versi FROM pesanan WHERE id = p_id), 0) THEN
+        RETURN false;
+    END IF;
+    INSERT INTO urutan_tahan (pesanan_id, alasan, message_id, versi, shard, galat)
+    VALUES (p_id, 'refused', p_message_id, p_versi, p_shard, p_galat)
+    ON CONFLICT (pesanan_id) DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_tahan_tolak(p_id text, p_message_id text, p_versi bigint, p_shard integer, p_galat text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_tahan_tolak(p_id text, p_message_id text, p_versi bigint, p_shard integer, p_galat text) IS 'Holds an order after its version p_versi was refused (tolak: refuse), unless that version is no longer ahead of the stored one; true if a new hold was made.';
+
+
+--
 -- Name: urutan_terapkan(jsonb, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -536,6 +734,9 @@ DECLARE
     v_posisi BIGINT;  -- epochs this shard has passed: the message's epoch
     v_epoch  BIGINT;  -- epoch of the entity's last applied message (NULL: never seen)
     v_versi  BIGINT;  -- the entity's stored version (NULL: never seen)
+    v_tahan  TEXT;    -- the message holding the order
+    v_ditahan BOOLEAN := false;
+    v_hasil  TEXT;
 BEGIN
     -- Back after a return (whatever this delivery's outcome).
     DELETE FROM urutan_dikembalikan WHERE message_id = v_message_id AND pesanan_id = v_id;
@@ -549,20 +750,27 @@ BEGIN
     SELECT epoch INTO v_posisi FROM urutan_shard WHERE shard = p_shard;
     v_posisi := coalesce(v_posisi, 0);
     SELECT epoch, versi INTO v_epoch, v_versi FROM pesanan WHERE id = v_id;
-    -- The next version (or an old one) never waits: nothing it could
-    -- overtake exists.
-    IF v_versi_baru > coalesce(v_versi, 0) + 1 AND (
+    SELECT t.message_id, true INTO v_tahan, v_ditahan FROM urutan_tahan t WHERE t.pesanan_id = v_id;
+    v_ditahan := coalesce(v_ditahan, false);
+    IF (v_ditahan AND v_tahan IS DISTINCT FROM v_message_id
+        AND v_versi_baru > coalesce(v_versi, 0))
+       OR (NOT (v_ditahan AND v_tahan = v_message_id)
+           AND v_versi_baru > coalesce(v_versi, 0) + 1 AND (
            EXISTS (SELECT 1 FROM urutan_parkir WHERE pesanan_id = v_id AND epoch <= v_posisi)
            OR urutan_jendela_terbuka(v_posisi)
            OR (v_epoch IS DISTINCT FROM v_posisi
                AND v_posisi > coalesce(urutan_epoch_selesai(), v_posisi))
-           OR urutan_menunggu_kembali(v_id, v_versi_baru, v_versi)) THEN
+           OR urutan_menunggu_kembali(v_id, v_versi_baru, v_versi))) THEN
         INSERT INTO urutan_parkir (pesanan_id, message_id, status, versi, data, shard, epoch, pesan)
         VALUES (v_id, v_message_id, p_pesan->>'status', v_versi_baru, p_pesan->'data',
                 p_shard, v_posisi, p_pesan);
         RETURN 'parked';
     END IF;
-    RETURN urutan_tulis(p_pesan, p_shard, v_posisi);
+    v_hasil := urutan_tulis(p_pesan, p_shard, v_posisi);
+    IF v_ditahan AND v_tahan = v_message_id THEN
+        DELETE FROM urutan_tahan WHERE pesanan_id = v_id;
+    END IF;
+    RETURN v_hasil;
 END
 $$;
 
@@ -571,7 +779,7 @@ $$;
 -- Name: FUNCTION urutan_terapkan(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_terapkan(p_pesan jsonb, p_shard integer) IS 'Applies one delivery in one transaction: dedup claim (per order), then the versioned write, or parking while an older message of the order may still be queued elsewhere. The event is one jsonb object {message_id, id, status, versi, data?}. Returns applied, stale, duplicate, message_id_reused or parked.';
+COMMENT ON FUNCTION public.urutan_terapkan(p_pesan jsonb, p_shard integer) IS 'Applies one message (terapkan: apply) in one transaction: dedup claim per order, then parking (a held order, or older versions that may still come), else the versioned write; the message holding its order goes through and ends the hold.';
 
 
 --
@@ -609,7 +817,8 @@ BEGIN
     IF coalesce(current_setting('urutan.handler', true), '') <> ''
        OR (urutan_efek_aktif()
            AND (SELECT count(DISTINCT id) < count(id) FROM unnest(v_ids) id))
-       OR EXISTS (SELECT 1 FROM urutan_dikembalikan WHERE pesanan_id = ANY (v_ids)) THEN
+       OR EXISTS (SELECT 1 FROM urutan_dikembalikan WHERE pesanan_id = ANY (v_ids))
+       OR EXISTS (SELECT 1 FROM urutan_tahan WHERE pesanan_id = ANY (v_ids)) THEN
         RETURN urutan_terapkan_batch_urut(p_pesan, p_shard);
     END IF;
     RETURN urutan_terapkan_batch_himpun(p_pesan, p_shard);
@@ -621,7 +830,7 @@ $$;
 -- Name: FUNCTION urutan_terapkan_batch(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_terapkan_batch(p_pesan jsonb, p_shard integer) IS 'Applies one shard''s batch in arrival order with the outcomes each message would have alone: set-based, or message by message when a handler is set, effects need each version''s state, or an order has a returned message.';
+COMMENT ON FUNCTION public.urutan_terapkan_batch(p_pesan jsonb, p_shard integer) IS 'Applies one shard''s batch in arrival order with the outcomes each message would have alone: set-based, or message by message when a handler is set, effects need each version''s state, an order has a returned message or is held.';
 
 
 --
@@ -1387,6 +1596,48 @@ ALTER SEQUENCE public.urutan_jendela_jendela_seq OWNED BY public.urutan_jendela.
 
 
 --
+-- Name: urutan_lewati; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.urutan_lewati (
+    seq bigint NOT NULL,
+    pesanan_id text NOT NULL,
+    versi bigint,
+    message_id text,
+    alasan text NOT NULL,
+    galat text,
+    ditahan_sejak timestamp with time zone NOT NULL,
+    dilewati_pada timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: TABLE urutan_lewati; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_lewati IS 'Skips (lewati: skip): each hold an operator released without its version (`urutan hold release`), for `urutan explain`.';
+
+
+--
+-- Name: urutan_lewati_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.urutan_lewati_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: urutan_lewati_seq_seq; Type: SEQUENCE OWNED BY; Schema: public; Owner: -
+--
+
+ALTER SEQUENCE public.urutan_lewati_seq_seq OWNED BY public.urutan_lewati.seq;
+
+
+--
 -- Name: urutan_parkir; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1400,7 +1651,10 @@ CREATE TABLE public.urutan_parkir (
     shard integer NOT NULL,
     epoch bigint NOT NULL,
     diparkir_pada timestamp with time zone DEFAULT now() NOT NULL,
-    pesan jsonb
+    pesan jsonb,
+    percobaan integer DEFAULT 0 NOT NULL,
+    jatuh_tempo timestamp with time zone,
+    galat text
 );
 
 
@@ -1423,6 +1677,27 @@ COMMENT ON COLUMN public.urutan_parkir.epoch IS 'The position (epochs passed by 
 --
 
 COMMENT ON COLUMN public.urutan_parkir.pesan IS 'The event as received (the jsonb urutan_terapkan was given): what urutan_lepas applies. The other columns are what the release and the operators query.';
+
+
+--
+-- Name: COLUMN urutan_parkir.percobaan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_parkir.percobaan IS 'Attempts (percobaan) of a message set aside after a transient failure; 0 for a message parked behind others.';
+
+
+--
+-- Name: COLUMN urutan_parkir.jatuh_tempo; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_parkir.jatuh_tempo IS 'When a set-aside message is tried again (jatuh tempo: due); NULL for a message parked behind others.';
+
+
+--
+-- Name: COLUMN urutan_parkir.galat; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_parkir.galat IS 'The last error (galat) of a set-aside message.';
 
 
 --
@@ -1552,6 +1827,29 @@ COMMENT ON COLUMN public.urutan_shard.aktif IS 'False once a shrink removed the 
 
 
 --
+-- Name: urutan_tahan; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.urutan_tahan (
+    pesanan_id text NOT NULL,
+    alasan text NOT NULL,
+    message_id text,
+    versi bigint,
+    shard integer,
+    sejak timestamp with time zone DEFAULT now() NOT NULL,
+    galat text,
+    CONSTRAINT urutan_tahan_alasan_check CHECK ((alasan = ANY (ARRAY['refused'::text, 'gap'::text, 'effect'::text])))
+);
+
+
+--
+-- Name: TABLE urutan_tahan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_tahan IS 'Held orders (tahan: hold): why (refused, gap, effect), the message and version holding it, since when. Later versions wait in urutan_parkir until the holding message is replayed and applied, or `urutan hold release` ends the hold.';
+
+
+--
 -- Name: outbox id; Type: DEFAULT; Schema: public; Owner: -
 --
 
@@ -1598,6 +1896,13 @@ ALTER TABLE ONLY public.urutan_epoch ALTER COLUMN epoch SET DEFAULT nextval('pub
 --
 
 ALTER TABLE ONLY public.urutan_jendela ALTER COLUMN jendela SET DEFAULT nextval('public.urutan_jendela_jendela_seq'::regclass);
+
+
+--
+-- Name: urutan_lewati seq; Type: DEFAULT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_lewati ALTER COLUMN seq SET DEFAULT nextval('public.urutan_lewati_seq_seq'::regclass);
 
 
 --
@@ -1743,6 +2048,14 @@ ALTER TABLE ONLY public.urutan_jendela
 
 
 --
+-- Name: urutan_lewati urutan_lewati_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_lewati
+    ADD CONSTRAINT urutan_lewati_pkey PRIMARY KEY (seq);
+
+
+--
 -- Name: urutan_parkir urutan_parkir_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1772,6 +2085,14 @@ ALTER TABLE ONLY public.urutan_ring
 
 ALTER TABLE ONLY public.urutan_shard
     ADD CONSTRAINT urutan_shard_pkey PRIMARY KEY (shard);
+
+
+--
+-- Name: urutan_tahan urutan_tahan_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_tahan
+    ADD CONSTRAINT urutan_tahan_pkey PRIMARY KEY (pesanan_id);
 
 
 --
@@ -1884,6 +2205,20 @@ CREATE INDEX urutan_efek_selesai_idx ON public.urutan_efek USING btree (selesai_
 --
 
 CREATE INDEX urutan_jendela_terbuka_idx ON public.urutan_jendela USING btree (epoch) WHERE (ditutup_pada IS NULL);
+
+
+--
+-- Name: urutan_lewati_pesanan; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_lewati_pesanan ON public.urutan_lewati USING btree (pesanan_id);
+
+
+--
+-- Name: urutan_parkir_jatuh_tempo; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_parkir_jatuh_tempo ON public.urutan_parkir USING btree (pesanan_id) WHERE (jatuh_tempo IS NOT NULL);
 
 
 --

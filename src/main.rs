@@ -55,6 +55,11 @@ enum Command {
         #[command(subcommand)]
         command: urutan_ops::dlq::DlqCommand,
     },
+    /// Orders on hold after a refused version: list them, or resume one without it.
+    Hold {
+        #[command(subcommand)]
+        command: urutan_ops::hold::HoldCommand,
+    },
     /// Is the pool healthy? Ring, windows, shards, dead letters, outbox, relay; a check by exit code.
     #[command(after_help = urutan_ops::status::HELP)]
     Status {
@@ -78,9 +83,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Status { .. } | Command::Explain { .. } | Command::Dlq { .. } => {
-            telemetry::init_for_reports(cli.settings.log_format)
-        }
+        Command::Status { .. }
+        | Command::Explain { .. }
+        | Command::Dlq { .. }
+        | Command::Hold { .. } => telemetry::init_for_reports(cli.settings.log_format),
         _ => telemetry::init(cli.settings.log_format),
     }
     let runtime = match tokio::runtime::Runtime::new() {
@@ -118,6 +124,7 @@ async fn execute(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Dlq { command } => urutan_ops::dlq::run(settings, command).await,
+        Command::Hold { command } => urutan_ops::hold::run(&settings, command).await,
         Command::Status { options } => Ok(urutan_ops::status(&settings, &options).await?),
         Command::Explain { options } => {
             Ok(urutan_ops::explain(&settings, &options.order_id).await?)

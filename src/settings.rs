@@ -12,8 +12,8 @@ use std::time::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, value_parser};
 use urutan::config::{
-    BrokerUrls, DEFAULT_ENTITY, DEFAULT_SCHEMA, LogFormat, SecretUrl, Settings, TopologyMode,
-    parse_duration, parse_entity, parse_handler, parse_prefix, parse_schema,
+    BrokerUrls, DEFAULT_ENTITY, DEFAULT_SCHEMA, LogFormat, OnRefused, SecretUrl, Settings,
+    TopologyMode, parse_duration, parse_entity, parse_handler, parse_prefix, parse_schema,
 };
 use urutan::effects::EffectsSettings;
 use urutan::outbox::relay::RelaySettings;
@@ -133,6 +133,25 @@ pub struct SettingsArgs {
     #[arg(long, env = "HANDLER_FUNCTION", value_parser = parse_handler)]
     pub handler_function: Option<String>,
 
+    /// Shortest wait before a message set aside after a transient failure
+    /// is tried again (doubling per attempt, jittered).
+    #[arg(long, env = "RETRY_BACKOFF_MIN", default_value = "1s", value_parser = parse_duration)]
+    pub retry_backoff_min: Duration,
+
+    /// Longest wait between two attempts of a message set aside.
+    #[arg(long, env = "RETRY_BACKOFF_MAX", default_value = "5m", value_parser = parse_duration)]
+    pub retry_backoff_max: Duration,
+
+    /// Attempts before a message set aside is refused.
+    #[arg(long, env = "RETRY_MAX_ATTEMPTS", default_value_t = 20,
+          value_parser = value_parser!(u32).range(1..=1_000_000))]
+    pub retry_max_attempts: u32,
+
+    /// `hold`: a refused version holds its order (later versions wait until
+    /// it is replayed or `urutan hold release`); `skip`: they go on.
+    #[arg(long, env = "ON_REFUSED", default_value = "hold", value_parser = one_of::<OnRefused>(OnRefused::VALUES))]
+    pub on_refused: OnRefused,
+
     /// Prefix of every broker object name (`pesanan`, `pesanan-hash`,
     /// `pesanan.shard-000`, ...); default: ENTITY.
     #[arg(long, env = "TOPOLOGY_PREFIX", value_parser = parse_prefix)]
@@ -194,6 +213,10 @@ impl From<SettingsArgs> for Settings {
             log_format: a.log_format,
             topology_prefix: a.topology_prefix.unwrap_or_else(|| a.entity.clone()),
             entity: a.entity,
+            retry_backoff_min: a.retry_backoff_min,
+            retry_backoff_max: a.retry_backoff_max.max(a.retry_backoff_min),
+            retry_max_attempts: a.retry_max_attempts,
+            on_refused: a.on_refused,
             database_schema: a.database_schema,
             handler_function: a.handler_function,
             max_body_bytes: a.max_body_bytes,

@@ -102,7 +102,7 @@ GRANT SELECT, INSERT ON urutan_epoch TO :"worker_role", :"relay_role";
 GRANT USAGE ON SEQUENCE urutan_epoch_epoch_seq TO :"worker_role", :"relay_role";
 GRANT SELECT, INSERT, UPDATE ON urutan_shard TO :"worker_role";
 GRANT SELECT ON urutan_shard TO :"relay_role";
-GRANT SELECT, INSERT, DELETE ON urutan_parkir TO :"worker_role";
+GRANT SELECT, INSERT, UPDATE, DELETE ON urutan_parkir TO :"worker_role";
 GRANT USAGE ON SEQUENCE urutan_parkir_seq_seq TO :"worker_role";
 GRANT SELECT, INSERT, UPDATE ON urutan_ring TO :"worker_role";
 GRANT USAGE ON SEQUENCE urutan_ring_versi_seq TO :"worker_role";
@@ -122,6 +122,10 @@ GRANT SELECT, DELETE ON urutan_ring_berubah TO :"relay_role";
 -- UPDATE: the purge locks the rows it deletes).
 GRANT SELECT, INSERT, UPDATE, DELETE ON urutan_dead_letter TO :"worker_role";
 GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"worker_role";
+
+-- Held orders (a refused version holds its order; its replay ends the
+-- hold). UPDATE on urutan_parkir above: a set-aside message's attempts.
+GRANT SELECT, INSERT, DELETE ON urutan_tahan TO :"worker_role";
 
 -- Messages handed back after a failure, until they are back (recorded
 -- before the requeue, deleted when applied or dead-lettered).
@@ -158,6 +162,11 @@ GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"operator_role";
 -- A dead-letter record ends the wait for a returned message (a trigger
 -- deletes it from urutan_dikembalikan).
 GRANT SELECT, DELETE ON urutan_dikembalikan TO :"operator_role";
+-- `urutan hold list` and `urutan hold release` (the hold ends, recorded as a
+-- skip); `urutan explain` reads what waits.
+GRANT SELECT, DELETE ON urutan_tahan TO :"operator_role";
+GRANT SELECT, INSERT ON urutan_lewati TO :"operator_role";
+GRANT USAGE ON SEQUENCE urutan_lewati_seq_seq TO :"operator_role";
 -- What a replayed message became: applied, stale, duplicate or parked.
 GRANT SELECT ON pesanan, pesan_diproses, pesanan_riwayat, urutan_parkir TO :"operator_role";
 -- Dead-lettered effects: listed and set pending again (`dlq --effects`):

@@ -13,6 +13,7 @@ mod failover;
 mod forged_marker;
 mod handler;
 mod handoff;
+mod holds;
 mod hostile;
 mod interleave;
 mod limits;

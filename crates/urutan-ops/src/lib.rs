@@ -1,6 +1,7 @@
 //! urutan's operator tooling, over the core library (`urutan`):
 //!
 //! - [`dlq`]: `urutan dlq`, dead letters listed, shown, replayed, purged;
+//! - [`hold`]: `urutan hold`, orders on hold listed and released;
 //! - [`verify`]: `urutan verify`, the invariants checked from the database;
 //! - [`terminal`]: producer text made safe to print.
 //!
@@ -21,6 +22,7 @@
 mod clock;
 pub mod dlq;
 pub mod explain;
+pub mod hold;
 pub mod replicas;
 pub mod status;
 mod story;

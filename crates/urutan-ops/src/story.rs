@@ -39,6 +39,7 @@ pub fn lines(x: &Explanation, now: DateTime<Utc>) -> Vec<Line> {
         .map(|a| a.versi)
         .chain(x.parked.iter().map(|p| p.versi))
         .chain(dead.iter().filter_map(|d| d.versi))
+        .chain(x.skips.iter().filter_map(|s| s.versi))
         .chain(outbox.iter().filter_map(|o| o.versi))
         .chain(x.state.iter().map(|s| s.versi))
         .collect();
@@ -89,13 +90,44 @@ fn version(x: &Explanation, stored: i64, v: i64, now: DateTime<Utc>) -> Vec<Line
         });
     }
     for p in &parked {
+        let retrying = x.retrying.iter().find(|r| r.message_id == p.message_id);
+        let (what, note) = match retrying {
+            Some(r) => (
+                "retrying",
+                format!(
+                    "set aside after a transient failure: attempt {}, next try {} (in {}); last \
+                     error: {}",
+                    r.attempts,
+                    when(r.next_try),
+                    age(r.next_try, now),
+                    r.last_error.as_deref().unwrap_or("-")
+                ),
+            ),
+            None if x.hold.is_some() && v > stored => {
+                ("held", "waits: its order is on hold (see above)".to_owned())
+            }
+            None => ("parked", waits(x, stored, v, p.epoch)),
+        };
         told.push(Line {
-            what: "parked",
+            what,
             shard: Some(p.shard),
             epoch: p.epoch.to_string(),
             message_id: p.message_id.clone(),
             at: Some(p.since),
-            note: waits(x, stored, v, p.epoch),
+            note,
+            ..line(v)
+        });
+    }
+    for s in x.skips.iter().filter(|s| s.versi == Some(v)) {
+        told.push(Line {
+            what: "skipped",
+            message_id: s.message_id.clone().unwrap_or_default(),
+            at: Some(s.skipped_at),
+            note: format!(
+                "on hold ({}) since {}, released without it by `urutan hold release`",
+                s.reason,
+                when(s.held_since)
+            ),
             ..line(v)
         });
     }

@@ -242,6 +242,27 @@ impl fmt::Display for Explanation {
                 self.order_id
             )?,
         }
+        if let Some(h) = &self.hold {
+            let by = match (&h.message_id, h.versi) {
+                (Some(id), Some(v)) => format!("v{v} (message {})", crate::terminal::Clean(id)),
+                (_, Some(v)) => format!("v{v}"),
+                _ => "-".into(),
+            };
+            writeln!(
+                f,
+                "ON HOLD ({}) since {} ({} ago), held by {by}; {} version(s) wait behind it: \
+                 replay it after the fix (`urutan dlq replay`) or resume without it (`urutan \
+                 hold release {}`)",
+                h.reason,
+                when(h.since),
+                age(now, h.since),
+                h.waiting,
+                self.order_id
+            )?;
+            if let Some(error) = &h.error {
+                writeln!(f, "  refused: {}", crate::terminal::Clean(error))?;
+            }
+        }
         writeln!(f)?;
         writeln!(
             f,

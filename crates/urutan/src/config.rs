@@ -84,6 +84,18 @@ pub struct Settings {
     /// docs/contract.md section 10), as `name` or `schema.name`.
     pub handler_function: Option<String>,
 
+    /// Backoff of a message set aside after a transient failure of its own
+    /// transaction (`RETRY_BACKOFF_MIN` × 2^attempt, capped at
+    /// `RETRY_BACKOFF_MAX`, jittered).
+    pub retry_backoff_min: Duration,
+    pub retry_backoff_max: Duration,
+
+    /// Attempts before a message set aside is refused (`RETRY_MAX_ATTEMPTS`).
+    pub retry_max_attempts: u32,
+
+    /// What a refused version does to its order (`ON_REFUSED`).
+    pub on_refused: OnRefused,
+
     /// Prefix of every broker object name (`pesanan`, `pesanan-hash`,
     /// `pesanan.shard-000`, ...); defaults to the entity.
     pub topology_prefix: String,
@@ -141,6 +153,10 @@ impl Default for Settings {
             entity: DEFAULT_ENTITY.to_owned(),
             database_schema: DEFAULT_SCHEMA.to_owned(),
             handler_function: None,
+            retry_backoff_min: Duration::from_secs(1),
+            retry_backoff_max: Duration::from_secs(300),
+            retry_max_attempts: 20,
+            on_refused: OnRefused::Hold,
             topology_prefix: DEFAULT_ENTITY.to_owned(),
             max_body_bytes: 1024 * 1024,
             database_pool_size: None,
@@ -226,6 +242,34 @@ fn with_options(url: &SecretUrl, options: &[(&str, &str)]) -> SecretUrl {
             }
         }
     })
+}
+
+/// What a refused version (the handler refused it, the database refused its
+/// data, its retries ran out, the delivery limit) does to its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnRefused {
+    /// The order is held: its later versions are recorded and wait until
+    /// the refused message is replayed or `urutan hold release` skips it.
+    Hold,
+    /// The order's later versions go on (the refused one is skipped).
+    Skip,
+}
+
+impl OnRefused {
+    /// The setting's values, as written.
+    pub const VALUES: [&str; 2] = ["hold", "skip"];
+}
+
+impl FromStr for OnRefused {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "hold" => Ok(Self::Hold),
+            "skip" => Ok(Self::Skip),
+            _ => Err("use `hold` or `skip`".into()),
+        }
+    }
 }
 
 /// Whether `urutan run` declares the topology or only checks it.

@@ -126,12 +126,14 @@ pub enum Rejection {
     HeadersTooDeep,
     #[error("the handler (HANDLER_FUNCTION) refused this version")]
     HandlerRefused,
+    #[error("set aside after a transient failure, it failed RETRY_MAX_ATTEMPTS times")]
+    RetriesExhausted,
 }
 
 impl Rejection {
     /// Every rejection (a new variant belongs here too): the bounded label
     /// set `urutan_dead_letters_total{reason}` is registered with at startup.
-    pub const ALL: [Rejection; 21] = [
+    pub const ALL: [Rejection; 22] = [
         Rejection::HeadersTooLarge,
         Rejection::MissingMessageId,
         Rejection::InvalidMessageId,
@@ -153,6 +155,7 @@ impl Rejection {
         Rejection::MessageIdReused,
         Rejection::HeadersTooDeep,
         Rejection::HandlerRefused,
+        Rejection::RetriesExhausted,
     ];
 
     /// The `reason` label of `urutan_dead_letters_total`.
@@ -179,6 +182,7 @@ impl Rejection {
             Self::MessageIdReused => "message_id_reused",
             Self::HeadersTooDeep => "headers_too_deep",
             Self::HandlerRefused => "handler_refused",
+            Self::RetriesExhausted => "retries_exhausted",
         }
     }
 }

@@ -29,6 +29,13 @@ pub const RESHARDING: &str = "urutan_resharding";
 pub const RESHARDING_DURATION_SECONDS: &str = "urutan_resharding_duration_seconds";
 pub const OUTBOX_PUBLISH_DURATION_SECONDS: &str = "urutan_outbox_publish_duration_seconds";
 pub const READY: &str = "urutan_ready";
+pub const ORDERS_HELD: &str = "urutan_orders_held";
+pub const HOLDS_TOTAL: &str = "urutan_holds_total";
+pub const ORDERS_RETRYING: &str = "urutan_orders_retrying";
+pub const HOLD_OLDEST_SECONDS: &str = "urutan_hold_oldest_seconds";
+
+/// The `reason` label of `urutan_orders_held` and `urutan_holds_total`.
+pub const HOLD_REASONS: [&str; 3] = ["refused", "gap", "effect"];
 // `urutan effects` (described and registered in `effects::metric`).
 pub const EFFECTS_SENT_TOTAL: &str = "urutan_effects_sent_total";
 pub const EFFECTS_RETRIES_TOTAL: &str = "urutan_effects_retries_total";
@@ -171,6 +178,12 @@ pub fn register_worker() {
     metrics::counter!(EPOCHS_TOTAL).increment(0);
     let _ = metrics::histogram!(HANDOFF_DURATION_SECONDS);
     let _ = metrics::histogram!(RESHARDING_DURATION_SECONDS);
+    for reason in HOLD_REASONS {
+        metrics::counter!(HOLDS_TOTAL, "reason" => reason).increment(0);
+        metrics::gauge!(ORDERS_HELD, "reason" => reason).set(0.0);
+    }
+    metrics::gauge!(ORDERS_RETRYING).set(0.0);
+    metrics::gauge!(HOLD_OLDEST_SECONDS).set(0.0);
 }
 
 /// Registers the series of `urutan relay` at zero (see [`register_worker`]).
@@ -311,6 +324,20 @@ fn describe() {
         "Messages parked until their old shard drains."
     );
     describe_counter!(PARKED_TOTAL, "Messages parked during a resharding.");
+    describe_gauge!(
+        ORDERS_HELD,
+        "Orders on hold, by reason (refused, gap, effect)."
+    );
+    describe_counter!(HOLDS_TOTAL, "Orders put on hold, by reason.");
+    describe_gauge!(
+        ORDERS_RETRYING,
+        "Orders with a message set aside after a transient failure."
+    );
+    describe_gauge!(
+        HOLD_OLDEST_SECONDS,
+        Unit::Seconds,
+        "Age of the oldest hold (0: none)."
+    );
     describe_histogram!(
         HANDOFF_DURATION_SECONDS,
         Unit::Seconds,

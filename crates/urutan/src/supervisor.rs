@@ -114,6 +114,7 @@ impl Supervisor {
             health.clone(),
             background.clone(),
         ));
+        tasks.spawn(store::hold::watch(pool.clone(), background.clone()));
         tasks.spawn(store::run_retention(
             pool.clone(),
             store::Retention::of(&settings),
@@ -346,6 +347,9 @@ fn start_workers(
             shard,
             queue: names.shard_queue(shard),
             entity_header: names.entity_header().to_owned(),
+            entry_exchange: names.entry_exchange(),
+            dead_letter_exchange: names.dead_letter_exchange(),
+            retry: crate::store::hold::RetryPolicy::of(settings),
             prefetch: settings.prefetch,
             batch_size: settings.batch_size(),
             batch_linger: Duration::from_millis(settings.batch_linger_ms),

@@ -63,6 +63,13 @@ pub struct Explanation {
     pub parked: Vec<ParkedVersion>,
     /// Versions handed back to their shard queue after a failure, not back yet.
     pub returned: Vec<ReturnedVersion>,
+    /// Its hold, if it is on hold (a refused version; its later versions wait).
+    pub hold: Option<urutan::store::hold::Hold>,
+    /// Its messages set aside after a transient failure (attempts, last
+    /// error, next try); they are among `parked` too.
+    pub retrying: Vec<urutan::store::hold::Retrying>,
+    /// Holds an operator released without their version.
+    pub skips: Vec<urutan::store::hold::Skip>,
     /// Its dead-letter records. `None`: the dead-letter table does not
     /// exist (not migrated).
     pub dead_letters: Option<Vec<dead_letter::Record>>,
@@ -88,6 +95,9 @@ impl Explanation {
             applied: Vec::new(),
             parked: Vec::new(),
             returned: Vec::new(),
+            hold: None,
+            retrying: Vec::new(),
+            skips: Vec::new(),
             dead_letters: None,
             outbox: Ok(Vec::new()),
             passed_by_all: None,

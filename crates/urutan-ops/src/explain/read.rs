@@ -40,6 +40,12 @@ pub(super) async fn read(db: &PgPool, id: &str) -> Result<Explanation, ReadError
     if tables.dead_letters {
         found.dead_letters = Some(dead_letter::of_order(db, id).await?);
     }
+    // Holds, retries and skips (migration 0020; an older schema has none).
+    if let Ok(holds) = urutan::store::hold::holds(db, Some(id), 1).await {
+        found.hold = holds.into_iter().next();
+        found.retrying = urutan::store::hold::retrying(db, Some(id), 1000).await?;
+        found.skips = urutan::store::hold::skips(db, id).await?;
+    }
     // The outbox has no index on the order id: on a large outbox this scan
     // is what [`crate::STATEMENT_TIMEOUT`] bounds, and a timeout is
     // reported rather than fatal.

@@ -18,7 +18,47 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
     }
     dead_letters(status, &mut found);
     outbox(status, &at, &mut found);
+    orders(status, &at, &mut found);
     found
+}
+
+/// Orders on hold (an operator must replay or release), and orders retrying
+/// a message set aside.
+fn orders(status: &Status, at: &Clock, found: &mut Vec<Attention>) {
+    let Some(o) = &status.orders else {
+        return;
+    };
+    if o.held > 0 {
+        let reasons: Vec<String> = o
+            .held_by_reason
+            .iter()
+            .map(|r| format!("{} {}", r.orders, r.reason))
+            .collect();
+        let oldest = o
+            .oldest_held_since
+            .map(|t| format!(", the oldest for {}", at.age(t)))
+            .unwrap_or_default();
+        found.push(attention(
+            "orders_held",
+            format!(
+                "{} order(s) on hold ({}){oldest}: their later versions wait; replay the refused \
+                 version after the fix (`urutan dlq replay`) or resume the order without it \
+                 (`urutan hold release`); see `urutan hold list`",
+                o.held,
+                reasons.join(", ")
+            ),
+        ));
+    }
+    if o.retrying > 0 {
+        found.push(attention(
+            "orders_retrying",
+            format!(
+                "{} order(s) retrying a message set aside after a transient failure (their later \
+                 versions wait; other orders go on): see `urutan explain ORDER_ID`",
+                o.retrying
+            ),
+        ));
+    }
 }
 
 /// When `urutan status` looked, and how long a wait may last before it is stuck.
@@ -286,7 +326,39 @@ mod tests {
                 unroutable: 0,
                 relay: None,
             }),
+            orders: Some(Orders {
+                held: 0,
+                held_by_reason: Vec::new(),
+                oldest_held_since: None,
+                retrying: 0,
+            }),
         }
+    }
+
+    #[test]
+    fn held_and_retrying_orders_need_attention() {
+        let mut status = healthy();
+        status.orders = Some(Orders {
+            held: 2,
+            held_by_reason: vec![HeldReason {
+                reason: "refused".into(),
+                orders: 2,
+            }],
+            oldest_held_since: Some(minutes_ago(30)),
+            retrying: 1,
+        });
+        assert_eq!(codes(&status), ["orders_held", "orders_retrying"]);
+        let found = assess(&status, now(), Duration::from_secs(300));
+        assert!(
+            found[0].message.contains("2 refused"),
+            "{}",
+            found[0].message
+        );
+        assert!(
+            found[0].message.contains("urutan hold release"),
+            "{}",
+            found[0].message
+        );
     }
 
     fn codes(status: &Status) -> Vec<&'static str> {

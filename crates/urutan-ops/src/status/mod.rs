@@ -95,6 +95,29 @@ pub struct Status {
     pub replicas_unknown: Option<String>,
     pub dead_letters: DeadLetters,
     pub outbox: Option<Outbox>,
+    /// Orders on hold and orders with a message set aside (`None`: unread).
+    pub orders: Option<Orders>,
+}
+
+/// Orders that wait: held after a refused version, or retrying a message
+/// set aside after a transient failure (docs/contract.md section 11).
+#[derive(Debug, Clone, Serialize)]
+pub struct Orders {
+    /// Orders on hold.
+    pub held: i64,
+    /// Per reason (`refused`, `gap`, `effect`).
+    pub held_by_reason: Vec<HeldReason>,
+    /// When the oldest hold began.
+    #[serde(serialize_with = "urutan::rfc3339::option")]
+    pub oldest_held_since: Option<DateTime<Utc>>,
+    /// Orders with a message set aside.
+    pub retrying: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HeldReason {
+    pub reason: String,
+    pub orders: i64,
 }
 
 /// Whether a service answered.
@@ -113,7 +136,7 @@ pub struct Attention {
     /// `no_ring`, `resharding_stuck`, `window_stuck`, `shard_queue_missing`,
     /// `shard_without_consumer`, `epoch_not_passed`, `epoch_unexplained`, `parked_too_long`,
     /// `dead_letter_queue_missing`, `dead_letters`, `outbox_backlog`,
-    /// `outbox_unroutable`.
+    /// `outbox_unroutable`, `orders_held`, `orders_retrying`.
     pub code: &'static str,
     pub message: String,
 }
@@ -222,6 +245,7 @@ pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
             by_reason: Vec::new(),
         },
         outbox: None,
+        orders: None,
     };
     let mut notes = Vec::new();
     let db = match super::open_database(settings, "urutan status").await {
@@ -240,6 +264,7 @@ pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
                 status.database = reach(&settings.database_url.to_string(), Err(e));
             }
         }
+        status.orders = read::orders(db).await.ok();
         db.close().await;
     }
     if !from_db.tables.core && status.database.reachable {

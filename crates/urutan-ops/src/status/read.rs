@@ -148,3 +148,28 @@ pub(super) async fn read_broker(
         dead_letter_queue: dlq,
     })
 }
+
+/// Orders on hold and orders retrying a message set aside, through their
+/// owner, `urutan::store::hold`.
+pub async fn orders(db: &sqlx::PgPool) -> Result<super::Orders, sqlx::Error> {
+    let by_reason = urutan::store::hold::held_by_reason(db).await?;
+    let oldest_age = by_reason
+        .iter()
+        .map(|(_, _, age)| *age)
+        .fold(None, |m: Option<f64>, a| Some(m.map_or(a, |m| m.max(a))));
+    let now = chrono::Utc::now();
+    Ok(super::Orders {
+        held: by_reason.iter().map(|(_, n, _)| n).sum(),
+        held_by_reason: by_reason
+            .iter()
+            .map(|(reason, orders, _)| super::HeldReason {
+                reason: reason.clone(),
+                orders: *orders,
+            })
+            .collect(),
+        oldest_held_since: oldest_age
+            .and_then(|age| chrono::Duration::try_milliseconds((age * 1000.0) as i64))
+            .map(|age| now - age),
+        retrying: urutan::store::hold::retrying_orders(db).await?,
+    })
+}

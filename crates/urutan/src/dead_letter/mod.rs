@@ -197,14 +197,82 @@ fn shard_of(queue: &str) -> Option<i32> {
         .then(|| index.parse().ok())?
 }
 
+/// A version refused after its delivery was acked (set aside, then refused
+/// by its handler or out of attempts): urutan publishes this message to the
+/// dead-letter exchange in its stead, as its producer sent it (message id,
+/// entity header, body), with its record.
+pub struct RefusedLater {
+    pub props: BasicProperties,
+    pub body: Vec<u8>,
+    pub record: NewDeadLetter,
+}
+
+/// The message and record of `event` (the event urutan kept: `message_id`,
+/// `id`, `status`, `versi`, `data`), refused on `shard` for `rejection`.
+/// `entry`: the entry exchange, where a replay goes.
+pub fn refused_later(
+    event: &Value,
+    entity_header: &str,
+    entry: &str,
+    shard: u16,
+    rejection: Rejection,
+    last_error: Option<&str>,
+) -> RefusedLater {
+    let text = |k: &str| event.get(k).and_then(Value::as_str).unwrap_or_default();
+    let mut body = serde_json::Map::new();
+    for key in ["id", "status", "versi", "data"] {
+        if let Some(value) = event.get(key).filter(|v| !v.is_null()) {
+            body.insert(key.to_owned(), value.clone());
+        }
+    }
+    let body = Value::Object(body).to_string().into_bytes();
+    let mut headers = lapin::types::FieldTable::default();
+    headers.insert(
+        entity_header.into(),
+        AMQPValue::LongString(text("id").as_bytes().into()),
+    );
+    let props = BasicProperties::default()
+        .with_message_id(text("message_id").into())
+        .with_delivery_mode(2)
+        .with_content_type("application/json".into())
+        .with_headers(headers);
+    let mut record = from_parts(
+        (&props, &body),
+        (entry, ""),
+        entity_header,
+        rejection.reason(),
+        &rejection.to_string(),
+    );
+    record.routing_key = None;
+    record.subject.shard = i32::from(shard);
+    record.subject.last_error = last_error.map(capped_text);
+    RefusedLater {
+        props,
+        body,
+        record,
+    }
+}
+
 fn from_delivery(
     delivery: &Delivery,
     entity_header: &str,
     reason: &str,
     detail: &str,
 ) -> NewDeadLetter {
-    let props = &delivery.properties;
-    let body = &delivery.data;
+    let route = (delivery.exchange.as_str(), delivery.routing_key.as_str());
+    let message = (&delivery.properties, delivery.data.as_slice());
+    from_parts(message, route, entity_header, reason, detail)
+}
+
+/// The record of a message (`props`, `body`) seen on `route` (exchange,
+/// routing key).
+fn from_parts(
+    (props, body): (&BasicProperties, &[u8]),
+    (exchange, routing_key): (&str, &str),
+    entity_header: &str,
+    reason: &str,
+    detail: &str,
+) -> NewDeadLetter {
     let (body_id, versi) = body_fields(body);
     let header_id = match props
         .headers()
@@ -228,8 +296,8 @@ fn from_delivery(
             last_error: None,
         },
         recorded_by: "worker",
-        exchange: Some(clean(delivery.exchange.as_str())),
-        routing_key: Some(clean(delivery.routing_key.as_str())),
+        exchange: Some(clean(exchange)),
+        routing_key: Some(clean(routing_key)),
         properties: properties_json(props),
         headers: props
             .headers()

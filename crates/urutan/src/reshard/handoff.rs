@@ -52,17 +52,27 @@ use crate::broker::{BrokerError, Names, call};
 
 pub use crate::broker::delivery::MARKER_HEADER;
 
-/// A parked message that became applicable and was applied.
+/// A parked (or set-aside) message that was tried.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Released {
     pub message_id: String,
-    /// `applied` or `stale` (`urutan_lepas`'s `hasil`).
+    /// `applied` or `stale`; with [`release_with`] also `retry` (set aside
+    /// again) or `refused` (out of its order's sequence: dead-letter it)
+    /// (`urutan_lepas`'s `hasil`).
     pub result: String,
     /// Seconds it waited (`tunggu`).
     pub waited_s: f64,
     /// The first released message of its entity in this call: one handoff
     /// (`pertama`).
     pub first_of_order: bool,
+    /// `retry`: the retry reason (`handler_retry`, `lock_timeout`, ...);
+    /// `refused`: the dead-letter reason (`handler_refused`,
+    /// `database_refused`, `retries_exhausted`).
+    pub reason: Option<String>,
+    /// `retry`, `refused`: the error.
+    pub error: Option<String>,
+    /// `refused`: the event, to dead-letter.
+    pub event: Option<sqlx::types::Json<serde_json::Value>>,
 }
 
 /// Why opening an epoch failed (retried by the caller).
@@ -336,7 +346,8 @@ pub async fn release(
     entities: i32,
 ) -> Result<Vec<Released>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT message_id, hasil AS result, tunggu AS waited_s, pertama AS first_of_order
+        "SELECT message_id, hasil AS result, tunggu AS waited_s, pertama AS first_of_order,
+                NULL::text AS reason, NULL::text AS error, NULL::jsonb AS event
          FROM urutan_lepas($1, $2)",
     )
     .bind(i32::from(shard))
@@ -345,12 +356,43 @@ pub async fn release(
     .await
 }
 
-/// Messages parked by `shard`.
+/// [`release`], also of set-aside messages that are due, each version in
+/// a subtransaction of its own: one that fails transiently again is set
+/// aside again (`retry`), one refused (or out of attempts) is returned as
+/// `refused`, its order held if `policy` says so. `conn` is inside the
+/// caller's transaction: the caller dead-letters the refused ones before
+/// it commits.
+pub async fn release_with(
+    conn: &mut sqlx::PgConnection,
+    shard: u16,
+    entities: i32,
+    policy: &crate::store::hold::RetryPolicy,
+) -> Result<Vec<Released>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT message_id, hasil AS result, tunggu AS waited_s, pertama AS first_of_order,
+                alasan AS reason, galat AS error, pesan AS event
+         FROM urutan_lepas($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(i32::from(shard))
+    .bind(entities)
+    .bind(policy.min.as_secs_f64())
+    .bind(policy.max.as_secs_f64())
+    .bind(i32::try_from(policy.max_attempts).unwrap_or(i32::MAX))
+    .bind(policy.hold_refused)
+    .fetch_all(conn)
+    .await
+}
+
+/// Messages parked by `shard` (a held order's do not count: they wait for
+/// an operator, not for the release step).
 pub async fn parked(db: &sqlx::PgPool, shard: u16) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM urutan_parkir WHERE shard = $1")
-        .bind(i32::from(shard))
-        .fetch_one(db)
-        .await
+    sqlx::query_scalar(
+        "SELECT count(*) FROM urutan_parkir u WHERE u.shard = $1
+           AND NOT EXISTS (SELECT 1 FROM urutan_tahan t WHERE t.pesanan_id = u.pesanan_id)",
+    )
+    .bind(i32::from(shard))
+    .fetch_one(db)
+    .await
 }
 
 /// How often a worker with parked messages checks whether they can go.

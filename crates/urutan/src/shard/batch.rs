@@ -93,6 +93,13 @@ impl Context<'_> {
         let span = info_span!("batch", shard = self.worker.shard, size = deliveries.len());
         let _enter = span.enter();
         let prepared: Vec<Checked> = deliveries.iter().map(|d| self.prepare(d)).collect();
+        // A version refused at the delivery limit holds its order before
+        // anything of this batch is applied (its later versions here wait).
+        for (delivery, checked) in deliveries.iter().zip(&prepared) {
+            if let Checked::Dead(Rejection::DeliveryLimit, error) = checked {
+                self.hold_delivery(delivery, error.as_deref()).await?;
+            }
+        }
         let items: Vec<BatchItem<'_>> = prepared
             .iter()
             .filter_map(|p| match p {
@@ -174,13 +181,19 @@ impl Context<'_> {
             items.chunks(self.session.group_limit().max(1)).collect();
         while let Some(group) = groups.pop_front() {
             let splittable = group.len() > 1;
-            let give_up = |e: &StoreError| splittable && lock_table_full(e);
+            // A transient failure of one message's own (the handler asked
+            // to retry, a lock timeout, ...): one by one, so that only that
+            // message is set aside.
+            let give_up = |e: &StoreError| (splittable && lock_table_full(e)) || e.sets_aside();
             let applied = self
                 .held_unless(give_up, || self.session.apply_batch(group))
                 .await;
             match applied {
                 Ok(done) => results.extend(done.into_iter().map(|r| (r, None))),
-                Err(Held::GaveUp) => {
+                Err(Held::GaveUp(e)) if e.sets_aside() => {
+                    results.extend(self.one_by_one(group).await?);
+                }
+                Err(Held::GaveUp(_)) => {
                     let (first, second) = group.split_at(group.len() / 2);
                     warn!(
                         messages = group.len(),
@@ -200,17 +213,43 @@ impl Context<'_> {
         Ok(results)
     }
 
-    /// After the database refused the batch: each item in its own
-    /// transaction, in order; a refused message is dead-lettered alone.
+    /// After the batch failed for one of its messages: each item in its own
+    /// transaction, in order. A message refused is dead-lettered alone (the
+    /// handler's refusal holds its order first, with ON_REFUSED=hold, so
+    /// that its later versions in this batch wait); one that fails
+    /// transiently is set aside.
     async fn one_by_one(&self, items: &[BatchItem<'_>]) -> Result<Vec<ItemResult>, BrokerError> {
-        warn!("the database refused a batch; applying it one message at a time");
+        warn!("a batch failed on one of its messages; applying it one message at a time");
         let mut results = Vec::with_capacity(items.len());
         for item in items {
             let single = std::slice::from_ref(item);
-            let applied = self.held(|| self.session.apply_batch(single)).await?;
-            results.push(match applied {
-                Ok(mut one) => (one.pop().unwrap_or(BatchResult::Marker), None),
-                Err(refusal) => {
+            let give_up = |e: &StoreError| e.sets_aside() && matches!(item, BatchItem::Event(_));
+            let applied = self
+                .held_unless(give_up, || self.session.apply_batch(single))
+                .await;
+            results.push(match (applied, item) {
+                (Ok(mut one), _) => (one.pop().unwrap_or(BatchResult::Marker), None),
+                (Err(Held::Abandon), _) | (Err(Held::GaveUp(_)), BatchItem::Marker(_)) => {
+                    return Err(BrokerError::ChannelLost);
+                }
+                (Err(Held::GaveUp(error)), BatchItem::Event(event)) => {
+                    match self.set_aside(event, &error).await? {
+                        Step::Done(outcome, _) => {
+                            (BatchResult::Event(Applied::Done(outcome)), None)
+                        }
+                        Step::Ack => (BatchResult::Event(Applied::Parked), None),
+                        Step::Requeue { error, .. } => {
+                            let outcome = Outcome::DeadLettered(Rejection::DatabaseRefused);
+                            (BatchResult::Event(Applied::Done(outcome)), Some(error))
+                        }
+                    }
+                }
+                (Err(Held::Refused(refusal)), item) => {
+                    if let (Rejection::HandlerRefused, BatchItem::Event(event)) =
+                        (refusal.rejection, item)
+                    {
+                        self.hold_order(event, Some(&refusal.error)).await?;
+                    }
                     let outcome = Outcome::DeadLettered(refusal.rejection);
                     (
                         BatchResult::Event(Applied::Done(outcome)),

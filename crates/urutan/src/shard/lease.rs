@@ -145,6 +145,29 @@ impl Session {
             .await
     }
 
+    /// [`store::hold::set_aside`] on the kept connection.
+    pub async fn set_aside(
+        &self,
+        event: &Event,
+        error: &str,
+        policy: &store::hold::RetryPolicy,
+    ) -> Result<Applied, StoreError> {
+        self.on_kept(async |conn| {
+            store::hold::set_aside(conn, event, self.shard, error, policy).await
+        })
+        .await
+    }
+
+    /// [`store::hold::hold_refused`] on the kept connection.
+    pub async fn hold_refused(
+        &self,
+        event: &Event,
+        error: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.on_kept(async |conn| store::hold::hold_refused(conn, event, self.shard, error).await)
+            .await
+    }
+
     /// [`store::record_returned`] on the kept connection.
     pub async fn record_returned(&self, event: &Event) -> Result<(), StoreError> {
         self.on_kept(async |conn| store::record_returned(conn, event, self.shard).await)

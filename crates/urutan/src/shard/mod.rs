@@ -64,6 +64,10 @@ use crate::metrics::ShardMetrics;
 use crate::outcome::Settle;
 use crate::reshard::handoff;
 
+/// How often a worker with nothing to release looks again (a hold an
+/// operator ended lets its order's waiting versions go).
+const RECHECK_PARKED: Duration = Duration::from_secs(2);
+
 /// How long a held message may keep retrying after shutdown was requested.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
@@ -78,6 +82,14 @@ pub struct ShardWorker {
     pub queue: String,
     /// The header holding the entity id (`x-<ENTITY>-id`).
     pub entity_header: String,
+    /// The entry exchange (where a replay of a dead letter goes) and the
+    /// dead-letter exchange (where a version refused after its ack is
+    /// published).
+    pub entry_exchange: String,
+    pub dead_letter_exchange: String,
+    /// How a message set aside is tried again, and whether a refused
+    /// version holds its order.
+    pub retry: crate::store::hold::RetryPolicy,
     pub prefetch: u16,
     /// Deliveries per transaction (1: strict mode).
     pub batch_size: u16,
@@ -172,6 +184,10 @@ impl<'w> Context<'w> {
         shutdown: CancellationToken,
     ) -> Result<Self, BrokerError> {
         let ch = call("channel.open", conn.create_channel()).await?;
+        // Confirms: a version refused after its ack is published to the
+        // dead-letter exchange on this channel (deliveries are unaffected).
+        let confirms = ch.confirm_select(lapin::options::ConfirmSelectOptions::default());
+        call("confirm.select", confirms).await?;
         let qos = ch.basic_qos(worker.prefetch, BasicQosOptions::default());
         call("basic.qos", qos).await?;
         let tag = format!("urutan-{}-{}", std::process::id(), worker.queue);
@@ -204,8 +220,12 @@ impl<'w> Context<'w> {
     async fn run(&mut self) -> Result<(), BrokerError> {
         let mut release_tick = tokio::time::interval(handoff::RELEASE_EVERY);
         release_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Parked messages may be left from an earlier life: look once.
+        // Parked messages may be left from an earlier life: look once. And
+        // look again now and then: a hold released by an operator, or by a
+        // replay of its refused version, lets its order's versions go.
         let mut parked = true;
+        let mut recheck = tokio::time::interval(RECHECK_PARKED);
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let due = self.session.due();
             let next = tokio::select! {
@@ -213,6 +233,10 @@ impl<'w> Context<'w> {
                 () = self.shutdown.cancelled() => None,
                 _ = release_tick.tick(), if parked => {
                     parked = self.release_parked().await;
+                    continue;
+                }
+                _ = recheck.tick(), if !parked => {
+                    parked = true;
                     continue;
                 }
                 next = self.consumer.next() => Some(next),

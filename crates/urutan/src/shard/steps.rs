@@ -41,8 +41,9 @@ pub(super) enum Held {
     /// The channel died, or shutdown's grace ran out: the message comes back.
     Abandon,
     /// The caller's `give_up` matched this transient error: the caller has
-    /// a better answer than waiting (e.g. a smaller transaction).
-    GaveUp,
+    /// a better answer than waiting (a smaller transaction, or setting the
+    /// message aside).
+    GaveUp(StoreError),
 }
 
 /// A held database step's answer: `Err` when the channel is lost (the
@@ -89,11 +90,100 @@ impl Context<'_> {
         if let Err(error) = worker.hooks.run_before_apply(&event) {
             return Ok(panicked(error));
         }
-        let step = match self.held(|| self.session.apply(&event)).await? {
+        let applied = self
+            .held_unless(StoreError::sets_aside, || self.session.apply(&event))
+            .await;
+        Ok(match applied {
             Ok(applied) => self.applied(Some(&event), applied, None),
-            Err(error) => refused(error),
-        };
-        Ok(step)
+            Err(Held::Refused(refusal)) => self.refused(&event, refusal).await?,
+            Err(Held::GaveUp(error)) => self.set_aside(&event, &error).await?,
+            Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
+        })
+    }
+
+    /// A version the database or the handler refused. The handler's
+    /// refusal is dead-lettered at once as `handler_refused` (its order
+    /// held first, with ON_REFUSED=hold); a refusal of its data is
+    /// requeued, so that the delivery limit dead-letters it if it keeps
+    /// failing.
+    pub(super) async fn refused(
+        &self,
+        event: &Event,
+        refusal: Refusal,
+    ) -> Result<Step, BrokerError> {
+        if refusal.rejection != Rejection::HandlerRefused {
+            return Ok(requeued(refusal));
+        }
+        self.hold_order(event, Some(&refusal.error)).await?;
+        let outcome = Outcome::DeadLettered(Rejection::HandlerRefused);
+        Ok(Step::Done(outcome, Some(refusal.error)))
+    }
+
+    /// With `ON_REFUSED=hold`, holds `event`'s order because that version is
+    /// refused (before it is dead-lettered): its later versions are
+    /// recorded and wait until it is replayed or `urutan hold release`.
+    pub(super) async fn hold_order(
+        &self,
+        event: &Event,
+        error: Option<&str>,
+    ) -> Result<(), BrokerError> {
+        if !self.worker.retry.hold_refused {
+            return Ok(());
+        }
+        match self
+            .held(|| self.session.hold_refused(event, error))
+            .await?
+        {
+            Ok(true) => {
+                metrics::counter!(m::HOLDS_TOTAL, "reason" => "refused").increment(1);
+                warn!(
+                    versi = event.versi,
+                    "order held: its later versions wait until the refused one is replayed \
+                     (`urutan dlq replay`) or the order released (`urutan hold release`)"
+                );
+            }
+            Ok(false) => {}
+            Err(e) => error!(error = %e, "cannot hold the order of a refused version"),
+        }
+        Ok(())
+    }
+
+    /// [`Self::hold_order`] for a delivery refused at the delivery limit
+    /// (nothing for one that breaks the contract: it is no version).
+    pub(super) async fn hold_delivery(
+        &self,
+        delivery: &Delivery,
+        error: Option<&str>,
+    ) -> Result<(), BrokerError> {
+        let envelope = delivery::envelope(delivery, &self.worker.entity_header);
+        match message::decode(&envelope, self.worker.max_body_bytes) {
+            Ok(event) => self.hold_order(&event, error).await,
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// A transient failure of this message's own transaction (`error`):
+    /// the message is set aside in PostgreSQL with a due time and acked;
+    /// the shard goes on, and its order's later versions wait behind it.
+    pub(super) async fn set_aside(
+        &self,
+        event: &Event,
+        error: &StoreError,
+    ) -> Result<Step, BrokerError> {
+        let reason = error.reason();
+        self.retried(reason);
+        warn!(reason = reason.label(), error = %error, "set aside for a later try; the shard goes on");
+        let text = error.to_string();
+        let policy = &self.worker.retry;
+        Ok(
+            match self
+                .held(|| self.session.set_aside(event, &text, policy))
+                .await?
+            {
+                Ok(applied) => self.applied(Some(event), applied, None),
+                Err(refusal) => requeued(refusal),
+            },
+        )
     }
 
     /// An epoch marker in strict mode: passes it, or dead-letters one for
@@ -116,7 +206,7 @@ impl Context<'_> {
                 warn!(epoch, "a marker for an epoch urutan never recorded");
                 Step::Done(Outcome::DeadLettered(Rejection::ReservedHeader), None)
             }
-            Err(error) => refused(error),
+            Err(refusal) => requeued(refusal),
         })
     }
 
@@ -196,7 +286,7 @@ impl Context<'_> {
         match self.held_unless(|_| false, step).await {
             Ok(value) => Ok(Ok(value)),
             Err(Held::Refused(error)) => Ok(Err(error)),
-            Err(Held::Abandon | Held::GaveUp) => Err(BrokerError::ChannelLost),
+            Err(Held::Abandon | Held::GaveUp(_)) => Err(BrokerError::ChannelLost),
         }
     }
 
@@ -235,7 +325,7 @@ impl Context<'_> {
                         error,
                     }));
                 }
-                Err(e) if give_up(&e) => return Err(Held::GaveUp),
+                Err(e) if give_up(&e) => return Err(Held::GaveUp(e)),
                 Err(e) => e,
             };
             self.retried(error.reason());
@@ -301,6 +391,7 @@ impl Context<'_> {
         let worker = self.worker;
         let returns = delivery::previous_deliveries(delivery) + 1;
         if returns > u64::from(worker.delivery_limit) {
+            self.hold_delivery(delivery, Some(error)).await?;
             let rejection = Rejection::DeliveryLimit;
             let row = dead_letter::rejected(
                 delivery,
@@ -352,13 +443,14 @@ impl Context<'_> {
         Ok(())
     }
 
-    /// Applies this shard's parked messages that may go now. Returns true
-    /// while some remain parked. A database failure only delays it.
+    /// Applies this shard's parked messages that may go now, and tries the
+    /// set-aside ones that are due. Returns true while some remain parked
+    /// (a held order's do not count). A database failure only delays it.
     pub(super) async fn release_parked(&self) -> bool {
         let (pool, shard) = (&self.worker.pool, self.worker.shard);
         // On the pool itself: see the marker step in `pass_marker`.
         self.session.give_back();
-        let released = match handoff::release(pool, shard, RELEASE_BATCH).await {
+        let released = match self.release_in_transaction().await {
             Ok(released) => released,
             Err(e) => {
                 warn!(shard, error = %e, "cannot release parked messages yet");
@@ -367,6 +459,21 @@ impl Context<'_> {
         };
         let handoffs = released.iter().filter(|r| r.first_of_order).count();
         for r in &released {
+            match r.result.as_str() {
+                "retry" => {
+                    let reason = r.reason.as_deref().unwrap_or_default();
+                    let reason = RetryReason::ALL.into_iter().find(|x| x.label() == reason);
+                    self.retried(reason.unwrap_or(RetryReason::Database));
+                    warn!(message_id = ?r.message_id, error = ?r.error, "set aside again after another transient failure");
+                    continue;
+                }
+                "refused" => {
+                    let rejection = refusal_named(r.reason.as_deref());
+                    self.record(Outcome::DeadLettered(rejection), Some(&r.message_id));
+                    continue;
+                }
+                _ => {}
+            }
             // A parked message's id was claimed for its own order when it
             // parked (a reused id is dead-lettered then, never parked), so a
             // release is `applied` or `stale`; it was acked long ago and
@@ -384,6 +491,10 @@ impl Context<'_> {
             }
             metrics::histogram!(m::HANDOFF_DURATION_SECONDS).record(r.waited_s);
         }
+        let released: Vec<_> = released
+            .into_iter()
+            .filter(|r| matches!(r.result.as_str(), "applied" | "stale"))
+            .collect();
         if !released.is_empty() {
             metrics::counter!(m::HANDOFFS_TOTAL).increment(handoffs as u64);
             let messages = released.len();
@@ -405,6 +516,75 @@ impl Context<'_> {
     }
 }
 
+impl Context<'_> {
+    /// One release call in a transaction of its own: the versions refused
+    /// in it (set aside, then refused or out of attempts; acked long ago)
+    /// are published to the dead-letter exchange, confirmed, and recorded
+    /// before it commits. A publish that is not confirmed rolls everything
+    /// back: nothing is lost, the release is tried again.
+    async fn release_in_transaction(&self) -> Result<Vec<handoff::Released>, String> {
+        let worker = self.worker;
+        let mut tx = worker.pool.begin().await.map_err(|e| e.to_string())?;
+        let released = handoff::release_with(&mut tx, worker.shard, RELEASE_BATCH, &worker.retry)
+            .await
+            .map_err(|e| e.to_string())?;
+        for r in released.iter().filter(|r| r.result == "refused") {
+            let event = r.event.as_ref().map(|e| &e.0);
+            let event = event.ok_or("a refused version without its event")?;
+            let rejection = refusal_named(r.reason.as_deref());
+            let later = dead_letter::refused_later(
+                event,
+                &worker.entity_header,
+                &worker.entry_exchange,
+                worker.shard,
+                rejection,
+                r.error.as_deref(),
+            );
+            let publish = self.ch.basic_publish(
+                worker.dead_letter_exchange.as_str().into(),
+                "".into(),
+                lapin::options::BasicPublishOptions::default(),
+                &later.body,
+                later.props.clone(),
+            );
+            let confirm = crate::broker::call("basic.publish", publish)
+                .await
+                .map_err(|e| e.to_string())?;
+            let confirmed = crate::broker::call("publisher confirm", confirm)
+                .await
+                .map_err(|e| e.to_string())?;
+            if !confirmed.is_ack() {
+                return Err(format!(
+                    "the dead-letter exchange did not confirm the refused {} ({confirmed:?})",
+                    r.message_id
+                ));
+            }
+            store::insert_dead_letter(&mut *tx, &later.record)
+                .await
+                .map_err(|e| e.to_string())?;
+            if worker.retry.hold_refused {
+                metrics::counter!(m::HOLDS_TOTAL, "reason" => "refused").increment(1);
+            }
+            warn!(
+                message_id = ?r.message_id,
+                reason = rejection.reason(),
+                error = ?r.error,
+                "a set-aside version is refused: dead-lettered"
+            );
+        }
+        tx.commit().await.map_err(|e| e.to_string())?;
+        Ok(released)
+    }
+}
+
+/// The rejection a release reported (`urutan_lepas`'s `alasan`).
+fn refusal_named(reason: Option<&str>) -> Rejection {
+    let named = Rejection::ALL
+        .into_iter()
+        .find(|r| Some(r.reason()) == reason);
+    named.unwrap_or(Rejection::DatabaseRefused)
+}
+
 /// The handler panicked on this message (`error`: the panic's text):
 /// requeued (strict mode; a batch retries it in place).
 pub(super) fn panicked(error: String) -> Step {
@@ -415,18 +595,11 @@ pub(super) fn panicked(error: String) -> Step {
     }
 }
 
-/// A message the database refused: requeued (the delivery limit
-/// dead-letters it if it keeps failing). One the handler refused:
-/// dead-lettered at once as `handler_refused`, with the handler's error.
-fn refused(refusal: Refusal) -> Step {
-    match refusal.rejection {
-        Rejection::HandlerRefused => Step::Done(
-            Outcome::DeadLettered(Rejection::HandlerRefused),
-            Some(refusal.error),
-        ),
-        _ => Step::Requeue {
-            reason: RetryReason::Refused,
-            error: refusal.error,
-        },
+/// A message refused where no hold applies: requeued (the delivery limit
+/// dead-letters it if it keeps failing).
+fn requeued(refusal: Refusal) -> Step {
+    Step::Requeue {
+        reason: RetryReason::Refused,
+        error: refusal.error,
     }
 }

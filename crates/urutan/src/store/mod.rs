@@ -4,6 +4,7 @@
 
 mod apply;
 pub mod dead_letter;
+pub mod hold;
 mod read;
 mod retention;
 
@@ -42,7 +43,7 @@ pub enum StoreError {
     /// The database is unreachable or briefly unable (connection lost, pool
     /// timeout, serialization failure, deadlock, shutdown): hold the message
     /// and retry with backoff, in order. Never a reason to dead-letter.
-    #[error("database unavailable ({}): {source}", reason.label())]
+    #[error("transient failure ({}): {source}", reason.label())]
     Transient {
         reason: RetryReason,
         #[source]
@@ -62,6 +63,25 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A transient failure of this message's own transaction (the handler
+    /// asked to retry, a serialization failure or deadlock, a lock or
+    /// statement timeout): the message is set aside and the shard goes on
+    /// (docs/contract.md section 11). Any other transient failure is the
+    /// database's: the shard waits.
+    pub fn sets_aside(&self) -> bool {
+        matches!(
+            self,
+            Self::Transient {
+                reason: RetryReason::HandlerRetry
+                    | RetryReason::Serialization
+                    | RetryReason::Deadlock
+                    | RetryReason::LockTimeout
+                    | RetryReason::StatementTimeout,
+                ..
+            }
+        )
+    }
+
     /// The `reason` label of `urutan_retries_total`.
     pub fn reason(&self) -> RetryReason {
         match self {

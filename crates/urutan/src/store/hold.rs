@@ -1,0 +1,253 @@
+//! One failing message set aside, and held orders (docs/contract.md
+//! section 11): the owner of `urutan_tahan` (holds) and `urutan_lewati`
+//! (skips), and of the first set-aside of a message (a parked row with a
+//! due time, `urutan_sisihkan`; its later attempts are made by the shard's
+//! release step, [`crate::reshard::handoff::release`]). The SQL is in
+//! `migrations/20261204000020_set_aside_and_holds.sql`.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{PgExecutor, PgPool};
+
+use super::{Applied, StoreError, parse_result};
+use crate::config::{OnRefused, Settings};
+use crate::message::Event;
+
+/// How a message set aside is tried again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// `RETRY_BACKOFF_MIN`: the wait after the first failure (doubling).
+    pub min: Duration,
+    /// `RETRY_BACKOFF_MAX`: the longest wait.
+    pub max: Duration,
+    /// `RETRY_MAX_ATTEMPTS`: attempts before it is refused.
+    pub max_attempts: u32,
+    /// `ON_REFUSED=hold`: a refused version holds its order.
+    pub hold_refused: bool,
+}
+
+impl RetryPolicy {
+    pub fn of(settings: &Settings) -> Self {
+        Self {
+            min: settings.retry_backoff_min,
+            max: settings.retry_backoff_max,
+            max_attempts: settings.retry_max_attempts,
+            hold_refused: settings.on_refused == OnRefused::Hold,
+        }
+    }
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self::of(&Settings::default())
+    }
+}
+
+/// Sets `event` (received on `shard`) aside after the transient failure
+/// `error` of its own transaction: claimed and parked until due, its
+/// order's later versions waiting behind it. [`Applied::Parked`]; or
+/// `duplicate` / `message_id_reused` if its id was recorded meanwhile.
+pub async fn set_aside<'c, E>(
+    executor: E,
+    event: &Event,
+    shard: u16,
+    error: &str,
+    policy: &RetryPolicy,
+) -> Result<Applied, StoreError>
+where
+    E: PgExecutor<'c>,
+{
+    let result: String = sqlx::query_scalar("SELECT urutan_sisihkan($1, $2, $3, $4, $5)")
+        .bind(Json(event))
+        .bind(i32::from(shard))
+        .bind(error)
+        .bind(policy.min.as_secs_f64())
+        .bind(policy.max.as_secs_f64())
+        .fetch_one(executor)
+        .await?;
+    Ok(match result.as_str() {
+        "set_aside" => Applied::Parked,
+        other => parse_result(other),
+    })
+}
+
+/// Holds `event`'s order because that version was refused (`error`: why),
+/// unless the version is no longer ahead of the stored one. True if a new
+/// hold was made (a hold already there stays as it is).
+pub async fn hold_refused<'c, E>(
+    executor: E,
+    event: &Event,
+    shard: u16,
+    error: Option<&str>,
+) -> Result<bool, StoreError>
+where
+    E: PgExecutor<'c>,
+{
+    let held = sqlx::query_scalar("SELECT urutan_tahan_tolak($1, $2, $3, $4, $5)")
+        .bind(&event.entity_id)
+        .bind(&event.message_id)
+        .bind(event.versi)
+        .bind(i32::from(shard))
+        .bind(error)
+        .fetch_one(executor)
+        .await?;
+    Ok(held)
+}
+
+/// One held order, as `urutan hold list` shows it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Hold {
+    /// The order id.
+    pub order: String,
+    /// `refused`, `gap` or `effect`.
+    pub reason: String,
+    /// The message holding it (the refused one).
+    pub message_id: Option<String>,
+    /// The version holding it.
+    pub versi: Option<i64>,
+    pub shard: Option<i32>,
+    pub since: DateTime<Utc>,
+    /// The refused version's last error.
+    pub error: Option<String>,
+    /// Versions recorded behind it, waiting.
+    pub waiting: i64,
+}
+
+/// Held orders, oldest hold first (at most `limit`), or only `order`'s.
+pub async fn holds(db: &PgPool, order: Option<&str>, limit: i64) -> Result<Vec<Hold>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT t.pesanan_id AS \"order\", t.alasan AS reason, t.message_id, t.versi, t.shard,
+                t.sejak AS since, t.galat AS error,
+                (SELECT count(*) FROM urutan_parkir u WHERE u.pesanan_id = t.pesanan_id) AS waiting
+         FROM urutan_tahan t
+         WHERE $1::text IS NULL OR t.pesanan_id = $1
+         ORDER BY t.sejak, t.pesanan_id LIMIT $2",
+    )
+    .bind(order)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// A hold ended without its version (`urutan hold release`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ReleasedHold {
+    pub reason: String,
+    /// The refused message, skipped.
+    pub message_id: Option<String>,
+    pub versi: Option<i64>,
+    /// Versions that now go on, in order.
+    pub waiting: i64,
+}
+
+/// Ends `order`'s hold without what holds it: recorded as a skip; its
+/// waiting versions are then released in order by their shard's worker.
+/// `None` if the order is not held.
+pub async fn release_hold(db: &PgPool, order: &str) -> Result<Option<ReleasedHold>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT alasan AS reason, message_id, versi, menunggu AS waiting FROM urutan_lepaskan($1)",
+    )
+    .bind(order)
+    .fetch_optional(db)
+    .await
+}
+
+/// Held orders per reason, with the oldest hold's age in seconds.
+pub async fn held_by_reason(db: &PgPool) -> Result<Vec<(String, i64, f64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT alasan, count(*), extract(epoch FROM now() - min(sejak))::float8
+         FROM urutan_tahan GROUP BY alasan ORDER BY alasan",
+    )
+    .fetch_all(db)
+    .await
+}
+
+/// One message set aside after a transient failure, waiting for its next try.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Retrying {
+    pub order: String,
+    pub message_id: String,
+    pub versi: i64,
+    pub shard: i32,
+    pub attempts: i32,
+    pub last_error: Option<String>,
+    pub next_try: DateTime<Utc>,
+}
+
+/// Messages set aside (all orders, or only `order`'s), next try first.
+pub async fn retrying(
+    db: &PgPool,
+    order: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Retrying>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT pesanan_id AS \"order\", message_id, versi, shard, percobaan AS attempts,
+                galat AS last_error, jatuh_tempo AS next_try
+         FROM urutan_parkir
+         WHERE jatuh_tempo IS NOT NULL AND ($1::text IS NULL OR pesanan_id = $1)
+         ORDER BY jatuh_tempo LIMIT $2",
+    )
+    .bind(order)
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Orders with a message set aside.
+pub async fn retrying_orders(db: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(DISTINCT pesanan_id) FROM urutan_parkir WHERE jatuh_tempo IS NOT NULL",
+    )
+    .fetch_one(db)
+    .await
+}
+
+/// One version an operator released its order without (`urutan_lewati`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Skip {
+    pub reason: String,
+    pub message_id: Option<String>,
+    pub versi: Option<i64>,
+    pub error: Option<String>,
+    pub held_since: DateTime<Utc>,
+    pub skipped_at: DateTime<Utc>,
+}
+
+/// `order`'s skips, oldest first.
+pub async fn skips(db: &PgPool, order: &str) -> Result<Vec<Skip>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT alasan AS reason, message_id, versi, galat AS error,
+                ditahan_sejak AS held_since, dilewati_pada AS skipped_at
+         FROM urutan_lewati WHERE pesanan_id = $1 ORDER BY seq",
+    )
+    .bind(order)
+    .fetch_all(db)
+    .await
+}
+
+/// Keeps `urutan_orders_held{reason}`, `urutan_orders_retrying` and
+/// `urutan_hold_oldest_seconds` current (every 5 s) until `stop`.
+pub async fn watch(db: PgPool, stop: tokio_util::sync::CancellationToken) {
+    use crate::metrics as m;
+    loop {
+        if let Ok(held) = held_by_reason(&db).await {
+            let mut oldest: f64 = 0.0;
+            for reason in m::HOLD_REASONS {
+                let found = held.iter().find(|(r, _, _)| r == reason);
+                let count = found.map_or(0, |(_, n, _)| *n);
+                oldest = oldest.max(found.map_or(0.0, |(_, _, age)| *age));
+                metrics::gauge!(m::ORDERS_HELD, "reason" => reason).set(count as f64);
+            }
+            metrics::gauge!(m::HOLD_OLDEST_SECONDS).set(oldest);
+        }
+        if let Ok(retrying) = retrying_orders(&db).await {
+            metrics::gauge!(m::ORDERS_RETRYING).set(retrying as f64);
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
