@@ -457,7 +457,10 @@ impl Context<'_> {
                 return true;
             }
         };
-        let handoffs = released.iter().filter(|r| r.first_of_order).count();
+        let handoffs = released
+            .iter()
+            .filter(|r| r.first_of_order && matches!(r.result.as_str(), "applied" | "stale"))
+            .count();
         for r in &released {
             match r.result.as_str() {
                 "retry" => {
