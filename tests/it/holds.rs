@@ -148,15 +148,20 @@ async fn one_order_asking_to_retry_never_stalls_its_shard() {
             5,
             "F v1 set aside, v2..v5 waiting behind it"
         );
-        let scrape = scrape(&s.pool).await;
-        assert!(
-            metric_sum(
-                &scrape,
-                "urutan_retries_total",
-                &["reason=\"handler_retry\""]
-            ) >= 2.0,
-            "retried, and counted"
-        );
+        // Set aside once, then tried again (each try counted).
+        wait_for(
+            "F retried, and counted",
+            Duration::from_secs(15),
+            || async {
+                let scrape = scrape(&s.pool).await;
+                metric_sum(
+                    &scrape,
+                    "urutan_retries_total",
+                    &["reason=\"handler_retry\""],
+                ) >= 2.0
+            },
+        )
+        .await;
         let status = urutan(&s.env, &[], &["status", "--json"]).await;
         assert!(status.stdout.contains("\"orders_retrying\""), "{status}");
         let explain = urutan(&s.env, &[], &["explain", "F"]).await;
