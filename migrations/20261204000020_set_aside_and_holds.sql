@@ -218,7 +218,10 @@ BEGIN
           AND ((v_bebas AND u.epoch <= v_selesai
                 AND NOT urutan_menunggu_kembali(u.pesanan_id, u.versi, p.versi))
                OR u.versi <= coalesce(p.versi, 0) + 1)
-          AND NOT EXISTS (SELECT 1 FROM urutan_tahan t WHERE t.pesanan_id = u.pesanan_id)
+          -- A held order waits; only the message holding it (replayed, then
+          -- set aside after a transient failure) may be tried.
+          AND NOT EXISTS (SELECT 1 FROM urutan_tahan t WHERE t.pesanan_id = u.pesanan_id
+                                                        AND t.message_id IS DISTINCT FROM u.message_id)
           AND NOT EXISTS (SELECT 1 FROM urutan_parkir w
                           WHERE w.pesanan_id = u.pesanan_id AND w.jatuh_tempo > now())
         ORDER BY u.pesanan_id LIMIT p_batas
@@ -232,6 +235,8 @@ BEGIN
                       AND NOT (v_bebas AND r.epoch <= v_selesai
                                AND NOT urutan_menunggu_kembali(v_id, r.versi, v_versi));
             EXIT WHEN r.jatuh_tempo > now();
+            EXIT WHEN EXISTS (SELECT 1 FROM urutan_tahan t
+                              WHERE t.pesanan_id = v_id AND t.message_id IS DISTINCT FROM r.message_id);
             message_id := r.message_id;
             tunggu := extract(epoch FROM now() - r.diparkir_pada);
             v_event := coalesce(r.pesan,
@@ -277,6 +282,8 @@ BEGIN
             IF hasil = 'applied' THEN
                 v_versi := r.versi;
             END IF;
+            -- The message holding its order is through: the hold ends.
+            DELETE FROM urutan_tahan t WHERE t.pesanan_id = v_id AND t.message_id = r.message_id;
             DELETE FROM urutan_parkir u WHERE u.seq = r.seq;
             RETURN NEXT;
             pertama := false;

@@ -245,6 +245,45 @@ async fn a_refused_version_holds_its_order_until_it_is_replayed() {
     }
 }
 
+/// A refused version replayed while its handler still asks to retry is set
+/// aside like any message (its order stays held); once the handler agrees
+/// it is applied, the hold ends and the waiting versions follow in order.
+#[tokio::test]
+async fn a_replay_that_fails_transiently_is_retried_and_then_releases_the_order() {
+    let s = scene("hold_replay_retry", 1, 1, |_| {}).await;
+    fail(&s.db, "*racun", "tolak").await;
+    let msgs = vec![
+        Msg::event("G", 1),
+        Msg::event_with("G", 2, "G-v2", "racun"),
+        Msg::event("G", 3),
+    ];
+    s.env.publisher().await.send_all(&msgs).await;
+    wait_count(
+        &s.db,
+        "SELECT count(*) FROM urutan_parkir WHERE pesanan_id = 'G'",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    mend(&s.db).await;
+    fail(&s.db, "G", "coba").await;
+    let replay = urutan(&s.env, &[], &["dlq", "replay", "G-v2"]).await;
+    assert!(replay.ok(), "{replay}");
+    wait_count(
+        &s.db,
+        "SELECT count(*) FROM urutan_parkir WHERE pesanan_id = 'G' AND jatuh_tempo IS NOT NULL",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(stored(&s.db, "G").await, Some(1), "still held");
+    mend(&s.db).await;
+    wait_stored(&s.db, "G", 3).await;
+    assert_eq!(calls(&s.db, "G").await, [1, 2, 3]);
+    assert_eq!(count(&s.db, "SELECT count(*) FROM urutan_tahan").await, 0);
+    s.pool.stop().await;
+}
+
 /// `urutan hold release` resumes an order without its refused version: the
 /// rest is applied in order, the skip recorded and told by `explain`.
 #[tokio::test]
