@@ -153,11 +153,6 @@ pub(super) async fn read_broker(
 /// owner, `urutan::store::hold`.
 pub async fn orders(db: &sqlx::PgPool) -> Result<super::Orders, sqlx::Error> {
     let by_reason = urutan::store::hold::held_by_reason(db).await?;
-    let oldest_age = by_reason
-        .iter()
-        .map(|(_, _, age)| *age)
-        .fold(None, |m: Option<f64>, a| Some(m.map_or(a, |m| m.max(a))));
-    let now = chrono::Utc::now();
     Ok(super::Orders {
         held: by_reason.iter().map(|(_, n, _)| n).sum(),
         held_by_reason: by_reason
@@ -167,9 +162,7 @@ pub async fn orders(db: &sqlx::PgPool) -> Result<super::Orders, sqlx::Error> {
                 orders: *orders,
             })
             .collect(),
-        oldest_held_since: oldest_age
-            .and_then(|age| chrono::Duration::try_milliseconds((age * 1000.0) as i64))
-            .map(|age| now - age),
+        oldest_held_since: by_reason.iter().map(|(_, _, since)| *since).min(),
         retrying: urutan::store::hold::retrying_orders(db).await?,
     })
 }

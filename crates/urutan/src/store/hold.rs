@@ -154,11 +154,10 @@ pub async fn release_hold(db: &PgPool, order: &str) -> Result<Option<ReleasedHol
     .await
 }
 
-/// Held orders per reason, with the oldest hold's age in seconds.
-pub async fn held_by_reason(db: &PgPool) -> Result<Vec<(String, i64, f64)>, sqlx::Error> {
+/// Held orders per reason, with when the oldest of them was held.
+pub async fn held_by_reason(db: &PgPool) -> Result<Vec<(String, i64, DateTime<Utc>)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT alasan, count(*), extract(epoch FROM now() - min(sejak))::float8
-         FROM urutan_tahan GROUP BY alasan ORDER BY alasan",
+        "SELECT alasan, count(*), min(sejak) FROM urutan_tahan GROUP BY alasan ORDER BY alasan",
     )
     .fetch_all(db)
     .await
@@ -233,14 +232,14 @@ pub async fn watch(db: PgPool, stop: tokio_util::sync::CancellationToken) {
     use crate::metrics as m;
     loop {
         if let Ok(held) = held_by_reason(&db).await {
-            let mut oldest: f64 = 0.0;
             for reason in m::HOLD_REASONS {
                 let found = held.iter().find(|(r, _, _)| r == reason);
                 let count = found.map_or(0, |(_, n, _)| *n);
-                oldest = oldest.max(found.map_or(0.0, |(_, _, age)| *age));
                 metrics::gauge!(m::ORDERS_HELD, "reason" => reason).set(count as f64);
             }
-            metrics::gauge!(m::HOLD_OLDEST_SECONDS).set(oldest);
+            let oldest = held.iter().map(|(_, _, since)| *since).min();
+            let age = oldest.map_or(0.0, |since| (Utc::now() - since).as_seconds_f64());
+            metrics::gauge!(m::HOLD_OLDEST_SECONDS).set(age.max(0.0));
         }
         if let Ok(retrying) = retrying_orders(&db).await {
             metrics::gauge!(m::ORDERS_RETRYING).set(retrying as f64);

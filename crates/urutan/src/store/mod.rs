@@ -40,9 +40,11 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations"
 /// A database failure, with the policy it calls for.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The database is unreachable or briefly unable (connection lost, pool
-    /// timeout, serialization failure, deadlock, shutdown): hold the message
-    /// and retry with backoff, in order. Never a reason to dead-letter.
+    /// A failure that may pass: the database unreachable or briefly unable
+    /// (connection lost, pool timeout, shutdown: hold the message and retry
+    /// with backoff, in order), or this message's own transaction failing
+    /// transiently ([`Self::sets_aside`]: set it aside). Never a reason to
+    /// dead-letter at once.
     #[error("transient failure ({}): {source}", reason.label())]
     Transient {
         reason: RetryReason,
