@@ -27,6 +27,7 @@ CREATE FUNCTION public.urutan_alasan_ulang(p_state text) RETURNS text
     AS $$
     SELECT CASE p_state
         WHEN 'URTRY' THEN 'handler_retry'
+        WHEN 'URPNC' THEN 'panic'
         WHEN '40001' THEN 'serialization'
         WHEN '40P01' THEN 'deadlock'
         WHEN '55P03' THEN 'lock_timeout'
@@ -40,6 +41,81 @@ $$;
 --
 
 COMMENT ON FUNCTION public.urutan_alasan_ulang(p_state text) IS 'The retry reason of an SQLSTATE that sets one message aside (handler_retry, serialization, deadlock, lock_timeout, statement_timeout); NULL for any other.';
+
+
+--
+-- Name: urutan_awal_pangkas(text, interval, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_awal_pangkas(p_tabel text, p_simpan interval, p_batas integer) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_n BIGINT;
+BEGIN
+    IF p_tabel = 'pesan_diproses' THEN
+        DELETE FROM pesan_diproses_awal WHERE message_id IN (
+            SELECT message_id FROM pesan_diproses_awal
+            WHERE diproses_pada < now() - p_simpan
+            LIMIT p_batas FOR UPDATE SKIP LOCKED);
+    ELSIF p_tabel = 'pesanan_riwayat' THEN
+        DELETE FROM pesanan_riwayat_awal WHERE seq IN (
+            SELECT seq FROM (SELECT seq, diterapkan_pada FROM pesanan_riwayat_awal
+                             ORDER BY seq LIMIT p_batas) s
+            WHERE s.diterapkan_pada < now() - p_simpan);
+    ELSE
+        RAISE EXCEPTION 'urutan_awal_pangkas: % is not a partitioned table of urutan', p_tabel;
+    END IF;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_awal_pangkas(p_tabel text, p_simpan interval, p_batas integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_awal_pangkas(p_tabel text, p_simpan interval, p_batas integer) IS 'Trims (pangkas) up to p_batas rows older than p_simpan from the default partition of pesan_diproses or pesanan_riwayat (rows from before partitioning). SECURITY DEFINER.';
+
+
+--
+-- Name: urutan_celah_dilewati(text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_celah_dilewati(p_id text, p_diparkir timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT EXISTS (SELECT 1 FROM urutan_lewati l
+                   WHERE l.pesanan_id = p_id AND l.alasan IN ('gap', 'refused')
+                     AND l.dilewati_pada >= p_diparkir)
+$$;
+
+
+--
+-- Name: FUNCTION urutan_celah_dilewati(p_id text, p_diparkir timestamp with time zone); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_celah_dilewati(p_id text, p_diparkir timestamp with time zone) IS 'True when an operator released a hold of the order (a missing or refused version skipped) after the given parking time (`urutan hold release`): that parked version may go past the gap.';
+
+
+--
+-- Name: urutan_celah_tunggu(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_celah_tunggu() RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT coalesce(current_setting('urutan.gap', true), '') = 'wait'
+$$;
+
+
+--
+-- Name: FUNCTION urutan_celah_tunggu(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_celah_tunggu() IS 'True when this session waits for missing versions (celah: gap; GAP_POLICY=wait, the session option urutan.gap).';
 
 
 --
@@ -94,6 +170,7 @@ CREATE FUNCTION public.urutan_efek_catat() RETURNS trigger
 DECLARE
     v_versi BIGINT;
     v_data  JSONB;
+    v_jejak TEXT;
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM urutan_efek_rute WHERE status IN (NEW.status, '*')) THEN
         RETURN NULL;
@@ -105,11 +182,17 @@ BEGIN
         RAISE EXCEPTION 'urutan: the effect of % version % cannot see its data (stored version %)',
             NEW.pesanan_id, NEW.versi, v_versi;
     END IF;
-    INSERT INTO urutan_efek (pesanan_id, versi, tujuan, message_id, isi)
+    v_jejak := coalesce(urutan_traceparent_applied(NEW.message_id),
+                        (SELECT u.traceparent FROM urutan_parkir u
+                         WHERE u.pesanan_id = NEW.pesanan_id AND u.message_id = NEW.message_id
+                           AND u.traceparent IS NOT NULL
+                         LIMIT 1));
+    INSERT INTO urutan_efek (pesanan_id, versi, tujuan, message_id, isi, traceparent)
     SELECT DISTINCT NEW.pesanan_id, NEW.versi, r.tujuan, NEW.message_id,
            jsonb_build_object('id', NEW.pesanan_id, 'status', NEW.status, 'versi', NEW.versi)
            || CASE WHEN v_data IS NULL THEN '{}'::jsonb
-                   ELSE jsonb_build_object('data', v_data) END
+                   ELSE jsonb_build_object('data', v_data) END,
+           v_jejak
     FROM urutan_efek_rute r
     WHERE r.status IN (NEW.status, '*')
     ON CONFLICT DO NOTHING;
@@ -122,7 +205,7 @@ $$;
 -- Name: FUNCTION urutan_efek_catat(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_efek_catat() IS 'Trigger on pesanan_riwayat: records the applied version''s effects (catat: record), one per matching endpoint, with the state the version wrote. SECURITY DEFINER.';
+COMMENT ON FUNCTION public.urutan_efek_catat() IS 'Trigger on pesanan_riwayat: records the applied version''s effects (catat: record), one per matching endpoint, with the state the version wrote and the apply span''s traceparent (the parked row''s, for a version applied later from urutan_parkir). SECURITY DEFINER.';
 
 
 --
@@ -130,31 +213,10 @@ COMMENT ON FUNCTION public.urutan_efek_catat() IS 'Trigger on pesanan_riwayat: r
 --
 
 CREATE FUNCTION public.urutan_efek_hasil(p_efek bigint, p_percobaan integer, p_keadaan text, p_kode integer, p_jawaban text, p_setelah double precision) RETURNS boolean
-    LANGUAGE plpgsql
+    LANGUAGE sql
     AS $$
-DECLARE
-    v_order TEXT;
-BEGIN
-    SELECT e.pesanan_id INTO v_order FROM urutan_efek e WHERE e.efek = p_efek;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    INSERT INTO urutan_efek_kepala AS k (pesanan_id, siap_pada) VALUES (v_order, now())
-    ON CONFLICT (pesanan_id) DO UPDATE SET siap_pada = k.siap_pada WHERE false;
-    UPDATE urutan_efek e
-    SET keadaan = p_keadaan, kode = p_kode, jawaban = p_jawaban,
-        sewa_sampai = NULL, sewa_oleh = NULL,
-        coba_pada = now() + make_interval(secs => p_setelah),
-        selesai_pada = CASE WHEN p_keadaan = 'menunggu' THEN NULL ELSE now() END
-    WHERE e.efek = p_efek AND e.percobaan = p_percobaan AND e.keadaan = 'menunggu';
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    UPDATE urutan_efek_kepala k
-    SET siap_pada = now() + make_interval(secs => p_setelah)
-    WHERE k.pesanan_id = v_order;
-    RETURN true;
-END
+    SELECT urutan_efek_hasil(p_efek, p_percobaan, p_keadaan, p_kode, p_jawaban, p_setelah,
+                             false) <> 'lost'
 $$;
 
 
@@ -162,7 +224,58 @@ $$;
 -- Name: FUNCTION urutan_efek_hasil(p_efek bigint, p_percobaan integer, p_keadaan text, p_kode integer, p_jawaban text, p_setelah double precision); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_efek_hasil(p_efek bigint, p_percobaan integer, p_keadaan text, p_kode integer, p_jawaban text, p_setelah double precision) IS 'Records a dispatcher''s answer (hasil: result) for attempt p_percobaan of an effect and moves its order''s schedule; false if the effect is no longer that attempt''s.';
+COMMENT ON FUNCTION public.urutan_efek_hasil(p_efek bigint, p_percobaan integer, p_keadaan text, p_kode integer, p_jawaban text, p_setelah double precision) IS 'The result of the previous version''s dispatchers (rolling upgrades): as the 7-argument one without holds; false if the claim was lost.';
+
+
+--
+-- Name: urutan_efek_hasil(bigint, integer, text, integer, text, double precision, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_efek_hasil(p_efek bigint, p_percobaan integer, p_keadaan text, p_kode integer, p_jawaban text, p_setelah double precision, p_tahan boolean) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_order   TEXT;
+    v_ditahan BOOLEAN;
+BEGIN
+    SELECT e.pesanan_id INTO v_order FROM urutan_efek e WHERE e.efek = p_efek;
+    IF NOT FOUND THEN
+        RETURN 'lost';
+    END IF;
+    INSERT INTO urutan_efek_kepala AS k (pesanan_id, siap_pada) VALUES (v_order, now())
+    ON CONFLICT (pesanan_id) DO UPDATE SET siap_pada = k.siap_pada WHERE false;
+    v_ditahan := EXISTS (SELECT 1 FROM urutan_efek d
+                         WHERE d.pesanan_id = v_order AND d.ditahan_sejak IS NOT NULL
+                           AND d.keadaan IN ('gagal', 'menunggu'));
+    UPDATE urutan_efek e
+    SET keadaan = p_keadaan, kode = p_kode, jawaban = p_jawaban,
+        sewa_sampai = NULL, sewa_oleh = NULL,
+        coba_pada = now() + make_interval(secs => p_setelah),
+        selesai_pada = CASE WHEN p_keadaan = 'menunggu' THEN NULL ELSE now() END,
+        ditahan_sejak = CASE WHEN p_keadaan = 'menunggu' THEN e.ditahan_sejak
+                             WHEN p_keadaan = 'gagal' AND p_tahan
+                                 THEN coalesce(e.ditahan_sejak, now())
+                        END
+    WHERE e.efek = p_efek AND e.percobaan = p_percobaan AND e.keadaan = 'menunggu';
+    IF NOT FOUND THEN
+        RETURN 'lost';
+    END IF;
+    UPDATE urutan_efek_kepala k
+    SET siap_pada = now() + make_interval(secs => p_setelah)
+    WHERE k.pesanan_id = v_order;
+    IF p_keadaan = 'gagal' AND p_tahan AND NOT v_ditahan THEN
+        RETURN 'held';
+    END IF;
+    RETURN 'recorded';
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_efek_hasil(p_efek bigint, p_percobaan integer, p_keadaan text, p_kode integer, p_jawaban text, p_setelah double precision, p_tahan boolean); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_efek_hasil(p_efek bigint, p_percobaan integer, p_keadaan text, p_kode integer, p_jawaban text, p_setelah double precision, p_tahan boolean) IS 'Records an attempt''s result (hasil) under its claim: sent, retry later or dead-lettered; with p_tahan a dead letter holds the order''s later effects. Returns lost, recorded or held (a new hold).';
 
 
 --
@@ -225,6 +338,8 @@ CREATE FUNCTION public.urutan_efek_klaim(p_batas integer, p_sewa double precisio
 DECLARE
     v_order  TEXT;
     v_head   BIGINT;
+    v_versi  BIGINT;
+    v_tujuan INT;
     v_due    TIMESTAMPTZ;
     v_sampai TIMESTAMPTZ := now() + make_interval(secs => p_sewa);
     v_taken  INT := 0;
@@ -244,12 +359,17 @@ BEGIN
             FOR UPDATE SKIP LOCKED
         LOOP
             v_seen := v_seen + 1;
-            SELECT e.efek, greatest(e.coba_pada, e.sewa_sampai) INTO v_head, v_due
+            SELECT e.efek, e.versi, e.tujuan, greatest(e.coba_pada, e.sewa_sampai)
+            INTO v_head, v_versi, v_tujuan, v_due
             FROM urutan_efek e
             WHERE e.pesanan_id = v_order AND e.keadaan = 'menunggu'
             ORDER BY e.versi, e.tujuan
             LIMIT 1;
-            IF NOT FOUND THEN
+            IF NOT FOUND OR EXISTS (
+                SELECT 1 FROM urutan_efek d
+                WHERE d.pesanan_id = v_order AND d.ditahan_sejak IS NOT NULL
+                  AND d.keadaan = 'gagal' AND (d.versi, d.tujuan) < (v_versi, v_tujuan)) THEN
+                -- Nothing pending, or held: out of the schedule.
                 DELETE FROM urutan_efek_kepala k WHERE k.pesanan_id = v_order;
             ELSIF v_due > now() THEN
                 UPDATE urutan_efek_kepala k SET siap_pada = v_due WHERE k.pesanan_id = v_order;
@@ -260,9 +380,6 @@ BEGIN
                     SET sewa_sampai = v_sampai, sewa_oleh = p_oleh, percobaan = e.percobaan + 1
                     FROM urutan_efek_tujuan t
                     WHERE e.efek = v_head AND t.tujuan = e.tujuan
-                      -- Rechecked if a claim outside the schedule (a
-                      -- dispatcher older than this migration, during an
-                      -- upgrade) leased it meanwhile: then it is not ours.
                       AND e.keadaan = 'menunggu'
                       AND (e.sewa_sampai IS NULL OR e.sewa_sampai <= now())
                     RETURNING e.efek, e.pesanan_id, e.versi, e.message_id, e.isi::text, t.url,
@@ -281,7 +398,127 @@ $$;
 -- Name: FUNCTION urutan_efek_klaim(p_batas integer, p_sewa double precision, p_oleh text); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_efek_klaim(p_batas integer, p_sewa double precision, p_oleh text) IS 'The dispatcher''s claim (klaim): leases up to p_batas due effects, the first pending one of each due order, for p_sewa seconds to p_oleh, from the schedule (urutan_efek_kepala).';
+COMMENT ON FUNCTION public.urutan_efek_klaim(p_batas integer, p_sewa double precision, p_oleh text) IS 'The dispatcher''s claim (klaim): leases up to p_batas due effects, the first pending one of each due order not held by a dead-lettered effect, for p_sewa seconds to p_oleh, from the schedule (urutan_efek_kepala).';
+
+
+--
+-- Name: urutan_efek_lepaskan(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_efek_lepaskan(p_id text) RETURNS TABLE(efek bigint, versi bigint, message_id text, galat text, ditahan_sejak timestamp with time zone, menunggu bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    r RECORD;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM urutan_efek e
+                   WHERE e.pesanan_id = p_id AND e.ditahan_sejak IS NOT NULL
+                     AND e.keadaan = 'gagal') THEN
+        RETURN;
+    END IF;
+    -- The order's schedule row is its lock (as for a claim or a result),
+    -- and due now: its next effect may go.
+    INSERT INTO urutan_efek_kepala AS k (pesanan_id, siap_pada) VALUES (p_id, now())
+    ON CONFLICT (pesanan_id) DO UPDATE SET siap_pada = least(k.siap_pada, now());
+    FOR r IN SELECT e.efek, e.versi, e.message_id, e.kode, e.jawaban, e.ditahan_sejak
+             FROM urutan_efek e
+             WHERE e.pesanan_id = p_id AND e.ditahan_sejak IS NOT NULL AND e.keadaan = 'gagal'
+             ORDER BY e.versi, e.tujuan
+             FOR UPDATE
+    LOOP
+        UPDATE urutan_efek e SET ditahan_sejak = NULL WHERE e.efek = r.efek;
+        efek := r.efek;
+        versi := r.versi;
+        message_id := r.message_id;
+        ditahan_sejak := r.ditahan_sejak;
+        galat := format('effect %s: %s', r.efek,
+                        CASE WHEN r.kode IS NULL THEN coalesce(r.jawaban, 'no answer')
+                             ELSE format('HTTP %s: %s', r.kode, coalesce(r.jawaban, '')) END);
+        INSERT INTO urutan_lewati (pesanan_id, versi, message_id, alasan, galat, ditahan_sejak)
+        VALUES (p_id, r.versi, r.message_id, 'effect', galat, r.ditahan_sejak);
+        menunggu := (SELECT count(*) FROM urutan_efek w
+                     WHERE w.pesanan_id = p_id AND w.keadaan = 'menunggu');
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_efek_lepaskan(p_id text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_efek_lepaskan(p_id text) IS 'Ends an order''s effect hold without its dead-lettered effect (lepaskan: let go; `urutan hold release --effects`): the effect stays dead-lettered, the skip is recorded in urutan_lewati (alasan effect), the later effects go on in order.';
+
+
+--
+-- Name: urutan_enqueue(text, text, bigint, jsonb, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_enqueue(id text, status text, versi bigint, data jsonb DEFAULT NULL::jsonb, routing_key text DEFAULT NULL::text) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_atur    urutan_pengaturan%ROWTYPE;
+    v_kunci   TEXT;
+    v_payload JSONB;
+    v_baru    BIGINT;
+BEGIN
+    SELECT * INTO v_atur FROM urutan_pengaturan;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'urutan_enqueue: urutan_pengaturan has no row'
+            USING ERRCODE = '55000', HINT = 'run `urutan migrate` as the database owner';
+    END IF;
+    IF urutan_enqueue.id IS NULL OR octet_length(urutan_enqueue.id) NOT BETWEEN 1 AND 128 THEN
+        RAISE EXCEPTION 'urutan_enqueue: id must be 1-128 bytes (got %)',
+                coalesce(octet_length(urutan_enqueue.id) || ' bytes', 'NULL')
+            USING ERRCODE = '22023', HINT = 'the entity id: the body''s id and the hash header';
+    END IF;
+    IF urutan_enqueue.status IS NULL OR char_length(urutan_enqueue.status) NOT BETWEEN 1 AND 64 THEN
+        RAISE EXCEPTION 'urutan_enqueue: status must be 1-64 characters (got %)',
+                coalesce(char_length(urutan_enqueue.status) || ' characters', 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    IF urutan_enqueue.versi IS NULL OR urutan_enqueue.versi NOT BETWEEN 1 AND 9007199254740991 THEN
+        RAISE EXCEPTION 'urutan_enqueue: versi must be from 1 to 9007199254740991 (got %)',
+                coalesce(urutan_enqueue.versi::text, 'NULL')
+            USING ERRCODE = '22023', HINT = 'versions start at 1 and increase per entity';
+    END IF;
+    v_kunci := coalesce(urutan_enqueue.routing_key, v_atur.awalan || '.' || urutan_enqueue.status);
+    IF octet_length(v_kunci) NOT BETWEEN 1 AND 255
+       OR NOT (v_kunci = v_atur.awalan OR left(v_kunci, length(v_atur.awalan) + 1) = v_atur.awalan || '.') THEN
+        RAISE EXCEPTION 'urutan_enqueue: routing key % is not 1-255 bytes under %.#', v_kunci, v_atur.awalan
+            USING ERRCODE = '22023',
+                  HINT = format('pass a routing key starting with %s. (or none: %s.<status>)',
+                                v_atur.awalan, v_atur.awalan);
+    END IF;
+    v_payload := jsonb_build_object('id', urutan_enqueue.id, 'status', urutan_enqueue.status,
+                                    'versi', urutan_enqueue.versi)
+                 || CASE WHEN urutan_enqueue.data IS NULL THEN '{}'::jsonb
+                         ELSE jsonb_build_object('data', urutan_enqueue.data) END;
+    -- The relay publishes payload::text as the body: its size is this.
+    IF octet_length(v_payload::text) > v_atur.batas_badan THEN
+        RAISE EXCEPTION 'urutan_enqueue: the body is % bytes, above the % of MAX_BODY_BYTES',
+                octet_length(v_payload::text), v_atur.batas_badan
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+    VALUES (v_atur.entitas, urutan_enqueue.id, v_kunci, v_payload)
+    RETURNING outbox.id INTO v_baru;
+    -- Delivered at commit (never on rollback), once per transaction.
+    PERFORM pg_notify('urutan_outbox', '');
+    RETURN v_baru;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_enqueue(id text, status text, versi bigint, data jsonb, routing_key text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_enqueue(id text, status text, versi bigint, data jsonb, routing_key text) IS 'Enqueues one event in the caller''s transaction (contract section 4): checks it against the contract (22023 otherwise), inserts the outbox row with the contract body as payload and routing key <prefix>.<status> unless given, NOTIFY urutan_outbox at commit; returns the outbox id (the message id).';
 
 
 --
@@ -368,6 +605,39 @@ COMMENT ON FUNCTION public.urutan_jendela_terbuka(p_posisi bigint) IS 'Is a ring
 
 
 --
+-- Name: urutan_klaim_lama(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_klaim_lama(p_message_id text, p_id text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_pemilik TEXT;  -- the order of the earlier claim
+BEGIN
+    SELECT d.pesanan_id INTO v_pemilik FROM pesan_diproses d
+    WHERE d.message_id = p_message_id AND d.diproses_pada < now()
+    ORDER BY d.diproses_pada LIMIT 1;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM urutan_parkir u
+                       WHERE u.pesanan_id = p_id AND u.message_id = p_message_id) THEN
+            RETURN NULL;
+        END IF;
+        v_pemilik := p_id;
+    END IF;
+    DELETE FROM pesan_diproses d WHERE d.message_id = p_message_id AND d.diproses_pada = now();
+    RETURN CASE WHEN v_pemilik IN (p_id, '') THEN 'duplicate' ELSE 'message_id_reused' END;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_klaim_lama(p_message_id text, p_id text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_klaim_lama(p_message_id text, p_id text) IS 'Dedup across day partitions: was a message just claimed (klaim) claimed before (lama: earlier) on another day, or parked for its order? NULL if not, else duplicate or message_id_reused (withdrawing this transaction''s claim).';
+
+
+--
 -- Name: urutan_lepas(integer, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -392,16 +662,36 @@ COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer) IS 'Th
 --
 
 CREATE FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean) RETURNS TABLE(message_id text, hasil text, tunggu double precision, pertama boolean, alasan text, galat text, pesan jsonb)
+    LANGUAGE sql
+    AS $$
+    SELECT * FROM urutan_lepas(p_shard, p_batas, p_min, p_max, p_maks, p_tahan, false)
+$$;
+
+
+--
+-- Name: FUNCTION urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean) IS 'urutan_lepas for every version that may go (the form without p_satu).';
+
+
+--
+-- Name: urutan_lepas(integer, integer, double precision, double precision, integer, boolean, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean) RETURNS TABLE(message_id text, hasil text, tunggu double precision, pertama boolean, alasan text, galat text, pesan jsonb)
     LANGUAGE plpgsql
     AS $$
 DECLARE
     v_selesai BIGINT := urutan_epoch_selesai();
     v_bebas   BOOLEAN;  -- no window open: an epoch every shard passed is enough
+    v_celah   BOOLEAN := urutan_celah_tunggu();
     v_versi   BIGINT;
     v_id      TEXT;
     v_event   JSONB;
     v_state   TEXT;
     v_teks    TEXT;
+    g RECORD;
     r RECORD;
 BEGIN
     IF v_selesai IS NULL THEN
@@ -414,7 +704,8 @@ BEGIN
         SELECT DISTINCT u.pesanan_id FROM urutan_parkir u LEFT JOIN pesanan p ON p.id = u.pesanan_id
         WHERE u.shard = p_shard
           AND ((v_bebas AND u.epoch <= v_selesai
-                AND NOT urutan_menunggu_kembali(u.pesanan_id, u.versi, p.versi))
+                AND NOT urutan_menunggu_kembali(u.pesanan_id, u.versi, p.versi)
+                AND (NOT v_celah OR urutan_celah_dilewati(u.pesanan_id, u.diparkir_pada)))
                OR u.versi <= coalesce(p.versi, 0) + 1)
           -- A held order waits; only the message holding it (replayed, then
           -- set aside after a transient failure) may be tried.
@@ -431,7 +722,8 @@ BEGIN
                  ORDER BY u.versi, u.seq LOOP
             EXIT WHEN r.versi > coalesce(v_versi, 0) + 1
                       AND NOT (v_bebas AND r.epoch <= v_selesai
-                               AND NOT urutan_menunggu_kembali(v_id, r.versi, v_versi));
+                               AND NOT urutan_menunggu_kembali(v_id, r.versi, v_versi)
+                               AND (NOT v_celah OR urutan_celah_dilewati(v_id, r.diparkir_pada)));
             EXIT WHEN r.jatuh_tempo > now();
             EXIT WHEN EXISTS (SELECT 1 FROM urutan_tahan t
                               WHERE t.pesanan_id = v_id AND t.message_id IS DISTINCT FROM r.message_id);
@@ -449,31 +741,15 @@ BEGIN
                 hasil := urutan_tulis(v_event, r.shard, r.epoch);
             EXCEPTION WHEN OTHERS THEN
                 GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_teks = MESSAGE_TEXT;
-                IF urutan_alasan_ulang(v_state) IS NULL
-                   AND v_state <> 'URREF' AND left(v_state, 2) NOT IN ('22', '23', '54') THEN
+                SELECT * INTO g FROM urutan_lepas_gagal(r.message_id, v_id, v_state, v_teks,
+                                                        p_min, p_max, p_maks, p_tahan);
+                IF g.hasil IS NULL THEN
                     RAISE;
                 END IF;
-                galat := CASE WHEN v_state = 'URREF' THEN v_teks
-                              ELSE format('SQLSTATE %s: %s', v_state, v_teks) END;
-                alasan := urutan_alasan_ulang(v_state);
-                IF alasan IS NOT NULL AND r.percobaan + 1 < p_maks THEN
-                    UPDATE urutan_parkir u
-                    SET percobaan = r.percobaan + 1, galat = urutan_lepas.galat,
-                        jatuh_tempo = now() + urutan_jeda(r.percobaan + 1, p_min, p_max)
-                    WHERE u.seq = r.seq;
-                    hasil := 'retry';
-                ELSE
-                    alasan := CASE WHEN alasan IS NOT NULL THEN 'retries_exhausted'
-                                   WHEN v_state = 'URREF' THEN 'handler_refused'
-                                   ELSE 'database_refused' END;
-                    DELETE FROM urutan_parkir u WHERE u.seq = r.seq;
-                    DELETE FROM pesan_diproses d WHERE d.message_id = r.message_id;
-                    IF p_tahan THEN
-                        PERFORM urutan_tahan_tolak(v_id, r.message_id, r.versi, r.shard, galat);
-                    END IF;
-                    hasil := 'refused';
-                    pesan := v_event;
-                END IF;
+                hasil := g.hasil;
+                alasan := g.alasan;
+                galat := g.galat;
+                pesan := g.pesan;
                 RETURN NEXT;
                 EXIT;
             END;
@@ -484,18 +760,79 @@ BEGIN
             DELETE FROM urutan_tahan t WHERE t.pesanan_id = v_id AND t.message_id = r.message_id;
             DELETE FROM urutan_parkir u WHERE u.seq = r.seq;
             RETURN NEXT;
+            IF p_satu THEN
+                RETURN;
+            END IF;
             pertama := false;
         END LOOP;
+        IF p_satu AND message_id IS NOT NULL THEN
+            RETURN;
+        END IF;
     END LOOP;
 END
 $$;
 
 
 --
--- Name: FUNCTION urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean); Type: COMMENT; Schema: public; Owner: -
+-- Name: FUNCTION urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean) IS 'Releases (lepas) the parked and due set-aside messages of a shard, each version in a subtransaction: applied, stale, retry (set aside again) or refused (out of the sequence; the order held if p_tahan).';
+COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean) IS 'Releases (lepas) the parked and due set-aside messages of a shard, each version in a subtransaction: applied, stale, retry (set aside again) or refused (out of the sequence; the order held if p_tahan); with p_satu, one version per call.';
+
+
+--
+-- Name: urutan_lepas_gagal(text, text, text, text, double precision, double precision, integer, boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_lepas_gagal(p_message_id text, p_id text, p_state text, p_teks text, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean) RETURNS TABLE(hasil text, alasan text, galat text, pesan jsonb)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r RECORD;
+BEGIN
+    IF urutan_alasan_ulang(p_state) IS NULL
+       AND p_state <> 'URREF' AND left(p_state, 2) NOT IN ('22', '23', '54') THEN
+        RETURN;
+    END IF;
+    SELECT * INTO r FROM urutan_parkir u WHERE u.message_id = p_message_id AND u.pesanan_id = p_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    galat := CASE WHEN p_state = 'URREF' THEN p_teks
+                  ELSE format('SQLSTATE %s: %s', p_state, p_teks) END;
+    alasan := urutan_alasan_ulang(p_state);
+    IF alasan IS NOT NULL AND r.percobaan + 1 < p_maks THEN
+        UPDATE urutan_parkir u
+        SET percobaan = r.percobaan + 1, galat = urutan_lepas_gagal.galat,
+            jatuh_tempo = now() + urutan_jeda(r.percobaan + 1, p_min, p_max)
+        WHERE u.seq = r.seq;
+        hasil := 'retry';
+    ELSE
+        alasan := CASE WHEN alasan IS NOT NULL THEN 'retries_exhausted'
+                       WHEN p_state = 'URREF' THEN 'handler_refused'
+                       ELSE 'database_refused' END;
+        DELETE FROM urutan_parkir u WHERE u.seq = r.seq;
+        DELETE FROM pesan_diproses d WHERE d.message_id = r.message_id;
+        IF p_tahan THEN
+            PERFORM urutan_tahan_tolak(p_id, r.message_id, r.versi, r.shard, galat);
+        END IF;
+        hasil := 'refused';
+        pesan := coalesce(r.pesan,
+                          jsonb_build_object('message_id', r.message_id, 'id', r.pesanan_id,
+                                             'status', r.status, 'versi', r.versi)
+                          || CASE WHEN r.data IS NULL THEN '{}'::jsonb
+                                  ELSE jsonb_build_object('data', r.data) END);
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_lepas_gagal(p_message_id text, p_id text, p_state text, p_teks text, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_lepas_gagal(p_message_id text, p_id text, p_state text, p_teks text, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean) IS 'Records the failure (gagal) of a parked message tried by the release step: set aside again (retry) or refused (out of the sequence, its order held with p_tahan); no row for a failure that is the database''s own.';
 
 
 --
@@ -613,6 +950,157 @@ COMMENT ON FUNCTION public.urutan_panggil_penangan(p_penangan regprocedure, p_pe
 
 
 --
+-- Name: urutan_parkir_jejak(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_parkir_jejak() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.traceparent := coalesce(NEW.traceparent, urutan_traceparent_applied(NEW.message_id));
+    RETURN NEW;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_parkir_jejak(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_parkir_jejak() IS 'Trigger on urutan_parkir (jejak: trace): a parked or set-aside version keeps the traceparent the worker listed for its message in urutan.apply_traceparents.';
+
+
+--
+-- Name: urutan_partisi_buang(text, interval); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_buang(p_tabel text, p_simpan interval) RETURNS TABLE(partisi text, baris bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET lock_timeout TO '1s'
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+DECLARE
+    r RECORD;
+BEGIN
+    IF p_tabel NOT IN ('pesan_diproses', 'pesanan_riwayat') THEN
+        RAISE EXCEPTION 'urutan_partisi_buang: % is not a partitioned table of urutan', p_tabel;
+    END IF;
+    FOR r IN
+        SELECT c.relname::text AS nama, greatest(c.reltuples, 0)::bigint AS n,
+               to_date(right(c.relname, 8), 'YYYYMMDD') AS hari
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = to_regclass(format('%I.%I', current_schema(), p_tabel))
+          AND c.relname ~ ('^' || p_tabel || '_h[0-9]{8}$')
+        ORDER BY 3
+    LOOP
+        EXIT WHEN ((r.hari + 1)::timestamp AT TIME ZONE 'UTC') > now() - p_simpan;
+        EXECUTE format('DROP TABLE %I', r.nama);
+        partisi := r.nama;
+        baris := r.n;
+        RETURN NEXT;
+    END LOOP;
+END
+$_$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_buang(p_tabel text, p_simpan interval); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_buang(p_tabel text, p_simpan interval) IS 'Drops (buang) the day partitions of pesan_diproses or pesanan_riwayat whose whole UTC day is older than p_simpan: expiry without DELETE. Waits at most 1 s for the lock. SECURITY DEFINER.';
+
+
+--
+-- Name: urutan_partisi_buat(text, date); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_buat(p_tabel text, p_hari date) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_nama TEXT := p_tabel || '_h' || to_char(p_hari, 'YYYYMMDD');
+    v_dari TEXT := to_char(p_hari, 'YYYY-MM-DD"T00:00:00Z"');
+    v_ke   TEXT := to_char(p_hari + 1, 'YYYY-MM-DD"T00:00:00Z"');
+BEGIN
+    IF p_tabel NOT IN ('pesan_diproses', 'pesanan_riwayat') THEN
+        RAISE EXCEPTION 'urutan_partisi_buat: % is not a partitioned table of urutan', p_tabel;
+    END IF;
+    IF to_regclass(format('%I.%I', current_schema(), v_nama)) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)',
+                   v_nama, p_tabel, v_dari, v_ke);
+    IF p_tabel = 'pesan_diproses' THEN
+        EXECUTE format('CREATE UNIQUE INDEX %I ON %I (message_id)', v_nama || '_message_id', v_nama);
+    ELSE
+        EXECUTE format('CREATE UNIQUE INDEX %I ON %I (seq)', v_nama || '_seq', v_nama);
+        EXECUTE format('CREATE UNIQUE INDEX %I ON %I (pesanan_id, versi)',
+                       v_nama || '_pesanan_versi', v_nama);
+    END IF;
+    EXECUTE format('COMMENT ON TABLE %I IS %L', v_nama,
+                   format('The %s rows of %s (UTC), a partition of %s.', p_tabel, p_hari, p_tabel));
+    RETURN true;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_buat(p_tabel text, p_hari date); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_buat(p_tabel text, p_hari date) IS 'Creates (buat) one UTC day''s partition of pesan_diproses or pesanan_riwayat with its indexes, unless it exists; true when created. SECURITY DEFINER.';
+
+
+--
+-- Name: urutan_partisi_siapkan(integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_siapkan(p_hari integer DEFAULT 7) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_tabel TEXT;
+    v_batas TIMESTAMPTZ;
+    v_hari  DATE;
+    v_dibuat INT := 0;
+BEGIN
+    FOREACH v_tabel IN ARRAY ARRAY['pesan_diproses', 'pesanan_riwayat'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conname = v_tabel || '_awal_batas' AND NOT convalidated
+                     AND conrelid = to_regclass(format('%I.%I', current_schema(), v_tabel || '_awal'))) THEN
+            EXECUTE format('ALTER TABLE %I VALIDATE CONSTRAINT %I', v_tabel || '_awal',
+                           v_tabel || '_awal_batas');
+        END IF;
+        -- The bound: the first instant the default partition may not hold.
+        SELECT substring(pg_get_constraintdef(oid) FROM '''([^'']+)''')::timestamptz
+        INTO v_batas
+        FROM pg_constraint
+        WHERE conname = v_tabel || '_awal_batas'
+          AND conrelid = to_regclass(format('%I.%I', current_schema(), v_tabel || '_awal'));
+        v_hari := greatest((now() AT TIME ZONE 'UTC')::date,
+                           (coalesce(v_batas, now()) AT TIME ZONE 'UTC')::date);
+        WHILE v_hari <= (now() AT TIME ZONE 'UTC')::date + p_hari LOOP
+            IF urutan_partisi_buat(v_tabel, v_hari) THEN
+                v_dibuat := v_dibuat + 1;
+            END IF;
+            v_hari := v_hari + 1;
+        END LOOP;
+    END LOOP;
+    RETURN v_dibuat;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_siapkan(p_hari integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_siapkan(p_hari integer) IS 'Prepares (siapkan) the day partitions of pesan_diproses and pesanan_riwayat from today to p_hari days ahead, after validating the default partitions'' bound. Called by urutan migrate and every retention pass. SECURITY DEFINER.';
+
+
+--
 -- Name: urutan_penangan(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -655,12 +1143,18 @@ DECLARE
     v_message_id TEXT := p_pesan->>'message_id';
     v_id         TEXT := p_pesan->>'id';
     v_posisi     BIGINT;
+    v_lama       TEXT;
 BEGIN
     DELETE FROM urutan_dikembalikan WHERE message_id = v_message_id AND pesanan_id = v_id;
     INSERT INTO pesan_diproses (message_id, pesanan_id) VALUES (v_message_id, v_id)
     ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN urutan_sudah_diproses(v_message_id, v_id);
+    END IF;
+    -- Claimed on an earlier day, or parked already (migration 0026).
+    v_lama := urutan_klaim_lama(v_message_id, v_id);
+    IF v_lama IS NOT NULL THEN
+        RETURN v_lama;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended(v_id, 7261));
     SELECT epoch INTO v_posisi FROM urutan_shard WHERE shard = p_shard;
@@ -689,7 +1183,8 @@ CREATE FUNCTION public.urutan_sudah_diproses(p_message_id text, p_id text) RETUR
     AS $$
     SELECT coalesce((SELECT CASE WHEN d.pesanan_id IN (p_id, '') THEN 'duplicate'
                                  ELSE 'message_id_reused' END
-                     FROM pesan_diproses d WHERE d.message_id = p_message_id),
+                     FROM pesan_diproses d WHERE d.message_id = p_message_id
+                     ORDER BY d.diproses_pada LIMIT 1),
                     'duplicate')
 $$;
 
@@ -699,6 +1194,55 @@ $$;
 --
 
 COMMENT ON FUNCTION public.urutan_sudah_diproses(p_message_id text, p_id text) IS 'What a message id that could not be claimed means for order p_id: duplicate (recorded for it, or before orders were recorded) or message_id_reused.';
+
+
+--
+-- Name: urutan_tahan_celah(integer, interval); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_tahan_celah(p_shard integer, p_batas interval) RETURNS TABLE(pesanan_id text, versi bigint, menunggu bigint)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    r RECORD;
+BEGIN
+    FOR r IN
+        SELECT u.pesanan_id AS id, coalesce(p.versi, 0) + 1 AS hilang, min(u.versi) AS terendah,
+               count(*) AS n, min(u.diparkir_pada) AS sejak
+        FROM urutan_parkir u LEFT JOIN pesanan p ON p.id = u.pesanan_id
+        WHERE u.shard = p_shard
+          AND NOT EXISTS (SELECT 1 FROM urutan_tahan t WHERE t.pesanan_id = u.pesanan_id)
+        GROUP BY u.pesanan_id, p.versi
+        HAVING min(u.versi) > coalesce(p.versi, 0) + 1
+           AND min(u.diparkir_pada) < now() - p_batas
+        ORDER BY u.pesanan_id
+        LIMIT 1000
+    LOOP
+        PERFORM pg_advisory_xact_lock(hashtextextended(r.id, 7261));
+        -- Checked again under the order's lock: the missing version may
+        -- have been applied meanwhile.
+        CONTINUE WHEN coalesce((SELECT p.versi FROM pesanan p WHERE p.id = r.id), 0) + 1 <> r.hilang;
+        INSERT INTO urutan_tahan (pesanan_id, alasan, message_id, versi, shard, galat, sejak)
+        VALUES (r.id, 'gap', NULL, r.hilang, p_shard,
+                format('version %s never arrived (version %s waits since %s)',
+                       r.hilang, r.terendah, r.sejak),
+                now())
+        ON CONFLICT DO NOTHING;
+        CONTINUE WHEN NOT FOUND;
+        pesanan_id := r.id;
+        versi := r.hilang;
+        menunggu := r.n;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_tahan_celah(p_shard integer, p_batas interval); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_tahan_celah(p_shard integer, p_batas interval) IS 'Holds (reason gap) the orders of a shard whose next version has been missing longer than GAP_TIMEOUT; returns each order held, its missing version and how many versions wait.';
 
 
 --
@@ -741,8 +1285,9 @@ DECLARE
     v_posisi BIGINT;  -- epochs this shard has passed: the message's epoch
     v_epoch  BIGINT;  -- epoch of the entity's last applied message (NULL: never seen)
     v_versi  BIGINT;  -- the entity's stored version (NULL: never seen)
-    v_tahan  TEXT;    -- the message holding the order
-    v_ditahan BOOLEAN := false;
+    v_tahan  RECORD;  -- the order's hold
+    v_ditahan BOOLEAN;  -- the order is held
+    v_lewat  BOOLEAN := false;  -- this message is what holds the order: it goes through
     v_hasil  TEXT;
 BEGIN
     -- Back after a return (whatever this delivery's outcome).
@@ -757,13 +1302,27 @@ BEGIN
     SELECT epoch INTO v_posisi FROM urutan_shard WHERE shard = p_shard;
     v_posisi := coalesce(v_posisi, 0);
     SELECT epoch, versi INTO v_epoch, v_versi FROM pesanan WHERE id = v_id;
-    SELECT t.message_id, true INTO v_tahan, v_ditahan FROM urutan_tahan t WHERE t.pesanan_id = v_id;
-    v_ditahan := coalesce(v_ditahan, false);
-    IF (v_ditahan AND v_tahan IS DISTINCT FROM v_message_id
-        AND v_versi_baru > coalesce(v_versi, 0))
-       OR (NOT (v_ditahan AND v_tahan = v_message_id)
-           AND v_versi_baru > coalesce(v_versi, 0) + 1 AND (
-           EXISTS (SELECT 1 FROM urutan_parkir WHERE pesanan_id = v_id AND epoch <= v_posisi)
+    -- A copy of a message claimed on an earlier day (another partition) or
+    -- parked for this order: possible only for a version not newer than the
+    -- stored one, or one parked (migration 0026).
+    IF v_versi_baru <= coalesce(v_versi, 0)
+       OR EXISTS (SELECT 1 FROM urutan_parkir u
+                  WHERE u.pesanan_id = v_id AND u.message_id = v_message_id) THEN
+        v_hasil := urutan_klaim_lama(v_message_id, v_id);
+        IF v_hasil IS NOT NULL THEN
+            RETURN v_hasil;
+        END IF;
+    END IF;
+    SELECT t.alasan, t.message_id INTO v_tahan FROM urutan_tahan t WHERE t.pesanan_id = v_id;
+    v_ditahan := FOUND;
+    IF v_ditahan THEN
+        v_lewat := v_tahan.message_id = v_message_id
+                   OR (v_tahan.alasan = 'gap' AND v_versi_baru = coalesce(v_versi, 0) + 1);
+    END IF;
+    IF (v_ditahan AND NOT v_lewat AND v_versi_baru > coalesce(v_versi, 0))
+       OR (NOT v_lewat AND v_versi_baru > coalesce(v_versi, 0) + 1 AND (
+           urutan_celah_tunggu()
+           OR EXISTS (SELECT 1 FROM urutan_parkir WHERE pesanan_id = v_id AND epoch <= v_posisi)
            OR urutan_jendela_terbuka(v_posisi)
            OR (v_epoch IS DISTINCT FROM v_posisi
                AND v_posisi > coalesce(urutan_epoch_selesai(), v_posisi))
@@ -774,7 +1333,7 @@ BEGIN
         RETURN 'parked';
     END IF;
     v_hasil := urutan_tulis(p_pesan, p_shard, v_posisi);
-    IF v_ditahan AND v_tahan = v_message_id THEN
+    IF v_lewat THEN
         DELETE FROM urutan_tahan WHERE pesanan_id = v_id;
     END IF;
     RETURN v_hasil;
@@ -822,6 +1381,8 @@ DECLARE
     v_ids TEXT[] := ARRAY(SELECT e->>'id' FROM jsonb_array_elements(p_pesan) e);
 BEGIN
     IF coalesce(current_setting('urutan.handler', true), '') <> ''
+       OR coalesce(current_setting('urutan.acara', true), '') = 'on'
+       OR urutan_celah_tunggu()
        OR (urutan_efek_aktif()
            AND (SELECT count(DISTINCT id) < count(id) FROM unnest(v_ids) id))
        OR EXISTS (SELECT 1 FROM urutan_dikembalikan WHERE pesanan_id = ANY (v_ids))
@@ -837,7 +1398,7 @@ $$;
 -- Name: FUNCTION urutan_terapkan_batch(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_terapkan_batch(p_pesan jsonb, p_shard integer) IS 'Applies one shard''s batch in arrival order with the outcomes each message would have alone: set-based, or message by message when a handler is set, effects need each version''s state, an order has a returned message or is held.';
+COMMENT ON FUNCTION public.urutan_terapkan_batch(p_pesan jsonb, p_shard integer) IS 'Applies one shard''s batch in arrival order with the outcomes each message would have alone: set-based, or message by message when a handler (SQL or Rust) is set, gaps wait, effects need each version''s state, an order has a returned message or is held.';
 
 
 --
@@ -959,12 +1520,24 @@ BEGIN
         FROM nilai WHERE diterapkan
         ORDER BY i
         RETURNING 1
+    ),
+    -- Not newer: a copy of a message claimed on an earlier day is a
+    -- duplicate (or a reused id), not stale (migration 0026).
+    lama AS (
+        SELECT i, urutan_klaim_lama(message_id, id) AS hasil
+        FROM nilai WHERE NOT diterapkan
+    ),
+    basi AS (
+        INSERT INTO urutan_basi (pesanan_id, versi, message_id, shard)
+        SELECT n.id, n.versi, n.message_id, p_shard
+        FROM nilai n JOIN lama l ON l.i = n.i WHERE l.hasil IS NULL
+        RETURNING 1
     )
     SELECT array_agg(CASE WHEN n.i IS NULL THEN urutan_sudah_diproses(m.message_id, m.id)
                           WHEN n.diterapkan THEN 'applied'
-                          ELSE 'stale' END ORDER BY m.i)
+                          ELSE coalesce(l.hasil, 'stale') END ORDER BY m.i)
     INTO v_hasil
-    FROM masuk m LEFT JOIN nilai n ON n.i = m.i;
+    FROM masuk m LEFT JOIN nilai n ON n.i = m.i LEFT JOIN lama l ON l.i = m.i;
 
     RETURN v_hasil;
 END
@@ -975,7 +1548,7 @@ $$;
 -- Name: FUNCTION urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer) IS 'The set-based body of the batch (himpun: gathered): one dedup claim, one versioned upsert per order, one history insert. Hands the batch to the per-message loop when a marker is in it or any message could park.';
+COMMENT ON FUNCTION public.urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer) IS 'The set-based body of the batch (himpun: gathered): one dedup claim, one versioned upsert per order, one history insert, stale arrivals recorded. Hands the batch to the per-message loop when a marker is in it or any message could park.';
 
 
 --
@@ -1011,6 +1584,47 @@ COMMENT ON FUNCTION public.urutan_terapkan_batch_urut(p_pesan jsonb, p_shard int
 
 
 --
+-- Name: urutan_traceparent_applied(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_traceparent_applied(p_message_id text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT substr(m, p + length(k), 55)
+    FROM (SELECT current_setting('urutan.apply_traceparents', true) AS m,
+                 E'\n' || p_message_id || E'\t' AS k) s,
+         LATERAL (SELECT strpos(s.m, s.k) AS p) q
+    WHERE q.p > 0
+$$;
+
+
+--
+-- Name: FUNCTION urutan_traceparent_applied(p_message_id text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_traceparent_applied(p_message_id text) IS 'The traceparent the worker listed for a message in the transaction-local setting urutan.apply_traceparents (lines "\n<message id>\t<traceparent>"), or NULL.';
+
+
+--
+-- Name: urutan_traceparent_producer(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_traceparent_producer() RETURNS text
+    LANGUAGE sql STABLE
+    AS $_$
+    SELECT v FROM (SELECT current_setting('urutan.traceparent', true) AS v) s
+    WHERE v ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+$_$;
+
+
+--
+-- Name: FUNCTION urutan_traceparent_producer(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_traceparent_producer() IS 'Default of outbox.traceparent: the transaction-local setting urutan.traceparent when it is a version-00 W3C traceparent, else NULL (a producer calling urutan_enqueue sets it first to continue its trace).';
+
+
+--
 -- Name: urutan_tulis(jsonb, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1021,10 +1635,13 @@ DECLARE
     v_id    TEXT := p_pesan->>'id';
     v_versi BIGINT := (p_pesan->>'versi')::bigint;
     v_penangan regprocedure;
+    v_acara BOOLEAN := coalesce(current_setting('urutan.acara', true), '') = 'on';
     v_lama  BIGINT;  -- the stored version before this one (NULL: a new order)
 BEGIN
     IF coalesce(current_setting('urutan.handler', true), '') <> '' THEN
         v_penangan := urutan_penangan();
+    END IF;
+    IF v_penangan IS NOT NULL OR v_acara THEN
         SELECT versi INTO v_lama FROM pesanan WHERE id = v_id;
     END IF;
     INSERT INTO pesanan AS p (id, status, versi, data, epoch)
@@ -1034,12 +1651,20 @@ BEGIN
             diperbarui_pada = now(), epoch = greatest(p.epoch, EXCLUDED.epoch)
         WHERE p.versi < EXCLUDED.versi;
     IF NOT FOUND THEN
+        INSERT INTO urutan_basi (pesanan_id, versi, message_id, shard)
+        VALUES (v_id, v_versi, p_pesan->>'message_id', p_shard);
         RETURN 'stale';
     END IF;
     INSERT INTO pesanan_riwayat (pesanan_id, versi, status, message_id, shard)
     VALUES (v_id, v_versi, p_pesan->>'status', p_pesan->>'message_id', p_shard);
     IF v_penangan IS NOT NULL THEN
         PERFORM urutan_panggil_penangan(v_penangan, p_pesan, p_shard, v_lama);
+    END IF;
+    IF v_acara THEN
+        PERFORM set_config('urutan.acara_terakhir', jsonb_build_object(
+            'message_id', p_pesan->>'message_id', 'id', v_id,
+            'status', p_pesan->>'status', 'versi', v_versi,
+            'data', p_pesan->'data', 'previous_versi', v_lama, 'shard', p_shard)::text, true);
     END IF;
     RETURN 'applied';
 END
@@ -1050,7 +1675,7 @@ $$;
 -- Name: FUNCTION urutan_tulis(p_pesan jsonb, p_shard integer, p_epoch bigint); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_tulis(p_pesan jsonb, p_shard integer, p_epoch bigint) IS 'The versioned write (tulis: write) of one event at epoch p_epoch: moves the order forward only, with one history row per applied version, then calls the handler (urutan.handler) if one is set. Returns applied or stale; the caller holds the order''s lock.';
+COMMENT ON FUNCTION public.urutan_tulis(p_pesan jsonb, p_shard integer, p_epoch bigint) IS 'Writes (tulis) an applied version: the forward-only state, its history row, the HANDLER_FUNCTION call; with the option urutan.acara, the event for a Rust handler in urutan.acara_terakhir. stale when not newer (recorded in urutan_basi).';
 
 
 SET default_tablespace = '';
@@ -1084,7 +1709,8 @@ CREATE TABLE public.outbox (
     dibuat_pada timestamp with time zone DEFAULT now() NOT NULL,
     dikirim_pada timestamp with time zone,
     unroutable_at timestamp with time zone,
-    unroutable_reason text
+    unroutable_reason text,
+    traceparent text DEFAULT public.urutan_traceparent_producer()
 );
 
 
@@ -1107,6 +1733,13 @@ COMMENT ON COLUMN public.outbox.dikirim_pada IS 'When the relay published the ro
 --
 
 COMMENT ON COLUMN public.outbox.unroutable_at IS 'Set by the relay when the broker returned the row as unroutable (its routing key is outside <prefix>.#): set aside, not retried, reported by `urutan status`. Clear it (and unroutable_reason) to retry.';
+
+
+--
+-- Name: COLUMN outbox.traceparent; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.outbox.traceparent IS 'The producer''s W3C trace context (00-<trace id>-<span id>-<flags>), continued by the relay''s publish span; NULL or invalid: a new trace. Defaults to the setting urutan.traceparent.';
 
 
 --
@@ -1136,21 +1769,41 @@ CREATE TABLE public.pesan_diproses (
     message_id text NOT NULL,
     diproses_pada timestamp with time zone DEFAULT now() NOT NULL,
     pesanan_id text NOT NULL
-);
+)
+PARTITION BY RANGE (diproses_pada);
 
 
 --
 -- Name: TABLE pesan_diproses; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.pesan_diproses IS 'Deduplication: every message id processed (applied, stale or parked) with the order it was claimed for. Rows older than DEDUP_RETENTION (30 days by default) are purged.';
+COMMENT ON TABLE public.pesan_diproses IS 'Deduplication: every message id processed (applied, stale or parked) with the order it was claimed for. Partitioned by UTC day of diproses_pada (pesan_diproses_hYYYYMMDD, each UNIQUE on message_id); days older than DEDUP_RETENTION are dropped whole. Dedup holds across days: see urutan_klaim_lama.';
 
 
 --
--- Name: COLUMN pesan_diproses.pesanan_id; Type: COMMENT; Schema: public; Owner: -
+-- Name: pesan_diproses_awal; Type: TABLE; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.pesan_diproses.pesanan_id IS 'The order that claimed the id: the same id for another order is message_id_reused (dead-lettered). '''' for rows recorded before orders were recorded (migration 0014): a duplicate for any order.';
+CREATE TABLE public.pesan_diproses_awal (
+    message_id text NOT NULL,
+    diproses_pada timestamp with time zone DEFAULT now() NOT NULL,
+    pesanan_id text NOT NULL,
+    CONSTRAINT pesan_diproses_awal_batas CHECK ((diproses_pada < '<the day after migrating>'::timestamp with time zone))
+);
+
+
+--
+-- Name: TABLE pesan_diproses_awal; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.pesan_diproses_awal IS 'The DEFAULT partition of pesan_diproses: the rows from before partitioning and those of the day partitioning began; purged in bounded batches (urutan_awal_pangkas) until empty.';
+
+
+--
+-- Name: COLUMN pesan_diproses_awal.pesanan_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.pesan_diproses_awal.pesanan_id IS 'The order that claimed the id: the same id for another order is message_id_reused (dead-lettered). '''' for rows recorded before orders were recorded (migration 0014): a duplicate for any order.';
 
 
 --
@@ -1200,14 +1853,15 @@ CREATE TABLE public.pesanan_riwayat (
     message_id text NOT NULL,
     shard integer NOT NULL,
     diterapkan_pada timestamp with time zone DEFAULT now() NOT NULL
-);
+)
+PARTITION BY RANGE (diterapkan_pada);
 
 
 --
 -- Name: TABLE pesanan_riwayat; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.pesanan_riwayat IS 'One row per applied version, in apply order (seq); UNIQUE (pesanan_id, versi). Its AFTER INSERT trigger records the version''s effects.';
+COMMENT ON TABLE public.pesanan_riwayat IS 'One row per applied version, in apply order (seq). Partitioned by UTC day of diterapkan_pada (pesanan_riwayat_hYYYYMMDD, each UNIQUE on seq and on (pesanan_id, versi)); HISTORY_RETENTION (keep: forever) drops whole days. Its AFTER INSERT trigger records the version''s effects.';
 
 
 --
@@ -1234,6 +1888,131 @@ CREATE SEQUENCE public.pesanan_riwayat_seq_seq
 --
 
 ALTER SEQUENCE public.pesanan_riwayat_seq_seq OWNED BY public.pesanan_riwayat.seq;
+
+
+--
+-- Name: pesanan_riwayat_awal; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.pesanan_riwayat_awal (
+    seq bigint DEFAULT nextval('public.pesanan_riwayat_seq_seq'::regclass) NOT NULL,
+    pesanan_id text NOT NULL,
+    versi bigint NOT NULL,
+    status text NOT NULL,
+    message_id text NOT NULL,
+    shard integer NOT NULL,
+    diterapkan_pada timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT pesanan_riwayat_awal_batas CHECK ((diterapkan_pada < '<the day after migrating>'::timestamp with time zone))
+);
+
+
+--
+-- Name: TABLE pesanan_riwayat_awal; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.pesanan_riwayat_awal IS 'The DEFAULT partition of pesanan_riwayat: the rows from before partitioning and those of the day partitioning began; purged oldest first in bounded batches (urutan_awal_pangkas) under HISTORY_RETENTION.';
+
+
+--
+-- Name: COLUMN pesanan_riwayat_awal.shard; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.pesanan_riwayat_awal.shard IS 'The shard whose worker applied the version (for a released parked message: the shard it was parked by).';
+
+
+--
+-- Name: urutan_audit; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.urutan_audit (
+    seq bigint NOT NULL,
+    pada timestamp with time zone DEFAULT now() NOT NULL,
+    oleh text NOT NULL,
+    tindakan text NOT NULL,
+    pesanan_id text,
+    sasaran text NOT NULL,
+    hasil text NOT NULL
+);
+
+
+--
+-- Name: TABLE urutan_audit; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_audit IS 'Audit (audit) of operator actions taken in the console: when (pada), by whom (oleh: the client address and how it was admitted), the action (tindakan, e.g. hold_release), its order (pesanan_id), target (sasaran) and result (hasil). Shown by the console and urutan explain.';
+
+
+--
+-- Name: urutan_audit_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.urutan_audit_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: urutan_audit_seq_seq; Type: SEQUENCE OWNED BY; Schema: public; Owner: -
+--
+
+ALTER SEQUENCE public.urutan_audit_seq_seq OWNED BY public.urutan_audit.seq;
+
+
+--
+-- Name: urutan_basi; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.urutan_basi (
+    seq bigint NOT NULL,
+    pesanan_id text NOT NULL,
+    versi bigint NOT NULL,
+    message_id text NOT NULL,
+    shard integer NOT NULL,
+    tiba_pada timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: TABLE urutan_basi; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_basi IS 'Stale arrivals (basi: stale): each message that arrived after a newer version of its order was applied, for `urutan explain`. Rows older than DEDUP_RETENTION are purged.';
+
+
+--
+-- Name: COLUMN urutan_basi.versi; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_basi.versi IS 'The version that arrived stale.';
+
+
+--
+-- Name: COLUMN urutan_basi.tiba_pada; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_basi.tiba_pada IS 'When it arrived (tiba: arrive) and was found stale.';
+
+
+--
+-- Name: urutan_basi_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.urutan_basi_seq_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: urutan_basi_seq_seq; Type: SEQUENCE OWNED BY; Schema: public; Owner: -
+--
+
+ALTER SEQUENCE public.urutan_basi_seq_seq OWNED BY public.urutan_basi.seq;
 
 
 --
@@ -1369,6 +2148,8 @@ CREATE TABLE public.urutan_efek (
     selesai_pada timestamp with time zone,
     kode integer,
     jawaban text,
+    ditahan_sejak timestamp with time zone,
+    traceparent text,
     CONSTRAINT urutan_efek_keadaan_check CHECK ((keadaan = ANY (ARRAY['menunggu'::text, 'terkirim'::text, 'gagal'::text])))
 );
 
@@ -1413,6 +2194,20 @@ COMMENT ON COLUMN public.urutan_efek.percobaan IS 'Attempts started (counted whe
 --
 
 COMMENT ON COLUMN public.urutan_efek.sewa_sampai IS 'The claiming dispatcher (sewa_oleh) holds the effect until then; an expired lease is claimed again, with the same key.';
+
+
+--
+-- Name: COLUMN urutan_efek.ditahan_sejak; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek.ditahan_sejak IS 'When this dead-lettered effect began to hold its order''s later effects (ditahan sejak: held since; EFFECTS_ON_DEAD=hold); NULL: it holds nothing. Kept while a replay sends it again; cleared when it is sent, released (`urutan hold release --effects`) or dead-lettered again under skip.';
+
+
+--
+-- Name: COLUMN urutan_efek.traceparent; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek.traceparent IS 'The apply span''s W3C traceparent of the version this effect belongs to: its webhook request continues that trace (NULL: a new trace).';
 
 
 --
@@ -1661,7 +2456,8 @@ CREATE TABLE public.urutan_parkir (
     pesan jsonb,
     percobaan integer DEFAULT 0 NOT NULL,
     jatuh_tempo timestamp with time zone,
-    galat text
+    galat text,
+    traceparent text
 );
 
 
@@ -1708,6 +2504,13 @@ COMMENT ON COLUMN public.urutan_parkir.galat IS 'The last error (galat) of a set
 
 
 --
+-- Name: COLUMN urutan_parkir.traceparent; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_parkir.traceparent IS 'The W3C traceparent of the apply span that parked or set this version aside: the effect of the version, applied later by urutan_lepas, continues that trace.';
+
+
+--
 -- Name: urutan_parkir_seq_seq; Type: SEQUENCE; Schema: public; Owner: -
 --
 
@@ -1724,6 +2527,28 @@ CREATE SEQUENCE public.urutan_parkir_seq_seq
 --
 
 ALTER SEQUENCE public.urutan_parkir_seq_seq OWNED BY public.urutan_parkir.seq;
+
+
+--
+-- Name: urutan_pengaturan; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.urutan_pengaturan (
+    satu boolean DEFAULT true NOT NULL,
+    entitas text NOT NULL,
+    awalan text NOT NULL,
+    batas_badan integer NOT NULL,
+    diperbarui_pada timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT urutan_pengaturan_batas_badan_check CHECK ((batas_badan > 0)),
+    CONSTRAINT urutan_pengaturan_satu_check CHECK (satu)
+);
+
+
+--
+-- Name: TABLE urutan_pengaturan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_pengaturan IS 'The pipeline''s settings that SQL needs (pengaturan: settings), one row: the entity (ENTITY, the outbox rows'' agregat_tipe), the topology prefix (TOPOLOGY_PREFIX, urutan_enqueue''s default routing key <prefix>.<status>) and MAX_BODY_BYTES. Seeded with the defaults; written by `urutan migrate` and `urutan run`.';
 
 
 --
@@ -1857,6 +2682,20 @@ COMMENT ON TABLE public.urutan_tahan IS 'Held orders (tahan: hold): why (refused
 
 
 --
+-- Name: pesan_diproses_awal; Type: TABLE ATTACH; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.pesan_diproses ATTACH PARTITION public.pesan_diproses_awal DEFAULT;
+
+
+--
+-- Name: pesanan_riwayat_awal; Type: TABLE ATTACH; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.pesanan_riwayat ATTACH PARTITION public.pesanan_riwayat_awal DEFAULT;
+
+
+--
 -- Name: outbox id; Type: DEFAULT; Schema: public; Owner: -
 --
 
@@ -1868,6 +2707,20 @@ ALTER TABLE ONLY public.outbox ALTER COLUMN id SET DEFAULT nextval('public.outbo
 --
 
 ALTER TABLE ONLY public.pesanan_riwayat ALTER COLUMN seq SET DEFAULT nextval('public.pesanan_riwayat_seq_seq'::regclass);
+
+
+--
+-- Name: urutan_audit seq; Type: DEFAULT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_audit ALTER COLUMN seq SET DEFAULT nextval('public.urutan_audit_seq_seq'::regclass);
+
+
+--
+-- Name: urutan_basi seq; Type: DEFAULT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_basi ALTER COLUMN seq SET DEFAULT nextval('public.urutan_basi_seq_seq'::regclass);
 
 
 --
@@ -1943,10 +2796,10 @@ ALTER TABLE ONLY public.outbox
 
 
 --
--- Name: pesan_diproses pesan_diproses_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+-- Name: pesan_diproses_awal pesan_diproses_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
-ALTER TABLE ONLY public.pesan_diproses
+ALTER TABLE ONLY public.pesan_diproses_awal
     ADD CONSTRAINT pesan_diproses_pkey PRIMARY KEY (message_id);
 
 
@@ -1959,19 +2812,35 @@ ALTER TABLE ONLY public.pesanan
 
 
 --
--- Name: pesanan_riwayat pesanan_riwayat_pesanan_id_versi_key; Type: CONSTRAINT; Schema: public; Owner: -
+-- Name: pesanan_riwayat_awal pesanan_riwayat_pesanan_id_versi_key; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
-ALTER TABLE ONLY public.pesanan_riwayat
+ALTER TABLE ONLY public.pesanan_riwayat_awal
     ADD CONSTRAINT pesanan_riwayat_pesanan_id_versi_key UNIQUE (pesanan_id, versi);
 
 
 --
--- Name: pesanan_riwayat pesanan_riwayat_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+-- Name: pesanan_riwayat_awal pesanan_riwayat_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
-ALTER TABLE ONLY public.pesanan_riwayat
+ALTER TABLE ONLY public.pesanan_riwayat_awal
     ADD CONSTRAINT pesanan_riwayat_pkey PRIMARY KEY (seq);
+
+
+--
+-- Name: urutan_audit urutan_audit_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_audit
+    ADD CONSTRAINT urutan_audit_pkey PRIMARY KEY (seq);
+
+
+--
+-- Name: urutan_basi urutan_basi_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_basi
+    ADD CONSTRAINT urutan_basi_pkey PRIMARY KEY (seq);
 
 
 --
@@ -2071,6 +2940,14 @@ ALTER TABLE ONLY public.urutan_parkir
 
 
 --
+-- Name: urutan_pengaturan urutan_pengaturan_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_pengaturan
+    ADD CONSTRAINT urutan_pengaturan_pkey PRIMARY KEY (satu);
+
+
+--
 -- Name: urutan_ring_berubah urutan_ring_berubah_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2120,7 +2997,28 @@ CREATE INDEX outbox_unsent_idx ON public.outbox USING btree (id) WHERE (dikirim_
 -- Name: pesan_diproses_diproses_pada_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX pesan_diproses_diproses_pada_idx ON public.pesan_diproses USING btree (diproses_pada);
+CREATE INDEX pesan_diproses_diproses_pada_idx ON public.pesan_diproses_awal USING btree (diproses_pada);
+
+
+--
+-- Name: urutan_audit_pesanan; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_audit_pesanan ON public.urutan_audit USING btree (pesanan_id, seq);
+
+
+--
+-- Name: urutan_basi_pesanan; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_basi_pesanan ON public.urutan_basi USING btree (pesanan_id, versi);
+
+
+--
+-- Name: urutan_basi_tiba_pada; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_basi_tiba_pada ON public.urutan_basi USING btree (tiba_pada);
 
 
 --
@@ -2135,6 +3033,34 @@ CREATE INDEX urutan_dead_letter_at_idx ON public.urutan_dead_letter USING btree 
 --
 
 CREATE INDEX urutan_dead_letter_message_idx ON public.urutan_dead_letter USING btree (message_id);
+
+
+--
+-- Name: urutan_dead_letter_open_at; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_dead_letter_open_at ON public.urutan_dead_letter USING btree (dead_lettered_at, id) WHERE (resolved_at IS NULL);
+
+
+--
+-- Name: INDEX urutan_dead_letter_open_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_dead_letter_open_at IS 'Unresolved dead letters, oldest first (urutan dlq list, the console), past the resolved records kept for retention.';
+
+
+--
+-- Name: urutan_dead_letter_open_reason; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_dead_letter_open_reason ON public.urutan_dead_letter USING btree (reason, dead_lettered_at, id) WHERE (resolved_at IS NULL);
+
+
+--
+-- Name: INDEX urutan_dead_letter_open_reason; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_dead_letter_open_reason IS 'Unresolved dead letters by reason, oldest first: the count by reason (urutan status, the console) and a reason''s list.';
 
 
 --
@@ -2180,6 +3106,20 @@ CREATE INDEX urutan_dikembalikan_pesanan_idx ON public.urutan_dikembalikan USING
 
 
 --
+-- Name: urutan_efek_ditahan_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_ditahan_idx ON public.urutan_efek USING btree (pesanan_id, versi, tujuan) WHERE (ditahan_sejak IS NOT NULL);
+
+
+--
+-- Name: INDEX urutan_efek_ditahan_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_efek_ditahan_idx IS 'The effects that hold their order (few): the claim''s hold check, `urutan hold list` and the held gauge.';
+
+
+--
 -- Name: urutan_efek_kepala_siap_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -2208,6 +3148,20 @@ CREATE INDEX urutan_efek_selesai_idx ON public.urutan_efek USING btree (selesai_
 
 
 --
+-- Name: urutan_efek_terbuka; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_terbuka ON public.urutan_efek USING btree (keadaan, tujuan) WHERE (keadaan <> 'terkirim'::text);
+
+
+--
+-- Name: INDEX urutan_efek_terbuka; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_efek_terbuka IS 'Effects not sent (pending and dead-lettered) by state and endpoint: the effects by endpoint (the console) and the dead-lettered ones (urutan status, dlq list --effects), past the sent ones kept for EFFECTS_RETENTION.';
+
+
+--
 -- Name: urutan_jendela_terbuka_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -2219,6 +3173,20 @@ CREATE INDEX urutan_jendela_terbuka_idx ON public.urutan_jendela USING btree (ep
 --
 
 CREATE INDEX urutan_lewati_pesanan ON public.urutan_lewati USING btree (pesanan_id);
+
+
+--
+-- Name: urutan_parkir_coba_lagi; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_parkir_coba_lagi ON public.urutan_parkir USING btree (jatuh_tempo) WHERE (jatuh_tempo IS NOT NULL);
+
+
+--
+-- Name: INDEX urutan_parkir_coba_lagi; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_parkir_coba_lagi IS 'Messages set aside after a transient failure, the next due first (urutan hold list, the console).';
 
 
 --
@@ -2240,6 +3208,34 @@ CREATE INDEX urutan_parkir_pesanan_idx ON public.urutan_parkir USING btree (pesa
 --
 
 CREATE INDEX urutan_parkir_shard_idx ON public.urutan_parkir USING btree (shard, epoch);
+
+
+--
+-- Name: urutan_tahan_alasan_sejak; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_tahan_alasan_sejak ON public.urutan_tahan USING btree (alasan, sejak);
+
+
+--
+-- Name: INDEX urutan_tahan_alasan_sejak; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_tahan_alasan_sejak IS 'Holds by reason with the oldest (urutan status, urutan_orders_held and urutan_hold_oldest_seconds).';
+
+
+--
+-- Name: urutan_tahan_sejak; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_tahan_sejak ON public.urutan_tahan USING btree (sejak, pesanan_id);
+
+
+--
+-- Name: INDEX urutan_tahan_sejak; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_tahan_sejak IS 'Holds, oldest first (urutan hold list, the console).';
 
 
 --
@@ -2268,6 +3264,13 @@ CREATE TRIGGER urutan_efek_kepala_baru AFTER INSERT ON public.urutan_efek REFERE
 --
 
 CREATE TRIGGER urutan_efek_kepala_lagi AFTER UPDATE OF keadaan ON public.urutan_efek FOR EACH ROW WHEN (((old.keadaan <> 'menunggu'::text) AND (new.keadaan = 'menunggu'::text))) EXECUTE FUNCTION public.urutan_efek_kepala_lagi();
+
+
+--
+-- Name: urutan_parkir urutan_parkir_jejak; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER urutan_parkir_jejak BEFORE INSERT ON public.urutan_parkir FOR EACH ROW EXECUTE FUNCTION public.urutan_parkir_jejak();
 
 
 --
