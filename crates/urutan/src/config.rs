@@ -21,7 +21,8 @@ pub struct Settings {
     /// replica, and this process reconnects. A `heartbeat=` in a node URL wins.
     pub amqp_heartbeat: u16,
 
-    /// PostgreSQL URL; the database is created if it does not exist.
+    /// PostgreSQL URL. The database must exist: only `urutan migrate
+    /// --create-database` (and the demo, for its own) creates it.
     pub database_url: SecretUrl,
 
     /// The longest a database statement, or a transaction left idle, may
@@ -58,6 +59,10 @@ pub struct Settings {
 
     /// How long processed message ids are kept for deduplication (e.g. `30d`, `12h`).
     pub dedup_retention: Duration,
+
+    /// How long history rows (`pesanan_riwayat`) are kept: `None` (`keep`,
+    /// the default) keeps them forever; expired by whole day partitions.
+    pub history_retention: Option<Duration>,
 
     /// How long dead-letter records are kept once resolved (replayed or
     /// purged with `urutan dlq`), e.g. `90d`.
@@ -96,6 +101,12 @@ pub struct Settings {
     /// What a refused version does to its order (`ON_REFUSED`).
     pub on_refused: OnRefused,
 
+    /// Whether a version above stored + 1 waits for the versions between
+    /// (`GAP_POLICY`), and how long a missing one is waited for before its
+    /// order is held (`GAP_TIMEOUT`).
+    pub gap_policy: GapPolicy,
+    pub gap_timeout: Duration,
+
     /// Prefix of every broker object name (`pesanan`, `pesanan-hash`,
     /// `pesanan.shard-000`, ...); defaults to the entity.
     pub topology_prefix: String,
@@ -124,6 +135,11 @@ pub struct Settings {
     /// Most bytes of message bodies the dead-letter queue holds
     /// (`x-max-length-bytes`); as DLQ_MAX_LENGTH when reached.
     pub dlq_max_bytes: u64,
+
+    /// Where spans go (`OTEL_EXPORTER_OTLP_ENDPOINT` and the other OTEL_*
+    /// variables, read by [`crate::trace::Traces::from_env`]); off by
+    /// default: trace contexts are still carried, nothing is exported.
+    pub traces: crate::trace::Traces,
 }
 
 impl Default for Settings {
@@ -147,6 +163,7 @@ impl Default for Settings {
             quorum_group_size: None,
             metrics_addr: SocketAddr::from(([0, 0, 0, 0], 9464)),
             dedup_retention: days(30),
+            history_retention: None,
             dead_letter_retention: days(90),
             dead_letter_unresolved_retention: days(90),
             log_format: LogFormat::Text,
@@ -157,6 +174,8 @@ impl Default for Settings {
             retry_backoff_max: Duration::from_secs(300),
             retry_max_attempts: 20,
             on_refused: OnRefused::Hold,
+            gap_policy: GapPolicy::Apply,
+            gap_timeout: Duration::from_secs(600),
             topology_prefix: DEFAULT_ENTITY.to_owned(),
             max_body_bytes: 1024 * 1024,
             database_pool_size: None,
@@ -164,6 +183,7 @@ impl Default for Settings {
             allow_shrink: false,
             dlq_max_length: 100_000,
             dlq_max_bytes: 1 << 30,
+            traces: crate::trace::Traces::off(),
         }
     }
 }
@@ -173,6 +193,24 @@ impl Settings {
     /// else BATCH_MAX (default PREFETCH), never more than PREFETCH.
     pub fn batch_size(&self) -> u16 {
         self.batch_max.unwrap_or(self.prefetch).min(self.prefetch)
+    }
+
+    /// Settings that contradict each other, one line each (warned about at
+    /// start; the process goes on with what [`Self::batch_size`] and the
+    /// others make of them).
+    pub fn contradictions(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        if let Some(batch) = self.batch_max
+            && batch > self.prefetch
+        {
+            found.push(format!(
+                "BATCH_MAX={batch} is above PREFETCH={}: a batch never holds more than \
+                 PREFETCH deliveries, so batches hold {}; raise PREFETCH or lower BATCH_MAX",
+                self.prefetch,
+                self.batch_size()
+            ));
+        }
+        found
     }
 
     /// The broker nodes to connect to, with the heartbeat setting applied.
@@ -197,6 +235,10 @@ impl Settings {
         }
         if let Some(handler) = &self.handler_function {
             options.push(("urutan.handler", handler.as_str()));
+        }
+        // Read by the apply and release functions (`urutan_celah_tunggu`).
+        if self.gap_policy == GapPolicy::Wait {
+            options.push(("urutan.gap", "wait"));
         }
         with_options(&self.database_url, &options)
     }
@@ -272,6 +314,35 @@ impl FromStr for OnRefused {
     }
 }
 
+/// What a version above stored + 1 does (`GAP_POLICY`, docs/contract.md
+/// section 11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GapPolicy {
+    /// Applied at once (whole-state events: the versions between are
+    /// `stale` if they come later).
+    Apply,
+    /// Waits until the versions between are applied; one missing longer
+    /// than `GAP_TIMEOUT` holds the order.
+    Wait,
+}
+
+impl GapPolicy {
+    /// The setting's values, as written.
+    pub const VALUES: [&str; 2] = ["apply", "wait"];
+}
+
+impl FromStr for GapPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "apply" => Ok(Self::Apply),
+            "wait" => Ok(Self::Wait),
+            _ => Err("use `apply` or `wait`".into()),
+        }
+    }
+}
+
 /// Whether `urutan run` declares the topology or only checks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopologyMode {
@@ -338,6 +409,18 @@ impl SecretUrl {
     pub fn parsed(&self) -> url::Url {
         // Parsing succeeded in `from_str`, so it succeeds again.
         url::Url::parse(&self.raw).unwrap_or_else(|_| unreachable!("validated in from_str"))
+    }
+
+    /// `host:port` (the scheme's default port when the URL names none): what
+    /// a log line about reaching it names.
+    pub fn address(&self) -> String {
+        let url = self.parsed();
+        let port = url.port().unwrap_or(match url.scheme() {
+            "amqp" => 5672,
+            "amqps" => 5671,
+            _ => 5432,
+        });
+        format!("{}:{port}", url.host_str().unwrap_or_default())
     }
 
     /// The same URL with another password-free part changed by `edit`.
@@ -411,6 +494,12 @@ impl BrokerUrls {
         &self.0
     }
 
+    /// The nodes' `host:port`, separated by commas.
+    pub fn addresses(&self) -> String {
+        let all: Vec<String> = self.0.iter().map(SecretUrl::address).collect();
+        all.join(",")
+    }
+
     /// The same nodes asking for a heartbeat of `seconds` (0: leave it to the
     /// broker), except those whose URL already names one.
     pub fn with_heartbeat(&self, seconds: u16) -> BrokerUrls {
@@ -482,6 +571,32 @@ impl fmt::Display for BrokerUrls {
 }
 
 /// `30d`, `12h`, `15m`, `90s` (anything `humantime` reads); zero is refused.
+/// `host:port` or `ip:port` (`localhost:9464`, `[::1]:9464`), for
+/// `METRICS_ADDR` and `CONSOLE_LISTEN`: a host name is resolved now, at
+/// start, to its first address.
+pub fn parse_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let mut found = text
+        .to_socket_addrs()
+        .map_err(|e| format!("use host:port, e.g. `127.0.0.1:9464` or `localhost:9464` ({e})"))?;
+    found
+        .next()
+        .ok_or_else(|| format!("the host of `{text}` has no address"))
+}
+
+/// `HISTORY_RETENTION`: `keep` (forever: `None`) or a duration.
+pub fn parse_retention(s: &str) -> Result<Option<Duration>, String> {
+    if s.trim().eq_ignore_ascii_case("keep") {
+        return Ok(None);
+    }
+    parse_duration(s)
+        .map(Some)
+        .map_err(|e| format!("{e}, or `keep` to keep them forever"))
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. `30d`, `12h`)"))?;
     if d.is_zero() {

@@ -77,6 +77,10 @@ pub struct Event {
     /// When the producer published it, if it said (and the time is representable).
     #[serde(skip)]
     pub published_at: Option<SystemTime>,
+    /// The apply span's trace context, recorded with the version's effects
+    /// (`store::apply` passes it to the database beside the jsonb).
+    #[serde(skip)]
+    pub traceparent: Option<crate::trace::TraceParent>,
 }
 
 /// Why a delivery breaks the contract. Each maps to a bounded metric label.
@@ -248,6 +252,8 @@ pub fn decode(env: &Envelope<'_>, max_body_bytes: usize) -> Result<Event, Reject
         published_at: env
             .timestamp
             .and_then(|secs| SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))),
+        // Given by the worker's apply span (`shard::traced`).
+        traceparent: None,
     })
 }
 

@@ -14,12 +14,15 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::broker::{self, Names, ShardPlan};
 use crate::config::{Settings, TopologyMode};
+use crate::handler::SharedHandler;
+use crate::heal::{self, Unhealable};
 use crate::health::{self, Health, Role};
 use crate::metrics as m;
+use crate::reshard::handoff::EpochError;
 use crate::reshard::prepare::{PrepareError, Prepared, prepare_topology};
 use crate::reshard::ring;
 use crate::shard::{Hooks, Link, ShardWorker};
@@ -41,6 +44,8 @@ pub enum RunError {
 pub struct Supervisor {
     settings: Settings,
     hooks: Hooks,
+    /// The team's Rust handler ([`Self::with_handler`]).
+    handler: Option<SharedHandler>,
     listener: TcpListener,
     metrics: PrometheusHandle,
     health: Arc<Health>,
@@ -55,10 +60,18 @@ impl Supervisor {
         Ok(Self {
             settings,
             hooks,
+            handler: None,
             listener,
             metrics,
             health: Arc::new(Health::new(Role::Worker)),
         })
+    }
+
+    /// Runs `handler` in the apply transaction of every applied version
+    /// (docs/contract.md section 10), besides any `HANDLER_FUNCTION`.
+    pub fn with_handler(mut self, handler: SharedHandler) -> Self {
+        self.handler = Some(handler);
+        self
     }
 
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
@@ -74,6 +87,7 @@ impl Supervisor {
         let Self {
             settings,
             hooks,
+            handler,
             listener,
             metrics,
             health,
@@ -87,25 +101,53 @@ impl Supervisor {
             background.clone(),
         ));
         let database = settings.database();
-        let Some(pool) = retry_until_ready("database", &shutdown, || {
-            store::prepare(&database, settings.pool_size())
+        let db_outage = heal::database_outage(&settings.database_url);
+        let failed = |e: &sqlx::Error| db_outage.failed(&heal::database_cause(e));
+        // A refusal no retry can fix (a wrong password, no such database, a
+        // role that may not migrate) ends `run` at start.
+        let prepared = retry_until_ready(&shutdown, failed, || async {
+            match store::prepare(&database, settings.pool_size()).await {
+                Ok(pool) => Ok(Ok(pool)),
+                Err(e) => match Unhealable::database(&settings.database_url, &e) {
+                    Some(refused) => Ok(Err(refused)),
+                    None => Err(e),
+                },
+            }
         })
-        .await
-        else {
-            background.cancel();
-            return Ok(());
+        .await;
+        let pool = match prepared {
+            None => {
+                background.cancel();
+                return Ok(());
+            }
+            Some(Err(refused)) => {
+                background.cancel();
+                return Err(RunError::Setting(refused.to_string()));
+            }
+            Some(Ok(pool)) => pool,
         };
+        db_outage.recovered();
         info!(database = %settings.database_url, "database ready (migrations applied)");
+        // Today's day partitions before any worker writes (after a week
+        // without a pool they would be missing; the retention task keeps
+        // them ahead from here on).
+        match store::prepare_partitions(&pool).await {
+            Ok(0) => {}
+            Ok(n) => info!(partitions = n, "created the day partitions ahead"),
+            Err(e) => {
+                warn!(error = %e, "could not create the day partitions ahead; the retention task will try again")
+            }
+        }
+        record_producer_defaults(&pool, &settings).await;
         if let Some(handler) = &settings.handler_function {
-            let checked = retry_until_ready("database", &shutdown, || {
-                store::check_handler(&pool, handler)
-            })
-            .await;
+            let checked =
+                retry_until_ready(&shutdown, failed, || store::check_handler(&pool, handler)).await;
             if let Some(Err(wrong)) = checked {
                 background.cancel();
                 pool.close().await;
                 return Err(RunError::Setting(wrong));
             }
+            db_outage.recovered();
             info!(handler = %handler, "the handler is called in every apply transaction");
         }
         health.set_database(true);
@@ -121,7 +163,14 @@ impl Supervisor {
             background.clone(),
         ));
 
-        let result = consume_until_shutdown(&settings, &hooks, &pool, &health, &shutdown).await;
+        let result = consume_until_shutdown(
+            &settings,
+            (&hooks, handler.as_ref()),
+            &pool,
+            &health,
+            &shutdown,
+        )
+        .await;
         background.cancel();
         tasks.close();
         tasks.wait().await;
@@ -142,6 +191,10 @@ impl Supervisor {
     }
 }
 
+/// What runs besides urutan's own code in each worker: the hooks (tests,
+/// drills, the demo) and the team's Rust handler.
+type Code<'a> = (&'a Hooks, Option<&'a SharedHandler>);
+
 /// The broker loop: connect, declare, run one worker per shard; when the
 /// pool's connection is lost (or a shard saw a broker restart), count it,
 /// back off and do it again. When the
@@ -149,21 +202,42 @@ impl Supervisor {
 /// stop the workers gracefully and prepare again.
 async fn consume_until_shutdown(
     settings: &Settings,
-    hooks: &Hooks,
+    code: Code<'_>,
     pool: &PgPool,
     health: &Arc<Health>,
     shutdown: &CancellationToken,
 ) -> Result<(), RunError> {
     let names = settings.names();
     let mut lost_before = false;
+    // Until the pool first consumes, a refusal no retry can fix (a wrong
+    // password, an unknown vhost) ends `run`; afterwards (a password
+    // changed while running) it is retried like an outage.
+    let mut started = false;
+    let broker_outage = heal::broker_outage(&settings.amqp_url);
+    let db_outage = heal::database_outage(&settings.database_url);
     // Switched to check mode once the broker refused a declare: a refusal
     // is not transient, and asking again only repeats it.
     let mut prepare_with = settings.clone();
     loop {
+        let failed = |e: &PrepareError| match e {
+            PrepareError::Unavailable(EpochError::Database(e)) => {
+                db_outage.failed(&heal::database_cause(e));
+            }
+            PrepareError::Unavailable(EpochError::Broker(e)) => {
+                broker_outage.failed(&heal::broker_cause(e));
+            }
+            other => broker_outage.failed(&heal::one_line(&other.to_string())),
+        };
         // Retried while the broker or the database fails; a refusal ends `run`.
-        let connected = retry_until_ready("broker", shutdown, || async {
+        let connected = retry_until_ready(shutdown, failed, || async {
             match connect_and_mark(&prepare_with, &names, pool).await {
-                Err(refused) if !refused.is_retryable() => Ok(Err(refused)),
+                Err(refused) if !refused.is_retryable() => Ok(Err(refused.into())),
+                Err(PrepareError::Unavailable(EpochError::Broker(e))) if !started => {
+                    match Unhealable::broker(&settings.amqp_url, &e) {
+                        Some(refused) => Ok(Err(RunError::Setting(refused.to_string()))),
+                        None => Err(PrepareError::Unavailable(EpochError::Broker(e))),
+                    }
+                }
                 attempt => attempt.map(Ok),
             }
         })
@@ -172,6 +246,9 @@ async fn consume_until_shutdown(
             return Ok(());
         };
         let (conn, node, prepared) = connected?;
+        broker_outage.recovered();
+        db_outage.recovered();
+        started = true;
         let Prepared {
             plan,
             epoch,
@@ -199,7 +276,7 @@ async fn consume_until_shutdown(
             &stop,
         );
         let link = shard_link(settings, &conn, &names, node).await;
-        let workers = start_workers(settings, hooks, pool, health, &names, &link, plan, &stop);
+        let workers = start_workers(settings, code, pool, health, &names, &link, plan, &stop);
         tokio::select! {
             () = workers.wait() => {}
             () = stop.cancelled() => {}
@@ -333,7 +410,7 @@ async fn connect_and_mark(
 #[allow(clippy::too_many_arguments)]
 fn start_workers(
     settings: &Settings,
-    hooks: &Hooks,
+    code: Code<'_>,
     pool: &PgPool,
     health: &Arc<Health>,
     names: &Names,
@@ -358,7 +435,9 @@ fn start_workers(
             database_timeout: settings.database_timeout + Duration::from_secs(5),
             pool: pool.clone(),
             health: health.clone(),
-            hooks: hooks.clone(),
+            hooks: code.0.clone(),
+            handler: code.1.cloned(),
+            traces: settings.traces.clone(),
         };
         workers.spawn(worker.run_connected(link.clone(), stop.clone()));
     }
@@ -367,14 +446,14 @@ fn start_workers(
 }
 
 /// Calls `attempt` with capped, jittered exponential backoff until it
-/// succeeds; `None` if `shutdown` came first.
+/// succeeds, telling `failed` of each failure (an [`heal::Outage`] logs one
+/// line per change, not one per attempt); `None` if `shutdown` came first.
 async fn retry_until_ready<T, E, F, Fut>(
-    what: &str,
     shutdown: &CancellationToken,
+    failed: impl Fn(&E),
     mut attempt: F,
 ) -> Option<T>
 where
-    E: std::fmt::Display,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
@@ -387,12 +466,33 @@ where
         match result {
             Ok(value) => return Some(value),
             Err(e) => {
+                failed(&e);
                 let delay = crate::retry::next_delay(&mut backoff);
-                error!(error = %e, retry_in = ?delay, "{what} unavailable");
                 if !crate::retry::sleep_unless_stopped(delay, shutdown).await {
                     return None;
                 }
             }
         }
+    }
+}
+
+/// Keeps `urutan_enqueue`'s defaults (entity, topology prefix, body limit)
+/// equal to this pool's settings. Never fatal: what it cannot write only
+/// affects SQL producers that rely on the default routing key, so it says
+/// what to do and the pool goes on.
+async fn record_producer_defaults(pool: &PgPool, settings: &Settings) {
+    use crate::outbox::defaults::{self, Recorded};
+    match defaults::record(pool, settings).await {
+        Ok(Recorded::Unchanged) => {}
+        Ok(Recorded::Written) => info!(
+            prefix = %settings.topology_prefix,
+            "urutan_enqueue's default routing key is now <prefix>.<status>"
+        ),
+        Ok(Recorded::Refused) => warn!(
+            prefix = %settings.topology_prefix,
+            "urutan_pengaturan names another entity, prefix or MAX_BODY_BYTES and this role may \
+             not change it: run `urutan migrate` with these settings as the database owner"
+        ),
+        Err(e) => warn!(error = %e, "could not record urutan_enqueue's defaults"),
     }
 }

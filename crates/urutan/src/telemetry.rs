@@ -59,21 +59,49 @@ pub fn init_for_reports(format: LogFormat) {
 }
 
 fn init_with(format: LogFormat, default_filter: &str) {
-    let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let (env, malformed) = env_filter(default_filter);
     // The hint keeps the combined filter from disabling every level.
     let safe = filter_fn(|meta| !may_leak(meta)).with_max_level_hint(LevelFilter::TRACE);
     let filter = env.and(safe).and(AnsweredDeclares);
     let layer = match format {
-        LogFormat::Text => fmt::layer().with_writer(AboveBar).boxed(),
+        LogFormat::Text => fmt::layer()
+            .with_ansi(colours_wanted())
+            .with_writer(AboveBar)
+            .boxed(),
         LogFormat::Json => fmt::layer()
             .json()
             .flatten_event(true)
             .with_writer(AboveBar)
             .boxed(),
     };
-    let _ = tracing_subscriber::registry()
+    let installed = tracing_subscriber::registry()
         .with(layer.with_filter(filter))
         .try_init();
+    if let (Ok(()), Some(why)) = (installed, malformed) {
+        tracing::warn!("RUST_LOG is malformed ({why}); logging at `{default_filter}` instead");
+    }
+}
+
+/// The filter `RUST_LOG` asks for, or `default_filter` without it; with
+/// why `RUST_LOG` was not used when it is set but cannot be read.
+fn env_filter(default_filter: &str) -> (EnvFilter, Option<String>) {
+    let fallback = || EnvFilter::new(default_filter);
+    match std::env::var("RUST_LOG") {
+        Ok(text) if !text.trim().is_empty() => match EnvFilter::builder().parse(&text) {
+            Ok(filter) => (filter, None),
+            Err(e) => (fallback(), Some(e.to_string())),
+        },
+        Ok(_) | Err(std::env::VarError::NotPresent) => (fallback(), None),
+        Err(std::env::VarError::NotUnicode(_)) => (fallback(), Some("not UTF-8".into())),
+    }
+}
+
+/// Colours only for a person: standard error is a terminal and `NO_COLOR`
+/// is unset (or empty, <https://no-color.org>).
+fn colours_wanted() -> bool {
+    use std::io::IsTerminal;
+    let no_colour = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_colour && std::io::stderr().is_terminal()
 }
 
 /// Drops lapin's ERROR "Channel closed" events for a declare the broker
@@ -88,12 +116,13 @@ impl<S: Subscriber> Filter<S> for AnsweredDeclares {
 
     fn event_enabled(&self, event: &Event<'_>, _: &Context<'_, S>) -> bool {
         let meta = event.metadata();
-        if meta.target() != "lapin::channel" || *meta.level() != tracing::Level::ERROR {
+        if !meta.target().starts_with("lapin") || *meta.level() != tracing::Level::ERROR {
             return true;
         }
         let mut fields = LapinClose::default();
         event.record(&mut fields);
         !is_answered_declare(&fields.message, &fields.method)
+            && !is_connection_failure(meta.target(), &fields)
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {
@@ -106,6 +135,7 @@ impl<S: Subscriber> Filter<S> for AnsweredDeclares {
 struct LapinClose {
     message: String,
     method: String,
+    error: String,
 }
 
 impl tracing::field::Visit for LapinClose {
@@ -113,6 +143,7 @@ impl tracing::field::Visit for LapinClose {
         match field.name() {
             "message" => self.message = format!("{value:?}"),
             "method" => self.method = format!("{value:?}"),
+            "error" => self.error = format!("{value:?}"),
             _ => {}
         }
     }
@@ -129,6 +160,34 @@ fn is_answered_declare(message: &str, method: &str) -> bool {
         || method.contains("class_id: 50, method_id: 10");
     let answer = method.contains("reply_code: 404,") || method.contains("reply_code: 403,");
     message == "Channel closed" && method.starts_with("Close {") && declare && answer
+}
+
+/// Whether lapin's event reports its connection failing (the broker closed
+/// it, e.g. a refused login or an unknown vhost; or the link broke):
+/// lapin hands the same error back to the call, and urutan says what it
+/// means in one line (a refusal stops the command, an outage is one line
+/// per change, see `heal`), so lapin's own lines (three per attempt, with
+/// its internals) are dropped.
+fn is_connection_failure(target: &str, fields: &LapinClose) -> bool {
+    let LapinClose {
+        message,
+        method,
+        error,
+    } = fields;
+    let connection_closed = target == "lapin::channel"
+        && message == "Connection closed"
+        && method.starts_with("Close {")
+        && (method.contains("reply_code: 403,")
+            || method.contains("reply_code: 530,")
+            || method.contains("reply_code: 320,"));
+    // The broker's close-ok to a connection it closed itself: lapin did
+    // not expect it, and says so twice.
+    let late_close_ok =
+        target == "lapin::channel" && error.contains("unexpected connection close-ok");
+    connection_closed
+        || late_close_ok
+        || (target == "lapin::channels" && message == "Connection error")
+        || (target == "lapin::io_loop" && message.starts_with("Exponential backoff attempts"))
 }
 
 /// Where log lines go besides standard error, and what of them.

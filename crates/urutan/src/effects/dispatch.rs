@@ -21,8 +21,10 @@ use tracing::{debug, info, warn};
 use super::metric as m;
 use super::routes::endpoint_label;
 use super::send::{self, Answer, Verdict};
-use super::store::{self, Claimed, Recorded};
+use super::store::{self, Claimed, Recorded, Settled};
 use super::{Config, EffectsSettings};
+use crate::trace::{self, TraceParent, Traces};
+use opentelemetry::trace::SpanKind;
 
 /// A fault-injection callback run after an answer came back and before it
 /// is recorded (a crash there must only cause a resend with the same key).
@@ -62,6 +64,8 @@ pub struct Dispatcher {
     after_send: Option<AfterSend>,
     /// True while the database answered the last claim (`/readyz`).
     pub ready: Arc<AtomicBool>,
+    /// Where webhook spans go (off: contexts only).
+    traces: Traces,
 }
 
 /// When the periodic chores last ran.
@@ -90,6 +94,7 @@ struct Shared {
     after_send: Option<AfterSend>,
     /// Woken when a slot frees (the order's next effect may now go).
     wake: Notify,
+    traces: Traces,
 }
 
 impl Dispatcher {
@@ -133,7 +138,15 @@ impl Dispatcher {
             owner,
             after_send,
             ready: Arc::new(AtomicBool::new(true)),
+            traces: Traces::off(),
         })
+    }
+
+    /// Exports a span per webhook request to `traces` ([`crate::trace`]);
+    /// without it the requests still carry their `traceparent`.
+    pub fn with_traces(mut self, traces: Traces) -> Self {
+        self.traces = traces;
+        self
     }
 
     /// Dispatches until `shutdown`, then lets the attempts in flight finish.
@@ -147,6 +160,7 @@ impl Dispatcher {
             settings: self.settings.clone(),
             after_send: self.after_send.clone(),
             wake: Notify::new(),
+            traces: self.traces.clone(),
         });
         let tracker = TaskTracker::new();
         let mut chores = Chores::default();
@@ -225,7 +239,7 @@ impl Dispatcher {
     async fn refresh_gauges(&self) {
         match store::backlog(&self.pool).await {
             Ok(rows) => {
-                // Several URLs may share a host: sum them under its label.
+                // Several URLs may share a label (host and first segment): sum them.
                 let mut by_label: BTreeMap<String, (i64, f64, i64)> = BTreeMap::new();
                 for (url, pending, oldest, dead) in rows {
                     let label =
@@ -267,13 +281,16 @@ impl Dispatcher {
 /// Sends one claimed effect and records what its answer calls for.
 async fn deliver(shared: Arc<Shared>, effect: Claimed, permit: OwnedSemaphorePermit) {
     let endpoint = url::Url::parse(&effect.url).map_or_else(|_| "?".into(), |u| endpoint_label(&u));
+    let mut span = webhook_span(&shared.traces, &effect, &endpoint);
     let start = Instant::now();
     let answer = send::attempt(
         &shared.client,
         shared.signing.secret_for(&effect.url),
         &effect,
+        span.traceparent(),
     )
     .await;
+    answered(&mut span, &answer);
     metrics::histogram!(m::REQUEST_DURATION_SECONDS, "endpoint" => endpoint.clone())
         .record(start.elapsed().as_secs_f64());
     if let Some(hook) = &shared.after_send {
@@ -283,6 +300,39 @@ async fn deliver(shared: Arc<Shared>, effect: Claimed, permit: OwnedSemaphorePer
     record(&shared, &effect, &recorded).await;
     drop(permit);
     shared.wake.notify_one();
+}
+
+/// The span of one webhook request: a child of its version's apply span
+/// (a new trace if the effect has none, or an invalid one).
+fn webhook_span(traces: &Traces, effect: &Claimed, endpoint: &str) -> trace::Span {
+    let parent = effect
+        .traceparent
+        .as_deref()
+        .and_then(|t| TraceParent::parse(t.as_bytes()));
+    let mut span = traces.start("webhook", SpanKind::Client, parent);
+    if span.is_recording() {
+        span.set("http.request.method", "POST");
+        // The endpoint as labelled in metrics: its URL may carry a token.
+        span.set("urutan.endpoint", endpoint.to_owned());
+        span.set("urutan.order_id", effect.pesanan_id.clone());
+        span.set("urutan.versi", effect.versi);
+        span.set("urutan.effect.attempt", i64::from(effect.percobaan));
+    }
+    span
+}
+
+/// Records `answer` on the webhook span.
+fn answered(span: &mut trace::Span, answer: &Answer) {
+    if let Answer::Http { code, .. } = answer {
+        span.set("http.response.status_code", i64::from(*code));
+    }
+    match send::classify(answer) {
+        Verdict::Sent => span.set("urutan.outcome", "sent"),
+        Verdict::Retry(reason) | Verdict::Dead(reason) => {
+            span.set("urutan.outcome", reason);
+            span.fail(reason);
+        }
+    }
 }
 
 /// What to record for `answer`, counted and logged.
@@ -348,14 +398,31 @@ fn decide(
 
 /// Records `recorded`, retrying while the database is away and the lease
 /// holds; if it cannot, the effect is claimed again after its lease (and
-/// sent again with the same key).
+/// sent again with the same key). A dead letter that holds its order
+/// (`EFFECTS_ON_DEAD=hold`) counts a hold.
 async fn record(shared: &Shared, effect: &Claimed, recorded: &Recorded) {
     let give_up = Instant::now() + shared.settings.effects_timeout;
     let mut pause = Duration::from_millis(100);
+    let on_dead = shared.settings.effects_on_dead;
     loop {
-        match store::record(&shared.pool, effect.efek, effect.percobaan, recorded).await {
-            Ok(true) => return,
-            Ok(false) => {
+        match store::record(
+            &shared.pool,
+            effect.efek,
+            effect.percobaan,
+            recorded,
+            on_dead,
+        )
+        .await
+        {
+            Ok(Settled::Recorded) => return,
+            Ok(Settled::Held) => {
+                metrics::counter!(crate::metrics::HOLDS_TOTAL, "reason" => "effect").increment(1);
+                warn!(order = ?effect.pesanan_id, versi = effect.versi, message_id = ?effect.message_id,
+                      "the order's later effects wait behind its dead-lettered effect \
+                       (`urutan dlq replay --effects`, or `urutan hold release --effects`)");
+                return;
+            }
+            Ok(Settled::Lost) => {
                 warn!(order = ?effect.pesanan_id, versi = effect.versi, message_id = ?effect.message_id,
                       "lost the claim of an effect before recording its result (lease expired)");
                 return;

@@ -13,16 +13,21 @@
 //!
 //! Guarantees: an effect exists iff its version was applied; per order,
 //! effects go out one at a time in version order (the next waits until the
-//! previous one is sent or dead-lettered), orders in parallel; an effect is
+//! previous one is sent or dead-lettered; with `EFFECTS_ON_DEAD=hold`, the
+//! default, a dead-lettered one holds the order's later effects until it is
+//! replayed and sent or released: [`hold`]), orders in parallel; an effect is
 //! never in flight twice at once; a crash at any point only causes a resend
-//! with the same `webhook-id` / `Idempotency-Key`. An endpoint that honours
+//! with the same `webhook-id` / `Idempotency-Key` (per effect: the message
+//! id and a hash of the endpoint, [`sign::idempotency_key`]). An endpoint that honours
 //! the key therefore acts exactly once; one that does not gets at least once.
 //!
 //! [`routes`] parses `EFFECTS` and `EFFECTS_SECRET`; [`dispatch`] is the
 //! dispatcher loop.
 
 pub mod dispatch;
+pub mod hold;
 pub mod http;
+pub mod read;
 pub mod routes;
 pub mod send;
 pub mod sign;
@@ -77,6 +82,40 @@ pub struct EffectsSettings {
 
     /// How long sent effects are kept (dead-lettered ones are kept until removed).
     pub effects_retention: Duration,
+
+    /// `EFFECTS_ON_DEAD`: whether a dead-lettered effect holds its order's
+    /// later effects (until replayed or released) or lets them go.
+    pub effects_on_dead: OnDead,
+}
+
+/// What a dead-lettered effect does to its order's later effects
+/// (`EFFECTS_ON_DEAD`, docs/contract.md sections 5 and 11). Only new dead
+/// letters follow it: a hold already recorded stays until it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDead {
+    /// The order's later effects wait until the dead one is replayed and
+    /// sent (`urutan dlq replay --effects`) or skipped (`urutan hold
+    /// release --effects`); its versions are still applied.
+    Hold,
+    /// The order's next effect goes.
+    Skip,
+}
+
+impl OnDead {
+    /// The setting's values, as written.
+    pub const VALUES: [&str; 2] = ["hold", "skip"];
+}
+
+impl std::str::FromStr for OnDead {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "hold" => Ok(Self::Hold),
+            "skip" => Ok(Self::Skip),
+            _ => Err("use `hold` or `skip`".into()),
+        }
+    }
 }
 
 impl fmt::Debug for EffectsSettings {
@@ -103,6 +142,7 @@ impl fmt::Debug for EffectsSettings {
             .field("effects_concurrency", &self.effects_concurrency)
             .field("effects_poll", &self.effects_poll)
             .field("effects_retention", &self.effects_retention)
+            .field("effects_on_dead", &self.effects_on_dead)
             .finish()
     }
 }
@@ -142,6 +182,7 @@ impl Default for EffectsSettings {
             effects_concurrency: 32,
             effects_poll: Duration::from_millis(200),
             effects_retention: Duration::from_secs(7 * 86_400),
+            effects_on_dead: OnDead::Hold,
         }
     }
 }
@@ -191,7 +232,8 @@ impl EffectsSettings {
 }
 
 /// Metric names of the dispatcher (labels bounded: `endpoint` is a
-/// configured host[:port], `reason` a fixed list; never an order or message id).
+/// configured host[:port] and first path segment, `reason` a fixed list;
+/// never an order or message id).
 pub mod metric {
     use crate::metrics as names;
     pub const SENT_TOTAL: &str = names::EFFECTS_SENT_TOTAL;
@@ -248,5 +290,8 @@ pub mod metric {
             }
         }
         metrics::gauge!(IN_FLIGHT).set(0.0);
+        // Counted here, where a dead letter makes the hold; the held gauge
+        // (`urutan_orders_held`) is `urutan run`'s, read from the database.
+        metrics::counter!(names::HOLDS_TOTAL, "reason" => "effect").increment(0);
     }
 }

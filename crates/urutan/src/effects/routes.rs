@@ -133,24 +133,66 @@ fn shown(entry: &str) -> String {
     let (status, url) = entry.split_once('=').unwrap_or((entry, ""));
     let status: String = status.trim().chars().take(STATUS_MAX_CHARS + 1).collect();
     match url::Url::parse(url.trim()) {
-        Ok(url) => format!("`{status}={}`", redact(&url)),
+        Ok(url) => format!("`{status}={}`", redact_origin(&url)),
         Err(_) if url.is_empty() => format!("`{status}`"),
         Err(_) => format!("`{status}=…`"),
     }
 }
 
-/// A URL as logs and labels may show it: scheme, host and port, never the
-/// user, password, path or query (which may carry tokens).
+/// A URL as output and logs may show it: scheme, host and port, and at most
+/// the path's first segment (`https://pay.internal:8443/capture/…`); never
+/// the user, password, the rest of the path or the query, which may carry
+/// tokens. `…` marks what was left out.
 pub fn redact(url: &url::Url) -> String {
-    format!("{}://{}/…", url.scheme(), endpoint_label(url))
+    let origin = format!("{}://{}", url.scheme(), host_port(url));
+    let mut segments = url
+        .path_segments()
+        .into_iter()
+        .flatten()
+        .filter(|s| !s.is_empty());
+    let first = segments.next();
+    let cut = segments.next().is_some() || url.query().is_some();
+    match (first, cut) {
+        (Some(first), true) => format!("{origin}/{first}/…"),
+        (Some(first), false) => format!("{origin}/{first}"),
+        (None, true) => format!("{origin}/…"),
+        (None, false) => format!("{origin}/"),
+    }
 }
 
-/// The `endpoint` label of the effect metrics: `host` or `host:port`.
-pub fn endpoint_label(url: &url::Url) -> String {
+/// [`redact`] of a URL as stored (`urutan_efek_tujuan.url`); `?` if it
+/// does not parse (it always does: it was parsed before it was stored).
+pub fn redact_str(url: &str) -> String {
+    url::Url::parse(url).map_or_else(|_| "?".into(), |u| redact(&u))
+}
+
+/// Scheme, host and port only (a proxy: its path means nothing).
+pub fn redact_origin(url: &url::Url) -> String {
+    format!("{}://{}/…", url.scheme(), host_port(url))
+}
+
+/// `host` or `host:port` (the port only when not the scheme's default).
+fn host_port(url: &url::Url) -> String {
     let host = url.host_str().unwrap_or("?");
     match url.port() {
         Some(port) => format!("{host}:{port}"),
         None => host.to_owned(),
+    }
+}
+
+/// The `endpoint` label of the effect metrics: `host[:port]` plus the
+/// path's first segment (`pay.internal:8443/capture`), so two endpoints on
+/// one host are two series. Bounded: endpoints come from `EFFECTS`, never
+/// from an order or a message.
+pub fn endpoint_label(url: &url::Url) -> String {
+    let first = url
+        .path_segments()
+        .into_iter()
+        .flatten()
+        .find(|s| !s.is_empty());
+    match first {
+        Some(first) => format!("{}/{first}", host_port(url)),
+        None => host_port(url),
     }
 }
 
@@ -230,7 +272,7 @@ impl EndpointSecrets {
                 .ok()
                 .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
                 .ok_or_else(|| fail(format!("{which}: the key is not an http(s) URL")))?;
-            let which = format!("{which} ({})", redact(&url));
+            let which = format!("{which} ({})", redact_origin(&url));
             let secret = secret
                 .as_str()
                 .ok_or_else(|| fail(format!("{which}: the secret is not a JSON string")))
@@ -284,7 +326,7 @@ impl ProxyUrl {
 
 impl fmt::Debug for ProxyUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&redact(&self.0))
+        f.write_str(&redact_origin(&self.0))
     }
 }
 
@@ -357,11 +399,34 @@ mod tests {
     }
 
     #[test]
-    fn endpoint_labels_are_host_and_port() {
-        let url = url::Url::parse("https://u:p@pay.internal:8443/a?b=c").expect("url");
-        assert_eq!(endpoint_label(&url), "pay.internal:8443");
+    fn endpoint_labels_are_host_port_and_first_segment() {
+        let url = url::Url::parse("https://u:p@pay.internal:8443/a/b?c=d").expect("url");
+        assert_eq!(endpoint_label(&url), "pay.internal:8443/a");
         let url = url::Url::parse("http://search/x").expect("url");
+        assert_eq!(endpoint_label(&url), "search/x");
+        let url = url::Url::parse("http://search:80").expect("url");
         assert_eq!(endpoint_label(&url), "search");
+    }
+
+    #[test]
+    fn redacted_urls_keep_the_origin_and_the_first_segment() {
+        for (raw, shown) in [
+            (
+                "https://u:pw@pay.internal:8443/capture/tok-1?k=q-2",
+                "https://pay.internal:8443/capture/…",
+            ),
+            (
+                "https://pay.internal/capture",
+                "https://pay.internal/capture",
+            ),
+            ("http://search:9200/?k=q", "http://search:9200/…"),
+            ("http://search", "http://search/"),
+        ] {
+            let url = url::Url::parse(raw).expect("url");
+            assert_eq!(redact(&url), shown, "{raw}");
+            assert_eq!(redact_str(raw), shown, "{raw}");
+        }
+        assert_eq!(redact_str("not a url"), "?");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::routes::{ProxyUrl, Secret};
 use super::sign;
 use super::store::Claimed;
+use crate::trace::TraceParent;
 
 /// Most bytes of an answer's body kept with a dead letter or retry.
 const ANSWER_BYTES: usize = 2048;
@@ -108,21 +109,29 @@ pub fn client(
         .build()
 }
 
-/// Sends `effect` once, signed now, and reads at most [`ANSWER_BYTES`] of
-/// the answer.
-pub async fn attempt(client: &reqwest::Client, secret: &Secret, effect: &Claimed) -> Answer {
+/// Sends `effect` once, signed now, with `traceparent` (the webhook span),
+/// and reads at most [`ANSWER_BYTES`] of the answer.
+pub async fn attempt(
+    client: &reqwest::Client,
+    secret: &Secret,
+    effect: &Claimed,
+    traceparent: TraceParent,
+) -> Answer {
     let timestamp = chrono::Utc::now().timestamp();
     let body = effect.isi.as_bytes();
+    // Signed with the key it is sent with, as Standard Webhooks verifies.
+    let key = sign::idempotency_key(&effect.message_id, &effect.url);
     let request = client
         .post(&effect.url)
         .header("content-type", "application/json")
-        .header("webhook-id", &effect.message_id)
+        .header("webhook-id", &key)
         .header("webhook-timestamp", timestamp.to_string())
         .header(
             "webhook-signature",
-            sign::signature(secret, &effect.message_id, timestamp, body),
+            sign::signature(secret, &key, timestamp, body),
         )
-        .header("idempotency-key", &effect.message_id)
+        .header("idempotency-key", &key)
+        .header(crate::trace::HEADER, traceparent.to_string())
         .body(effect.isi.clone());
     let mut response = match request.send().await {
         Ok(r) => r,

@@ -9,6 +9,19 @@ use sha2::Sha256;
 
 use super::routes::Secret;
 
+/// An effect's idempotency key (`webhook-id` and `Idempotency-Key`):
+/// `<message_id>.<12 hex digits of SHA-256 of the endpoint URL>`. Per
+/// endpoint, so that a receiver deduplicating keys across endpoints (one
+/// gateway in front of several) takes each endpoint's effect of a version;
+/// the same on every resend, since an effect keeps its message id and URL.
+/// The URL is hashed, not shown: its path may hold a token.
+pub fn idempotency_key(message_id: &str, url: &str) -> String {
+    use sha2::Digest as _;
+    let digest = Sha256::digest(url.as_bytes());
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("{message_id}.{hex}")
+}
+
 /// The `webhook-signature` header value for one request.
 pub fn signature(secret: &Secret, id: &str, timestamp: i64, body: &[u8]) -> String {
     secret
@@ -42,7 +55,8 @@ pub fn verify(secret: &Secret, header: &str, id: &str, timestamp: i64, body: &[u
 /// endpoints); missing or unreadable headers read as empty (timestamp 0).
 #[derive(Debug, Clone, Default)]
 pub struct Received {
-    /// `webhook-id`: urutan's message id, the idempotency key.
+    /// `webhook-id`: the idempotency key ([`idempotency_key`]: the applied
+    /// message's id and a hash of the endpoint).
     pub id: String,
     /// `webhook-timestamp`, seconds since the epoch.
     pub timestamp: i64,
@@ -91,6 +105,19 @@ mod tests {
             br#"{"test": 2432232314}"#,
         );
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    }
+
+    #[test]
+    fn idempotency_keys_are_per_endpoint_and_stable() {
+        let pay = idempotency_key("m-7", "https://gw.internal/pay");
+        let index = idempotency_key("m-7", "https://gw.internal/index");
+        assert_ne!(pay, index, "one key per endpoint");
+        assert_eq!(pay, idempotency_key("m-7", "https://gw.internal/pay"));
+        assert!(
+            pay.starts_with("m-7.") && pay.len() == "m-7.".len() + 12,
+            "{pay}"
+        );
+        assert!(!pay.contains("pay"), "the URL is hashed, never shown");
     }
 
     #[test]

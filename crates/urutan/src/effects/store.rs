@@ -3,7 +3,8 @@
 //!
 //! Invariants the queries keep:
 //! - an effect is claimed only when it is the first pending effect of its
-//!   order (in `(versi, tujuan)` order) and its lease is free; claims take
+//!   order (in `(versi, tujuan)` order), no dead-lettered effect before it
+//!   holds the order (migration 0022), and its lease is free; claims take
 //!   the order's row in the schedule `urutan_efek_kepala` with
 //!   `FOR UPDATE SKIP LOCKED`: two dispatchers never hold the same effect,
 //!   and an order never has two effects in flight;
@@ -20,6 +21,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::{Acquire, PgPool};
 
+use super::OnDead;
 use super::routes::Routes;
 
 /// One claimed effect, ready to send.
@@ -28,13 +30,19 @@ pub struct Claimed {
     pub efek: i64,
     pub pesanan_id: String,
     pub versi: i64,
-    /// `webhook-id` and `Idempotency-Key`.
+    /// The applied message's id; with the URL, the idempotency key
+    /// (`webhook-id`, `Idempotency-Key`: [`super::sign::idempotency_key`]).
     pub message_id: String,
     /// The body, exactly as signed and sent.
     pub isi: String,
     pub url: String,
     /// This attempt's number (1 for the first); the claim's fencing token.
     pub percobaan: i32,
+    /// The apply span of its version (`urutan_efek.traceparent`), which
+    /// the webhook request continues; checked before use. Not a column of
+    /// the claim: read after it ([`claim`]).
+    #[sqlx(default)]
+    pub traceparent: Option<String>,
 }
 
 /// What to record for an attempt.
@@ -145,22 +153,61 @@ pub async fn claim(
     owner: &str,
 ) -> Result<Vec<Claimed>, sqlx::Error> {
     let limit = i32::try_from(limit).unwrap_or(i32::MAX);
-    sqlx::query_as("SELECT * FROM urutan_efek_klaim($1, $2, $3)")
+    let mut claimed: Vec<Claimed> = sqlx::query_as("SELECT * FROM urutan_efek_klaim($1, $2, $3)")
         .bind(limit)
         .bind(lease.as_secs_f64())
         .bind(owner)
         .fetch_all(pool)
-        .await
+        .await?;
+    if !claimed.is_empty()
+        && let Err(e) = read_traceparents(pool, &mut claimed).await
+    {
+        // The claim stands: their webhooks start new traces.
+        tracing::warn!(error = %e, "cannot read the claimed effects' trace context");
+    }
+    Ok(claimed)
 }
 
-/// Records the result of attempt `percobaan` of effect `efek`; false if the
-/// claim was lost meanwhile (lease expired and claimed again, or settled).
+/// Fills in the trace context of `claimed` (`urutan_efek.traceparent`), in
+/// a statement of its own after the claim (whose function's result type
+/// stays as it is). At most 56 bytes are read: a valid one is 55.
+async fn read_traceparents(pool: &PgPool, claimed: &mut [Claimed]) -> Result<(), sqlx::Error> {
+    let ids: Vec<i64> = claimed.iter().map(|c| c.efek).collect();
+    let found: Vec<(i64, Option<String>)> =
+        sqlx::query_as("SELECT efek, left(traceparent, 56) FROM urutan_efek WHERE efek = ANY($1)")
+            .bind(&ids)
+            .fetch_all(pool)
+            .await?;
+    let found: BTreeMap<i64, Option<String>> = found.into_iter().collect();
+    for effect in claimed {
+        effect.traceparent = found.get(&effect.efek).cloned().flatten();
+    }
+    Ok(())
+}
+
+/// What recording a result did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The claim was lost meanwhile (lease expired and claimed again, or
+    /// settled): nothing recorded.
+    Lost,
+    Recorded,
+    /// Recorded, and the dead letter made a new effect hold on its order
+    /// (`EFFECTS_ON_DEAD=hold`; the order had none).
+    Held,
+}
+
+/// Records the result of attempt `percobaan` of effect `efek`; with
+/// [`OnDead::Hold`] a dead letter holds the order's later effects
+/// (migration 0022: the hold is recorded on the effect, so every reader
+/// and every dispatcher's claim sees it without the setting).
 pub async fn record(
     pool: &PgPool,
     efek: i64,
     percobaan: i32,
     result: &Recorded,
-) -> Result<bool, sqlx::Error> {
+    on_dead: OnDead,
+) -> Result<Settled, sqlx::Error> {
     let (keadaan, code, answer, after) = match result {
         Recorded::Sent { code } => ("terkirim", Some(*code), None, Duration::ZERO),
         Recorded::Retry {
@@ -170,15 +217,22 @@ pub async fn record(
         } => ("menunggu", *code, Some(answer.as_str()), *after),
         Recorded::Dead { code, answer } => ("gagal", *code, Some(answer.as_str()), Duration::ZERO),
     };
-    sqlx::query_scalar("SELECT urutan_efek_hasil($1, $2, $3, $4, $5, $6)")
-        .bind(efek)
-        .bind(percobaan)
-        .bind(keadaan)
-        .bind(code.map(i32::from))
-        .bind(answer)
-        .bind(after.as_secs_f64())
-        .fetch_one(pool)
-        .await
+    let settled: String =
+        sqlx::query_scalar("SELECT urutan_efek_hasil($1, $2, $3, $4, $5, $6, $7)")
+            .bind(efek)
+            .bind(percobaan)
+            .bind(keadaan)
+            .bind(code.map(i32::from))
+            .bind(answer)
+            .bind(after.as_secs_f64())
+            .bind(on_dead == OnDead::Hold)
+            .fetch_one(pool)
+            .await?;
+    Ok(match settled.as_str() {
+        "held" => Settled::Held,
+        "recorded" => Settled::Recorded,
+        _ => Settled::Lost,
+    })
 }
 
 /// Every effect recorded so far, by state.
@@ -258,8 +312,11 @@ pub struct DeadEffect {
     pub effect: i64,
     pub order_id: String,
     pub versi: i64,
-    /// The applied message's id: the effect's idempotency key.
+    /// The applied message's id (the idempotency key is it and a hash of
+    /// the endpoint: [`super::sign::idempotency_key`]).
     pub message_id: String,
+    /// The endpoint, redacted ([`super::routes::redact`]): a path or query
+    /// may hold a token, so the whole URL is never printed.
     pub endpoint: String,
     pub attempts: i32,
     /// The endpoint's last HTTP status (None: no answer).
@@ -298,6 +355,15 @@ pub async fn dead_effects(
     .bind(limit)
     .fetch_all(pool)
     .await
+    .map(redacted)
+}
+
+/// Every row's endpoint redacted (the only form that leaves this module).
+fn redacted(mut rows: Vec<DeadEffect>) -> Vec<DeadEffect> {
+    for row in &mut rows {
+        row.endpoint = super::routes::redact_str(&row.endpoint);
+    }
+    rows
 }
 
 /// The dead-lettered effects whose id is in `ids` (every one with `all`),
@@ -316,6 +382,7 @@ pub async fn dead_effects_by_id(
     .bind(ids)
     .fetch_all(pool)
     .await
+    .map(redacted)
 }
 
 /// Sets the dead-lettered effects among `ids` pending again, as if new: a
@@ -334,13 +401,34 @@ pub async fn revive_dead(pool: &PgPool, ids: &[i64]) -> Result<(), sqlx::Error> 
     Ok(())
 }
 
-/// The state (`keadaan`: `menunggu`, `terkirim` or `gagal`) of each effect
-/// in `ids`, by effect id; an id without an effect is left out.
-pub async fn states(pool: &PgPool, ids: &[i64]) -> Result<BTreeMap<i64, String>, sqlx::Error> {
-    let rows: Vec<(i64, String)> =
-        sqlx::query_as("SELECT efek, keadaan FROM urutan_efek WHERE efek = ANY($1)")
-            .bind(ids)
-            .fetch_all(pool)
-            .await?;
-    Ok(rows.into_iter().collect())
+/// Where an effect stands now, as a replay reports it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Outcome {
+    pub efek: i64,
+    /// `menunggu`, `terkirim` or `gagal`.
+    pub keadaan: String,
+    /// Attempts since it was (re)set pending.
+    pub percobaan: i32,
+    /// The last HTTP status (None: no answer, or none yet).
+    pub kode: Option<i32>,
+    /// The last answer or error.
+    pub jawaban: Option<String>,
+    /// Pending: seconds until its next try (0: due now).
+    pub next_try_secs: Option<f64>,
+}
+
+/// The [`Outcome`] of each effect in `ids`, by effect id; an id without an
+/// effect is left out.
+pub async fn outcomes(pool: &PgPool, ids: &[i64]) -> Result<BTreeMap<i64, Outcome>, sqlx::Error> {
+    let rows: Vec<Outcome> = sqlx::query_as(
+        "SELECT efek, keadaan, percobaan, kode, jawaban,
+                CASE WHEN keadaan = 'menunggu'
+                     THEN greatest(extract(epoch FROM coba_pada - now())::float8, 0) END
+                    AS next_try_secs
+         FROM urutan_efek WHERE efek = ANY($1)",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|o| (o.efek, o)).collect())
 }

@@ -2,7 +2,10 @@
 //! event in ONE transaction ([`enqueue`]); `urutan relay` ([`relay`]) moves
 //! the rows to the broker with publisher confirms, in order per aggregate.
 //! The operator commands read it here too ([`rows_of_order`], [`backlog`]).
+//! Producers in other languages call the SQL function `urutan_enqueue`,
+//! which reads the pipeline's defaults that [`defaults`] records.
 
+pub mod defaults;
 mod read;
 pub mod relay;
 
@@ -28,6 +31,11 @@ pub struct NewEvent<'a> {
     pub data: Option<&'a Value>,
     /// Routing key on the `pesanan` exchange, e.g. `pesanan.jakarta.dibuat`.
     pub routing_key: &'a str,
+    /// The producer's W3C trace context (`00-<trace id>-<span id>-<flags>`),
+    /// continued by the relay's publish span (docs/operations.md, "How to
+    /// see a trace"); `None`: the transaction's `urutan.traceparent`
+    /// setting if any, else a new trace.
+    pub traceparent: Option<&'a str>,
 }
 
 impl<'a> NewEvent<'a> {
@@ -46,6 +54,14 @@ impl<'a> NewEvent<'a> {
     pub fn with_data(self, data: &'a Value) -> Self {
         NewEvent {
             data: Some(data),
+            ..self
+        }
+    }
+
+    /// With the producer's trace context `traceparent`.
+    pub fn with_traceparent(self, traceparent: &'a str) -> Self {
+        NewEvent {
+            traceparent: Some(traceparent),
             ..self
         }
     }
@@ -85,12 +101,14 @@ pub async fn enqueue(conn: &mut PgConnection, event: &NewEvent<'_>) -> Result<i6
         "data": event.data,
     });
     let id: i64 = sqlx::query_scalar(
-        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
-         VALUES ('pesanan', $1, $2, $3) RETURNING id",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload, traceparent)
+         VALUES ('pesanan', $1, $2, $3, coalesce($4, urutan_traceparent_producer()))
+         RETURNING id",
     )
     .bind(event.agregat_id)
     .bind(event.routing_key)
     .bind(sqlx::types::Json(&payload))
+    .bind(event.traceparent)
     .fetch_one(&mut *conn)
     .await?;
     sqlx::query("SELECT pg_notify($1, '')")
@@ -159,6 +177,13 @@ fn validate(event: &NewEvent<'_>) -> Result<(), EnqueueError> {
     if event.routing_key.is_empty() || event.routing_key.len() > 255 {
         return Err(EnqueueError::Invalid("routing_key must be 1-255 bytes"));
     }
+    if let Some(traceparent) = event.traceparent
+        && crate::trace::TraceParent::parse(traceparent.as_bytes()).is_none()
+    {
+        return Err(EnqueueError::Invalid(
+            "traceparent must be a W3C traceparent: 00-<32 hex>-<16 hex>-<2 hex>, lowercase",
+        ));
+    }
     Ok(())
 }
 
@@ -184,5 +209,11 @@ mod tests {
         assert!(validate(&event("P", "", 1)).is_err());
         assert!(validate(&event("P", &"s".repeat(65), 1)).is_err());
         assert!(validate(&event("P", "dibuat", 0)).is_err());
+        let valid = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let upper = valid.to_uppercase();
+        for (traceparent, ok) in [(valid, true), (upper.as_str(), false), ("00-x", false)] {
+            let traced = event("P", "dibuat", 1).with_traceparent(traceparent);
+            assert_eq!(validate(&traced).is_ok(), ok, "{traceparent}");
+        }
     }
 }

@@ -28,6 +28,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection};
 use lapin::{Confirmation, PublisherConfirm};
+use opentelemetry::trace::SpanKind;
 use sqlx::postgres::PgListener;
 use sqlx::{Connection as _, PgConnection};
 use tokio_util::sync::CancellationToken;
@@ -36,11 +37,13 @@ use tracing::{info, warn};
 use super::NOTIFY_CHANNEL;
 use crate::broker::{self, BrokerError, Names, call};
 use crate::config::{SecretUrl, Settings};
+use crate::heal;
 use crate::health::Health;
 use crate::metrics as m;
 use crate::reshard::handoff;
 use crate::retry;
 use crate::store::Expiring;
+use crate::trace::{self, TraceParent, Traces};
 
 /// Pause between two purges of sent rows.
 const PURGE_EVERY: Duration = Duration::from_secs(300);
@@ -100,6 +103,8 @@ struct Row {
     routing_key: String,
     payload: String,
     dibuat_pada: DateTime<Utc>,
+    /// The producer's trace context, as written (checked when published).
+    traceparent: Option<String>,
 }
 
 /// The relay: run it with [`Relay::run`] until shutdown.
@@ -132,13 +137,28 @@ impl Relay {
                 Ok(()) => return,
                 Err(e) => {
                     self.health.set_database(false);
+                    self.outage(&e);
                     let delay = retry::next_delay(&mut backoff);
-                    warn!(error = %e, retry_in = ?delay, "relay interrupted; rows stay unsent until retried");
                     if !retry::sleep_unless_stopped(delay, &shutdown).await {
                         return;
                     }
                 }
             }
+        }
+    }
+
+    /// Logs `e` once per change of the service's state (see `heal`): the
+    /// rows stay unsent until it is back.
+    fn outage(&self, e: &RelayError) {
+        let broker = heal::broker_outage(&self.settings.amqp_url);
+        match e {
+            RelayError::Database(e) | RelayError::Epoch(handoff::EpochError::Database(e)) => {
+                heal::database_outage(&self.settings.database_url).failed(&heal::database_cause(e));
+            }
+            RelayError::Broker(e) | RelayError::Epoch(handoff::EpochError::Broker(e)) => {
+                broker.failed(&heal::broker_cause(e));
+            }
+            other => broker.failed(&heal::one_line(&other.to_string())),
         }
     }
 
@@ -176,6 +196,8 @@ impl Relay {
         self.health.broker_up(0);
         let mut listener = listen(url).await?;
         *active = true;
+        heal::broker_outage(&self.settings.amqp_url).recovered();
+        heal::database_outage(&self.settings.database_url).recovered();
         let (mut last_purge, mut last_backlog) = (None::<Instant>, None::<Instant>);
         let result = loop {
             if shutdown.is_cancelled() {
@@ -228,8 +250,11 @@ impl Relay {
             handoff::finish_cut_short(db, conn, names).await?;
             return Ok(Some(0));
         }
+        // A valid traceparent is 55 bytes: a longer (invalid) value is not
+        // read whole.
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT id, agregat_id, routing_key, payload::text AS payload, dibuat_pada
+            "SELECT id, agregat_id, routing_key, payload::text AS payload, dibuat_pada,
+                    left(traceparent, 56) AS traceparent
              FROM outbox WHERE dikirim_pada IS NULL AND unroutable_at IS NULL
              ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
         )
@@ -240,7 +265,8 @@ impl Relay {
             tx.commit().await?;
             return Ok(None);
         }
-        let (confirmed, unroutable) = publish_waves(channel, names, &rows).await?;
+        let traces = &self.settings.traces;
+        let (confirmed, unroutable) = publish_waves(channel, names, traces, &rows).await?;
         if let Some(hook) = &self.after_publish {
             hook();
         }
@@ -267,6 +293,7 @@ impl Relay {
 async fn publish_waves(
     channel: &Channel,
     names: &Names,
+    traces: &Traces,
     rows: &[Row],
 ) -> Result<(Vec<i64>, Vec<(i64, String)>), RelayError> {
     let exchange = names.entry_exchange();
@@ -276,15 +303,34 @@ async fn publish_waves(
         let started = Instant::now();
         let mut pending = Vec::with_capacity(wave.len());
         for &i in &wave {
-            pending.push((
-                &rows[i],
-                publish(channel, &exchange, names.entity_header(), &rows[i]).await?,
-            ));
+            let mut span = publish_span(traces, &exchange, &rows[i]);
+            let confirm = publish(channel, &exchange, names.entity_header(), &rows[i], &span);
+            let confirm = match confirm.await {
+                Ok(confirm) => confirm,
+                Err(e) => {
+                    span.fail("basic.publish failed");
+                    return Err(e.into());
+                }
+            };
+            pending.push((&rows[i], confirm, span));
         }
         let mut complete = true;
-        for (row, confirm) in pending {
+        for (row, confirm, mut span) in pending {
             let id = row.id;
-            match call("publisher confirm", confirm).await? {
+            let confirmation = call("publisher confirm", confirm).await;
+            span.set(
+                "urutan.publish.result",
+                match &confirmation {
+                    Ok(Confirmation::Ack(None)) => "confirmed",
+                    Ok(Confirmation::Ack(Some(_))) => "returned",
+                    Ok(Confirmation::Nack(_) | Confirmation::NotRequested) => "refused",
+                    Err(_) => "connection_lost",
+                },
+            );
+            if !matches!(confirmation, Ok(Confirmation::Ack(None))) {
+                span.fail("not confirmed");
+            }
+            match confirmation? {
                 Confirmation::Ack(None) => confirmed.push(id),
                 Confirmation::Ack(Some(returned)) if !names.routes(&row.routing_key) => {
                     warn!(
@@ -338,16 +384,41 @@ fn waves(rows: &[Row]) -> Vec<Vec<usize>> {
     waves
 }
 
+/// The publish span of `row`: a child of the producer's `traceparent` if
+/// it is a valid one, else the root of a new trace (the value itself is
+/// never logged or recorded).
+fn publish_span(traces: &Traces, exchange: &str, row: &Row) -> trace::Span {
+    let given = row.traceparent.as_deref();
+    let parent = given.and_then(|t| TraceParent::parse(t.as_bytes()));
+    let mut span = traces.start("publish", SpanKind::Producer, parent);
+    if span.is_recording() {
+        span.set("messaging.system", "rabbitmq");
+        span.set("messaging.destination.name", exchange.to_owned());
+        span.set("messaging.message.id", row.id.to_string());
+        span.set("urutan.order_id", row.agregat_id.clone());
+        span.set("urutan.outbox_id", row.id);
+        if given.is_some() && parent.is_none() {
+            span.set("urutan.traceparent.invalid", true);
+        }
+    }
+    span
+}
+
 async fn publish(
     channel: &Channel,
     exchange: &str,
     entity_header: &str,
     row: &Row,
+    span: &trace::Span,
 ) -> Result<PublisherConfirm, BrokerError> {
     let mut headers = FieldTable::default();
     headers.insert(
         entity_header.into(),
         AMQPValue::LongString(LongString::from(row.agregat_id.as_bytes())),
+    );
+    headers.insert(
+        trace::HEADER.into(),
+        AMQPValue::LongString(LongString::from(span.traceparent().to_string())),
     );
     let props = BasicProperties::default()
         .with_message_id(row.id.to_string().into())
@@ -464,6 +535,7 @@ mod tests {
             routing_key: "pesanan.x".into(),
             payload: "{}".into(),
             dibuat_pada: Utc::now(),
+            traceparent: None,
         }
     }
 

@@ -49,6 +49,7 @@ use sqlx::{PgConnection, PgPool};
 use tracing::info;
 
 use crate::broker::{BrokerError, Names, call};
+use crate::handler::Handler;
 
 pub use crate::broker::delivery::MARKER_HEADER;
 
@@ -222,11 +223,19 @@ pub async fn resume_publishing(db: PgConnection) {
 /// [`close_windows`], whoever publishes next through the relay must open an
 /// epoch first.
 pub async fn open_window(db: &mut PgConnection, reason: &str) -> Result<(), sqlx::Error> {
+    open_window_quietly(db, reason).await?;
+    info!(reason, "ring may change: window opened");
+    Ok(())
+}
+
+/// [`open_window`] without the log line (logged at debug): for a window
+/// that is no news to an operator (a first start).
+pub async fn open_window_quietly(db: &mut PgConnection, reason: &str) -> Result<(), sqlx::Error> {
     sqlx::query("INSERT INTO urutan_jendela (sebab) VALUES ($1)")
         .bind(reason)
         .execute(db)
         .await?;
-    info!(reason, "ring may change: window opened");
+    tracing::debug!(reason, "window opened");
     Ok(())
 }
 
@@ -361,13 +370,17 @@ pub async fn release(
 /// aside again (`retry`), one refused (or out of attempts) is returned as
 /// `refused`, its order held if `policy` says so. `conn` is inside the
 /// caller's transaction: the caller dead-letters the refused ones before
-/// it commits.
+/// it commits. With a Rust `handler`, see [`release_one_by_one`].
 pub async fn release_with(
     conn: &mut sqlx::PgConnection,
     shard: u16,
     entities: i32,
     policy: &crate::store::hold::RetryPolicy,
+    handler: Option<&dyn Handler>,
 ) -> Result<Vec<Released>, sqlx::Error> {
+    if let Some(handler) = handler {
+        return release_one_by_one(conn, shard, entities, policy, handler).await;
+    }
     sqlx::query_as(
         "SELECT message_id, hasil AS result, tunggu AS waited_s, pertama AS first_of_order,
                 alasan AS reason, galat AS error, pesan AS event
@@ -381,6 +394,114 @@ pub async fn release_with(
     .bind(policy.hold_refused)
     .fetch_all(conn)
     .await
+}
+
+/// [`release_with`] for a worker with a Rust handler: one version per call
+/// of `urutan_lepas` (at most `versions` of them), each in a savepoint with
+/// its handler call. A handler's failure rolls back to the savepoint and is
+/// recorded by `urutan_lepas_gagal` (set aside again, or refused); a
+/// failure that is the database's own fails the whole release (it waits).
+async fn release_one_by_one(
+    conn: &mut sqlx::PgConnection,
+    shard: u16,
+    versions: i32,
+    policy: &crate::store::hold::RetryPolicy,
+    handler: &dyn Handler,
+) -> Result<Vec<Released>, sqlx::Error> {
+    use sqlx::Connection;
+
+    sqlx::query("SELECT set_config('urutan.acara', 'on', true)")
+        .execute(&mut *conn)
+        .await?;
+    let max_attempts = i32::try_from(policy.max_attempts).unwrap_or(i32::MAX);
+    let mut released: Vec<Released> = Vec::new();
+    let mut last_order: Option<String> = None;
+    for _ in 0..versions {
+        let mut savepoint = conn.begin().await?;
+        let next: Option<(Released, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT l.message_id, l.hasil, l.tunggu, l.pertama, l.alasan, l.galat, l.pesan,
+                    (SELECT d.pesanan_id FROM pesan_diproses d WHERE d.message_id = l.message_id),
+                    current_setting('urutan.acara_terakhir', true)
+             FROM urutan_lepas($1, 1, $2, $3, $4, $5, true) l",
+        )
+        .bind(i32::from(shard))
+        .bind(policy.min.as_secs_f64())
+        .bind(policy.max.as_secs_f64())
+        .bind(max_attempts)
+        .bind(policy.hold_refused)
+        .fetch_optional(&mut *savepoint)
+        .await?
+        .map(|row: ReleasedRow| (row.released, row.order, row.event));
+        let Some((mut one, order, event)) = next else {
+            savepoint.commit().await?;
+            break;
+        };
+        let failed = if one.result == "applied" {
+            crate::handler::call(handler, &mut savepoint, event.as_deref())
+                .await
+                .err()
+        } else {
+            None
+        };
+        match failed {
+            None => savepoint.commit().await?,
+            Some(failure) => {
+                savepoint.rollback().await?;
+                let Some(state) = failure.sqlstate() else {
+                    return Err(sqlx::Error::Protocol(format!(
+                        "the handler's database failed: {failure}"
+                    )));
+                };
+                let order = order.clone().unwrap_or_default();
+                let (result, reason, error, dead): (String, Option<String>, Option<String>, _) =
+                    sqlx::query_as(
+                        "SELECT hasil, alasan, galat, pesan
+                         FROM urutan_lepas_gagal($1, $2, $3, $4, $5, $6, $7, $8)",
+                    )
+                    .bind(&one.message_id)
+                    .bind(&order)
+                    .bind(&state)
+                    .bind(failure.to_string())
+                    .bind(failure.retry_after().unwrap_or(policy.min).as_secs_f64())
+                    .bind(failure.retry_after().unwrap_or(policy.max).as_secs_f64())
+                    .bind(max_attempts)
+                    .bind(policy.hold_refused)
+                    .fetch_one(&mut *conn)
+                    .await?;
+                (one.result, one.reason, one.error, one.event) = (result, reason, error, dead);
+            }
+        }
+        one.first_of_order = order.is_none() || order != last_order;
+        last_order = order;
+        released.push(one);
+    }
+    Ok(released)
+}
+
+/// A row of [`release_one_by_one`]'s query.
+struct ReleasedRow {
+    released: Released,
+    order: Option<String>,
+    event: Option<String>,
+}
+
+impl<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> for ReleasedRow {
+    fn from_row(row: &'r sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        use sqlx::Row;
+        Ok(Self {
+            released: Released {
+                message_id: row.try_get(0)?,
+                result: row.try_get(1)?,
+                waited_s: row.try_get(2)?,
+                first_of_order: row.try_get(3)?,
+                reason: row.try_get(4)?,
+                error: row.try_get(5)?,
+                event: row.try_get(6)?,
+            },
+            order: row.try_get(7)?,
+            event: row.try_get(8)?,
+        })
+    }
 }
 
 /// Messages parked by `shard` (a held order's do not count: they wait for

@@ -109,7 +109,17 @@ async fn prepare_paused(
     // ring already.
     let restarted = broker::restart::restarted(conn, names).await?;
     if restarted {
-        handoff::open_window(db, "broker restarted").await?;
+        // No ring recorded and no shard queue yet: urutan never ran here,
+        // so the sentinel is missing because it was never declared, not
+        // because the broker restarted. The window is no news then.
+        let first_start = matches!(decision, Plan::Change { from: None, .. })
+            && topology::count_existing_shards(conn, names).await? == 0;
+        if first_start {
+            info!("first start on this database: declaring the topology and the restart sentinel");
+            handoff::open_window_quietly(db, "first start").await?;
+        } else {
+            handoff::open_window(db, "broker restarted").await?;
+        }
     }
     if let Plan::Change { from, to } = decision {
         open_resharding_window(db, conn, names, from, to).await?;

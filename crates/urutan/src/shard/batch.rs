@@ -15,19 +15,21 @@
 //!   dead-lettered (reason `database_refused`).
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use futures::StreamExt;
 use lapin::message::Delivery;
 use tracing::{error, info_span, warn};
 
-use super::Context;
 use super::decode::{self, Read};
 use super::steps::{Held, Step, message_id};
+use super::{Context, traced};
 use crate::broker::{BrokerError, delivery};
 use crate::message::{Event, Rejection};
 use crate::metrics::RetryReason;
 use crate::outcome::{Outcome, Settle};
 use crate::store::{Applied, BatchItem, BatchResult, StoreError};
+use crate::trace;
 
 /// One delivery of a batch after the pure steps.
 enum Checked {
@@ -92,7 +94,15 @@ impl Context<'_> {
     ) -> Result<(Vec<Settle>, bool), BrokerError> {
         let span = info_span!("batch", shard = self.worker.shard, size = deliveries.len());
         let _enter = span.enter();
-        let prepared: Vec<Checked> = deliveries.iter().map(|d| self.prepare(d)).collect();
+        let mut traces: Vec<trace::Span> = deliveries
+            .iter()
+            .map(|d| self.start_apply_span(d))
+            .collect();
+        let prepared: Vec<Checked> = deliveries
+            .iter()
+            .zip(&mut traces)
+            .map(|(d, trace)| self.prepare(d, trace))
+            .collect();
         // A version refused at the delivery limit holds its order before
         // anything of this batch is applied (its later versions here wait).
         for (delivery, checked) in deliveries.iter().zip(&prepared) {
@@ -108,7 +118,9 @@ impl Context<'_> {
                 Checked::Dead(..) => None,
             })
             .collect();
+        let started = Instant::now();
         let mut results = self.apply_in_order(&items).await?.into_iter();
+        let took = started.elapsed();
         let steps: Vec<Step> = prepared
             .iter()
             .map(|prepared| match prepared {
@@ -124,13 +136,25 @@ impl Context<'_> {
                 },
             })
             .collect();
+        for ((trace, step), prepared) in traces.iter_mut().zip(&steps).zip(&prepared) {
+            if let Checked::Event(_) = prepared {
+                traced::applied_in(trace, took, 1);
+                trace.set("urutan.batch.size", deliveries.len() as i64);
+            }
+            if let Step::Ack = step
+                && let Checked::Event(_) = prepared
+            {
+                trace.event("parked_or_set_aside");
+            }
+            traced::outcome(trace, step);
+        }
         self.conclude(deliveries, steps).await
     }
 
     /// The pure part of one delivery: marker, contract check, and the
     /// before-apply hook, retried in place up to the delivery limit.
-    fn prepare(&self, delivery: &Delivery) -> Checked {
-        let event = match decode::read(
+    fn prepare(&self, delivery: &Delivery, trace: &mut trace::Span) -> Checked {
+        let mut event = match decode::read(
             delivery,
             &self.worker.queue,
             &self.worker.entity_header,
@@ -147,6 +171,7 @@ impl Context<'_> {
                 return Checked::Dead(rejection, None);
             }
         };
+        traced::describe(trace, &mut event);
         let attempts = u64::from(self.worker.delivery_limit) + 1;
         let left = attempts
             .saturating_sub(delivery::previous_deliveries(delivery))

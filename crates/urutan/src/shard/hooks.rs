@@ -134,7 +134,7 @@ impl Hooks {
 /// The text of a handler's panic payload (what `panic!` or `resume_unwind`
 /// was given): the reason a message that panicked is retried, then
 /// dead-lettered with.
-pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         format!("the handler panicked: {s}")
     } else if let Some(s) = payload.downcast_ref::<String>() {

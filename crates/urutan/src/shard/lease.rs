@@ -23,6 +23,7 @@ use std::time::Instant;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
+use crate::handler::SharedHandler;
 use crate::message::Event;
 use crate::store::{self, Applied, BatchItem, BatchResult, NewDeadLetter, StoreError};
 
@@ -47,18 +48,26 @@ pub(super) struct Session {
     /// The longest one apply transaction may take (see [`store::bounded`]).
     limit: std::time::Duration,
     kept: Mutex<Option<Leased>>,
+    /// The team's Rust handler, called in each apply transaction.
+    handler: Option<SharedHandler>,
     /// Batch mode: most messages per transaction since PostgreSQL's lock
     /// table last overflowed, and when that was.
     group_limit: Mutex<Option<(usize, Instant)>>,
 }
 
 impl Session {
-    pub fn new(pool: PgPool, shard: u16, limit: std::time::Duration) -> Self {
+    pub fn new(
+        pool: PgPool,
+        shard: u16,
+        limit: std::time::Duration,
+        handler: Option<SharedHandler>,
+    ) -> Self {
         Self {
             pool,
             shard,
             limit,
             kept: Mutex::new(None),
+            handler,
             group_limit: Mutex::new(None),
         }
     }
@@ -130,19 +139,40 @@ impl Session {
         done
     }
 
-    /// [`store::apply`] on the kept connection.
+    /// [`store::apply`] on the kept connection (with the Rust handler:
+    /// [`store::apply_with_handler`]).
     pub async fn apply(&self, event: &Event) -> Result<Applied, StoreError> {
+        if self.handler.is_some() {
+            let results = self.apply_batch(&[BatchItem::Event(event)]).await?;
+            return match results.first() {
+                Some(BatchResult::Event(applied)) => Ok(*applied),
+                _ => Err(StoreError::Refused(sqlx::Error::Protocol(
+                    "urutan_terapkan_batch gave no result for an event".into(),
+                ))),
+            };
+        }
         self.on_kept(async |conn| store::apply(conn, event, self.shard).await)
             .await
     }
 
-    /// [`store::apply_batch`] on the kept connection.
+    /// [`store::apply_batch`] on the kept connection (with the Rust
+    /// handler: [`store::apply_with_handler`]).
     pub async fn apply_batch(
         &self,
         items: &[BatchItem<'_>],
     ) -> Result<Vec<BatchResult>, StoreError> {
-        self.on_kept(async |conn| store::apply_batch(conn, items, self.shard).await)
-            .await
+        match &self.handler {
+            Some(handler) => {
+                self.on_kept(async |conn| {
+                    store::apply_with_handler(conn, items, self.shard, handler.as_ref()).await
+                })
+                .await
+            }
+            None => {
+                self.on_kept(async |conn| store::apply_batch(conn, items, self.shard).await)
+                    .await
+            }
+        }
     }
 
     /// [`store::hold::set_aside`] on the kept connection.

@@ -19,11 +19,12 @@ use std::time::{Duration, Instant};
 
 use lapin::Connection;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use super::{Ended, ShardWorker};
 use crate::broker::{self, BrokerError, Names, call, restart};
 use crate::config::BrokerUrls;
+use crate::heal;
 use crate::metrics as m;
 use crate::retry;
 
@@ -112,7 +113,10 @@ impl ShardWorker {
                 result = attempt => result,
             };
             let error = match result {
-                Ok((conn, Ok(false))) => return Some(Arc::new(conn)),
+                Ok((conn, Ok(false))) => {
+                    heal::broker_outage(&link.broker).recovered();
+                    return Some(Arc::new(conn));
+                }
                 Ok((conn, Ok(true))) => {
                     let _ = call("connection.close", conn.close(200, "restart seen".into())).await;
                     warn!(
@@ -129,9 +133,10 @@ impl ShardWorker {
                 }
                 Err(e) => e,
             };
+            // One line per change for the whole process, not one per
+            // attempt and shard.
+            heal::broker_outage(&link.broker).failed(&heal::broker_cause(&error));
             let delay = retry::next_delay(&mut delays);
-            error!(shard = self.shard, error = %error, retry_in = ?delay,
-                   "broker unavailable for the shard");
             if !retry::sleep_unless_stopped(delay, stop).await {
                 return None;
             }

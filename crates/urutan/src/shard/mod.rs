@@ -37,11 +37,13 @@ mod lease;
 mod link;
 mod settle;
 mod steps;
+mod traced;
 
 use lease::Session;
 use settle::InHand;
 
 pub(crate) use hooks::env_number;
+pub(crate) use hooks::panic_message;
 pub use hooks::{EventHook, HookError, Hooks, Observed, OutcomeHook};
 pub use link::Link;
 
@@ -67,6 +69,10 @@ use crate::reshard::handoff;
 /// How often a worker with nothing to release looks again (a hold an
 /// operator ended lets its order's waiting versions go).
 const RECHECK_PARKED: Duration = Duration::from_secs(2);
+
+/// With `GAP_POLICY=wait`, how often a worker with parked messages looks
+/// for orders whose missing version is overdue (`GAP_TIMEOUT`).
+const GAP_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a held message may keep retrying after shutdown was requested.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
@@ -103,6 +109,11 @@ pub struct ShardWorker {
     pub pool: PgPool,
     pub health: Arc<Health>,
     pub hooks: Hooks,
+    /// The team's Rust handler, if the binary was built with one
+    /// ([`crate::handler`]).
+    pub handler: Option<crate::handler::SharedHandler>,
+    /// Where apply spans go ([`crate::trace`]; off: contexts only).
+    pub traces: crate::trace::Traces,
 }
 
 /// Why [`ShardWorker::run`] returned.
@@ -202,7 +213,12 @@ impl<'w> Context<'w> {
         )
         .await?;
         worker.health.set_consumer(worker.shard, true);
-        let session = Session::new(worker.pool.clone(), worker.shard, worker.database_timeout);
+        let session = Session::new(
+            worker.pool.clone(),
+            worker.shard,
+            worker.database_timeout,
+            worker.handler.clone(),
+        );
         Ok(Self {
             worker,
             ch,
@@ -226,6 +242,10 @@ impl<'w> Context<'w> {
         let mut parked = true;
         let mut recheck = tokio::time::interval(RECHECK_PARKED);
         recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // GAP_POLICY=wait: orders whose next version is missing too long are held.
+        let gap_timeout = self.worker.retry.gap_timeout;
+        let mut gap_check = tokio::time::interval(GAP_CHECK_EVERY);
+        gap_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let due = self.session.due();
             let next = tokio::select! {
@@ -237,6 +257,10 @@ impl<'w> Context<'w> {
                 }
                 _ = recheck.tick(), if !parked => {
                     parked = true;
+                    continue;
+                }
+                _ = gap_check.tick(), if parked && gap_timeout.is_some() => {
+                    self.hold_gaps(gap_timeout.unwrap_or_default()).await;
                     continue;
                 }
                 next = self.consumer.next() => Some(next),
@@ -316,11 +340,15 @@ impl<'w> Context<'w> {
             entity_id = field::Empty,
             redelivered = delivery.redelivered,
         );
+        let mut trace = self.start_apply_span(delivery);
         async {
-            let decided = AssertUnwindSafe(self.decide(delivery)).catch_unwind().await;
+            let decided = AssertUnwindSafe(self.decide(delivery, &mut trace))
+                .catch_unwind()
+                .await;
             let step = decided.unwrap_or_else(|panic| {
                 Ok(steps::panicked(hooks::panic_message(panic.as_ref())))
             })?;
+            traced::outcome(&mut trace, &step);
             self.conclude(std::slice::from_ref(delivery), vec![step])
                 .await
         }

@@ -9,7 +9,7 @@ use lapin::message::Delivery;
 use tracing::{debug, error, info, warn};
 
 use super::decode::{self, Read};
-use super::{Context, Observed, SHUTDOWN_GRACE};
+use super::{Context, Observed, SHUTDOWN_GRACE, traced};
 use crate::broker::{BrokerError, delivery};
 use crate::dead_letter;
 use crate::message::{self, Event, Rejection};
@@ -17,6 +17,7 @@ use crate::metrics::{self as m, RetryReason};
 use crate::outcome::{Outcome, Settle};
 use crate::reshard::handoff;
 use crate::store::{self, Applied, NewDeadLetter, StoreError};
+use crate::trace;
 
 /// Entities released per release call (one transaction).
 const RELEASE_BATCH: i32 = 200;
@@ -72,10 +73,16 @@ pub(super) fn message_id(delivery: &Delivery) -> Option<&str> {
 }
 
 impl Context<'_> {
-    /// Marker or message; decodes, then applies with held retries.
-    pub(super) async fn decide(&self, delivery: &Delivery) -> Result<Step, BrokerError> {
+    /// Marker or message; decodes, then applies with held retries. `span`
+    /// is the delivery's apply span: it gets the event, the apply's time
+    /// and attempts, and what happened to it as events.
+    pub(super) async fn decide(
+        &self,
+        delivery: &Delivery,
+        span: &mut trace::Span,
+    ) -> Result<Step, BrokerError> {
         let worker = self.worker;
-        let event = match decode::read(
+        let mut event = match decode::read(
             delivery,
             &worker.queue,
             &worker.entity_header,
@@ -85,18 +92,38 @@ impl Context<'_> {
             Read::Invalid(rejection) => {
                 return Ok(Step::Done(Outcome::DeadLettered(rejection), None));
             }
-            Read::Marker(epoch) => return self.pass_marker(epoch).await,
+            Read::Marker(epoch) => {
+                span.event("marker");
+                return self.pass_marker(epoch).await;
+            }
         };
+        traced::describe(span, &mut event);
         if let Err(error) = worker.hooks.run_before_apply(&event) {
             return Ok(panicked(error));
         }
+        let (started, mut attempts) = (Instant::now(), 0);
         let applied = self
-            .held_unless(StoreError::sets_aside, || self.session.apply(&event))
+            .held_unless(StoreError::sets_aside, || {
+                attempts += 1;
+                self.session.apply(&event)
+            })
             .await;
+        traced::applied_in(span, started.elapsed(), attempts);
         Ok(match applied {
-            Ok(applied) => self.applied(Some(&event), applied, None),
-            Err(Held::Refused(refusal)) => self.refused(&event, refusal).await?,
-            Err(Held::GaveUp(error)) => self.set_aside(&event, &error).await?,
+            Ok(applied) => {
+                if applied == Applied::Parked {
+                    span.event("parked");
+                }
+                self.applied(Some(&event), applied, None)
+            }
+            Err(Held::Refused(refusal)) => {
+                span.event("refused");
+                self.refused(&event, refusal).await?
+            }
+            Err(Held::GaveUp(error)) => {
+                span.event("set_aside");
+                self.set_aside(&event, &error).await?
+            }
             Err(Held::Abandon) => return Err(BrokerError::ChannelLost),
         })
     }
@@ -174,7 +201,15 @@ impl Context<'_> {
         self.retried(reason);
         warn!(reason = reason.label(), error = %error, "set aside for a later try; the shard goes on");
         let text = error.to_string();
-        let policy = &self.worker.retry;
+        // A handler that said when to try again is taken at its word.
+        let policy = &match error.retry_after() {
+            Some(after) => store::hold::RetryPolicy {
+                min: after,
+                max: after,
+                ..self.worker.retry
+            },
+            None => self.worker.retry,
+        };
         Ok(
             match self
                 .held(|| self.session.set_aside(event, &text, policy))
@@ -520,6 +555,30 @@ impl Context<'_> {
 }
 
 impl Context<'_> {
+    /// `GAP_POLICY=wait`: holds (reason `gap`) this shard's orders whose next
+    /// version has been missing longer than `timeout`. A database failure
+    /// only delays it.
+    pub(super) async fn hold_gaps(&self, timeout: Duration) {
+        self.session.give_back();
+        let worker = self.worker;
+        match store::hold::hold_gaps(&worker.pool, worker.shard, timeout).await {
+            Ok(held) => {
+                for hold in held {
+                    metrics::counter!(m::HOLDS_TOTAL, "reason" => "gap").increment(1);
+                    warn!(
+                        order = %hold.order,
+                        missing = hold.versi,
+                        waiting = hold.waiting,
+                        timeout = ?timeout,
+                        "order held: a version never arrived within GAP_TIMEOUT; `urutan hold \
+                         release` applies the versions that wait without it"
+                    );
+                }
+            }
+            Err(e) => warn!(error = %e, "cannot look for overdue gaps yet"),
+        }
+    }
+
     /// One release call in a transaction of its own: the versions refused
     /// in it (set aside, then refused or out of attempts; acked long ago)
     /// are published to the dead-letter exchange, confirmed, and recorded
@@ -528,9 +587,11 @@ impl Context<'_> {
     async fn release_in_transaction(&self) -> Result<Vec<handoff::Released>, String> {
         let worker = self.worker;
         let mut tx = worker.pool.begin().await.map_err(|e| e.to_string())?;
-        let released = handoff::release_with(&mut tx, worker.shard, RELEASE_BATCH, &worker.retry)
-            .await
-            .map_err(|e| e.to_string())?;
+        let handler = worker.handler.as_deref();
+        let released =
+            handoff::release_with(&mut tx, worker.shard, RELEASE_BATCH, &worker.retry, handler)
+                .await
+                .map_err(|e| e.to_string())?;
         for r in released.iter().filter(|r| r.result == "refused") {
             let event = r.event.as_ref().map(|e| &e.0);
             let event = event.ok_or("a refused version without its event")?;

@@ -14,6 +14,7 @@ use sqlx::types::Json;
 use sqlx::{Connection, PgConnection, PgPool};
 
 use super::StoreError;
+use crate::handler::Handler;
 use crate::message::{Event, Rejection};
 use crate::outcome::Outcome;
 
@@ -35,11 +36,15 @@ pub async fn apply<'c, E>(executor: E, event: &Event, shard: u16) -> Result<Appl
 where
     E: sqlx::PgExecutor<'c>,
 {
-    let result: String = sqlx::query_scalar("SELECT urutan_terapkan($1, $2)")
-        .bind(Json(event))
-        .bind(i32::from(shard))
-        .fetch_one(executor)
-        .await?;
+    let result: String = sqlx::query_scalar(
+        "SELECT urutan_terapkan($1, $2)
+         FROM (SELECT set_config('urutan.apply_traceparents', $3, true)) traces",
+    )
+    .bind(Json(event))
+    .bind(i32::from(shard))
+    .bind(apply_traceparents([event]))
+    .fetch_one(executor)
+    .await?;
     Ok(parse_result(&result))
 }
 
@@ -177,22 +182,98 @@ async fn apply_chunk<'c, E>(
 where
     E: sqlx::PgExecutor<'c>,
 {
-    let results: Vec<String> = sqlx::query_scalar("SELECT urutan_terapkan_batch($1, $2)")
-        .bind(Json(items))
+    let results: Vec<String> = sqlx::query_scalar(
+        "SELECT urutan_terapkan_batch($1, $2)
+         FROM (SELECT set_config('urutan.apply_traceparents', $3, true)) traces",
+    )
+    .bind(Json(items))
+    .bind(i32::from(shard))
+    .bind(apply_traceparents(events_of(items)))
+    .fetch_one(executor)
+    .await?;
+    Ok(results.iter().map(|r| item_result(r)).collect())
+}
+
+/// One answer of `urutan_terapkan_batch`.
+/// The events among `items`.
+fn events_of<'a>(items: &'a [BatchItem<'a>]) -> impl Iterator<Item = &'a Event> {
+    items.iter().filter_map(|item| match item {
+        BatchItem::Event(event) => Some(*event),
+        BatchItem::Marker(_) => None,
+    })
+}
+
+/// The transaction-local setting `urutan.apply_traceparents` for `events`:
+/// a line `\n<message id>\t<traceparent>` per event that has a trace
+/// context, which the effect trigger looks its message up in (migration
+/// 0028, `urutan_traceparent_applied`). An id holding a line break or a
+/// tab (the contract refuses control characters) would be ambiguous: left out.
+pub(crate) fn apply_traceparents<'a>(events: impl IntoIterator<Item = &'a Event>) -> String {
+    use std::fmt::Write;
+    let mut lines = String::new();
+    for event in events {
+        let Some(traceparent) = event.traceparent else {
+            continue;
+        };
+        if event.message_id.contains(['\n', '\t']) {
+            continue;
+        }
+        let _ = write!(lines, "\n{}\t{traceparent}", event.message_id);
+    }
+    lines
+}
+
+fn item_result(result: &str) -> BatchResult {
+    match result {
+        "marker" => BatchResult::Marker,
+        // A marker for an epoch never recorded: forged, dead-lettered.
+        "marker_forged" => BatchResult::Event(Applied::Done(Outcome::DeadLettered(
+            crate::message::Rejection::ReservedHeader,
+        ))),
+        other => BatchResult::Event(parse_result(other)),
+    }
+}
+
+/// [`apply_batch`] with a Rust handler ([`crate::handler`]): in ONE
+/// transaction, item by item, each applied version's handler call right
+/// after urutan's own rows for it (so it sees the state that version
+/// wrote). A handler's failure rolls the whole transaction back and is
+/// returned (a batch then goes one message at a time, so that only the
+/// failing message is set aside or refused). `conn` must not be inside a
+/// transaction.
+pub async fn apply_with_handler(
+    conn: &mut PgConnection,
+    items: &[BatchItem<'_>],
+    shard: u16,
+    handler: &dyn Handler,
+) -> Result<Vec<BatchResult>, StoreError> {
+    let mut tx = conn.begin().await?;
+    // urutan_tulis leaves each applied version's event for the handler.
+    sqlx::query(
+        "SELECT set_config('urutan.acara', 'on', true),
+                set_config('urutan.apply_traceparents', $1, true)",
+    )
+    .bind(apply_traceparents(events_of(items)))
+    .execute(&mut *tx)
+    .await?;
+    let mut results = Vec::with_capacity(items.len());
+    for item in items {
+        let (result, event): (String, Option<String>) = sqlx::query_as(
+            "SELECT r, current_setting('urutan.acara_terakhir', true)
+             FROM unnest(urutan_terapkan_batch($1, $2)) r",
+        )
+        .bind(Json(std::slice::from_ref(item)))
         .bind(i32::from(shard))
-        .fetch_one(executor)
+        .fetch_one(&mut *tx)
         .await?;
-    Ok(results
-        .iter()
-        .map(|r| match r.as_str() {
-            "marker" => BatchResult::Marker,
-            // A marker for an epoch never recorded: forged, dead-lettered.
-            "marker_forged" => BatchResult::Event(Applied::Done(Outcome::DeadLettered(
-                crate::message::Rejection::ReservedHeader,
-            ))),
-            other => BatchResult::Event(parse_result(other)),
-        })
-        .collect())
+        let result = item_result(&result);
+        if result == BatchResult::Event(Applied::Done(Outcome::Applied)) {
+            crate::handler::call(handler, &mut tx, event.as_deref()).await?;
+        }
+        results.push(result);
+    }
+    tx.commit().await?;
+    Ok(results)
 }
 
 /// How many applied versions had `status` (history rows; a full scan, for
@@ -232,6 +313,31 @@ mod tests {
                 r#"{"message_id":"m-1","id":"P-1","status":"dibayar","versi":3}]"#
             ),
             "data as sent, absent when None; no publish time"
+        );
+    }
+
+    #[test]
+    fn apply_traceparents_lists_each_traced_event() {
+        let parent = crate::trace::TraceParent::parse(
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        );
+        let event = |id: &str, traceparent| Event {
+            message_id: id.into(),
+            traceparent,
+            ..Default::default()
+        };
+        let events = [
+            event("m-1", parent),
+            event("m-2", None),
+            event("m\t3", parent),
+            event("m-4", parent),
+        ];
+        assert_eq!(
+            apply_traceparents(&events),
+            concat!(
+                "\nm-1\t00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "\nm-4\t00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            )
         );
     }
 

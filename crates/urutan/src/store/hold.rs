@@ -12,10 +12,11 @@ use sqlx::types::Json;
 use sqlx::{PgExecutor, PgPool};
 
 use super::{Applied, StoreError, parse_result};
-use crate::config::{OnRefused, Settings};
+use crate::config::{GapPolicy, OnRefused, Settings};
 use crate::message::Event;
 
-/// How a message set aside is tried again.
+/// How a message set aside is tried again, and what refused and missing
+/// versions do to their order.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetryPolicy {
     /// `RETRY_BACKOFF_MIN`: the wait after the first failure (doubling).
@@ -26,6 +27,9 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     /// `ON_REFUSED=hold`: a refused version holds its order.
     pub hold_refused: bool,
+    /// `GAP_POLICY=wait`: a version missing this long (`GAP_TIMEOUT`) holds
+    /// its order; `None` with `GAP_POLICY=apply`.
+    pub gap_timeout: Option<Duration>,
 }
 
 impl RetryPolicy {
@@ -35,6 +39,7 @@ impl RetryPolicy {
             max: settings.retry_backoff_max,
             max_attempts: settings.retry_max_attempts,
             hold_refused: settings.on_refused == OnRefused::Hold,
+            gap_timeout: (settings.gap_policy == GapPolicy::Wait).then_some(settings.gap_timeout),
         }
     }
 }
@@ -59,14 +64,20 @@ pub async fn set_aside<'c, E>(
 where
     E: PgExecutor<'c>,
 {
-    let result: String = sqlx::query_scalar("SELECT urutan_sisihkan($1, $2, $3, $4, $5)")
-        .bind(Json(event))
-        .bind(i32::from(shard))
-        .bind(error)
-        .bind(policy.min.as_secs_f64())
-        .bind(policy.max.as_secs_f64())
-        .fetch_one(executor)
-        .await?;
+    // The event's apply span, kept on its parked row (migration 0032): the
+    // effect of its later apply continues that trace.
+    let result: String = sqlx::query_scalar(
+        "SELECT urutan_sisihkan($1, $2, $3, $4, $5)
+         FROM (SELECT set_config('urutan.apply_traceparents', $6, true)) traces",
+    )
+    .bind(Json(event))
+    .bind(i32::from(shard))
+    .bind(error)
+    .bind(policy.min.as_secs_f64())
+    .bind(policy.max.as_secs_f64())
+    .bind(super::apply::apply_traceparents([event]))
+    .fetch_one(executor)
+    .await?;
     Ok(match result.as_str() {
         "set_aside" => Applied::Parked,
         other => parse_result(other),
@@ -96,6 +107,33 @@ where
     Ok(held)
 }
 
+/// An order held because a version of it was missing too long.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GapHold {
+    pub order: String,
+    /// The missing version.
+    pub versi: i64,
+    /// Versions recorded behind it, waiting.
+    pub waiting: i64,
+}
+
+/// Holds (reason `gap`) the orders of `shard` whose next version has been
+/// missing for longer than `timeout` (`GAP_POLICY=wait`). Returns them.
+pub async fn hold_gaps(
+    db: &PgPool,
+    shard: u16,
+    timeout: Duration,
+) -> Result<Vec<GapHold>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT pesanan_id AS \"order\", versi, menunggu AS waiting
+         FROM urutan_tahan_celah($1, make_interval(secs => $2))",
+    )
+    .bind(i32::from(shard))
+    .bind(timeout.as_secs_f64())
+    .fetch_all(db)
+    .await
+}
+
 /// One held order, as `urutan hold list` shows it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Hold {
@@ -111,13 +149,20 @@ pub struct Hold {
     pub since: DateTime<Utc>,
     /// The refused version's last error.
     pub error: Option<String>,
-    /// Versions recorded behind it, waiting.
+    /// Versions recorded behind it, waiting (for an `effect` hold: effects).
     pub waiting: i64,
+    /// The dead-lettered effect holding it (`effect` holds only:
+    /// [`crate::effects::hold`]; `urutan dlq replay --effects ID`).
+    #[sqlx(default)]
+    pub effect: Option<i64>,
 }
 
-/// Held orders, oldest hold first (at most `limit`), or only `order`'s.
+/// Held orders, oldest hold first (at most `limit`), or only `order`'s:
+/// the holds of `urutan_tahan` (versions wait) and the effect holds
+/// ([`crate::effects::hold`]: only effects wait). An order may have one of
+/// each.
 pub async fn holds(db: &PgPool, order: Option<&str>, limit: i64) -> Result<Vec<Hold>, sqlx::Error> {
-    sqlx::query_as(
+    let mut holds: Vec<Hold> = sqlx::query_as(
         "SELECT t.pesanan_id AS \"order\", t.alasan AS reason, t.message_id, t.versi, t.shard,
                 t.sejak AS since, t.galat AS error,
                 (SELECT count(*) FROM urutan_parkir u WHERE u.pesanan_id = t.pesanan_id) AS waiting
@@ -128,7 +173,11 @@ pub async fn holds(db: &PgPool, order: Option<&str>, limit: i64) -> Result<Vec<H
     .bind(order)
     .bind(limit)
     .fetch_all(db)
-    .await
+    .await?;
+    holds.extend(crate::effects::hold::holds(db, order, limit).await?);
+    holds.sort_by(|a, b| (a.since, &a.order).cmp(&(b.since, &b.order)));
+    holds.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    Ok(holds)
 }
 
 /// A hold ended without its version (`urutan hold release`).
@@ -154,13 +203,19 @@ pub async fn release_hold(db: &PgPool, order: &str) -> Result<Option<ReleasedHol
     .await
 }
 
-/// Held orders per reason, with when the oldest of them was held.
+/// Held orders per reason (effect holds too), with when the oldest of them
+/// was held.
 pub async fn held_by_reason(db: &PgPool) -> Result<Vec<(String, i64, DateTime<Utc>)>, sqlx::Error> {
-    sqlx::query_as(
+    let mut held: Vec<(String, i64, DateTime<Utc>)> = sqlx::query_as(
         "SELECT alasan, count(*), min(sejak) FROM urutan_tahan GROUP BY alasan ORDER BY alasan",
     )
     .fetch_all(db)
-    .await
+    .await?;
+    if let Some((orders, since)) = crate::effects::hold::held(db).await? {
+        held.push((crate::effects::hold::REASON.to_owned(), orders, since));
+        held.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    Ok(held)
 }
 
 /// One message set aside after a transient failure, waiting for its next try.

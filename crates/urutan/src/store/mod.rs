@@ -1,4 +1,4 @@
-//! PostgreSQL: connecting (and creating the database), migrations, the apply
+//! PostgreSQL: connecting (creating the database only when asked), migrations, the apply
 //! transaction, dead-letter records, retention, and reads for operator
 //! tools. Errors say whether to retry or give up.
 
@@ -18,21 +18,24 @@ use crate::config::SecretUrl;
 use crate::metrics::RetryReason;
 
 pub use apply::{
-    Applied, BatchItem, BatchResult, applied_with_status, apply, apply_batch, parse_result,
-    record_returned,
+    Applied, BatchItem, BatchResult, applied_with_status, apply, apply_batch, apply_with_handler,
+    parse_result, record_returned,
 };
 pub use dead_letter::{
-    NewDeadLetter, insert_dead_letter, purge_dead_letter_by_key, purge_dead_letters_before,
-    purge_resolved_dead_letters, purge_unresolved_dead_letters, record_dead_letters,
-    resolve_dead_letter, store_dead_letter_x_death,
+    NewDeadLetter, insert_dead_letter, purge_dead_letter_before, purge_dead_letter_by_key,
+    purge_dead_letters_before, purge_resolved_dead_letters, purge_unresolved_dead_letters,
+    record_dead_letters, resolve_dead_letter, store_dead_letter_x_death,
 };
 pub use read::{
-    AppliedVersion, OrderState, ParkedOnShard, ParkedVersion, ReturnedVersion, Standing,
-    applied_versions, last_applied_by_shard, order_state, parked_by_shard, parked_versions,
-    processed_at, processed_for, returned_versions, standing, stored_version,
+    AppliedVersion, OrderState, ParkedOnShard, ParkedVersion, ReturnedVersion, StaleArrival,
+    Standing, applied_versions, last_applied_by_shard, order_state, parked_by_shard,
+    parked_versions, processed_at, processed_for, returned_versions, stale_arrivals, standing,
+    standing_by_id, stored_version,
+};
+pub use retention::{
+    DAYS_AHEAD, Retention, prepare_partitions, purge_expired, purge_expired_history, run_retention,
 };
 pub(crate) use retention::{Expiring, purge_batches_on};
-pub use retention::{Retention, purge_expired, run_retention};
 
 /// The embedded migrations of `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
@@ -62,6 +65,14 @@ pub enum StoreError {
     /// SQLSTATE and message): dead-letter it as `handler_refused`.
     #[error("{0}")]
     HandlerRefused(String),
+    /// A Rust handler asked to retry this version (after `after`, if it
+    /// said), or panicked on it ([`RetryReason::Panic`]): set it aside.
+    #[error("{error}")]
+    Retry {
+        reason: RetryReason,
+        error: String,
+        after: Option<Duration>,
+    },
 }
 
 impl StoreError {
@@ -73,21 +84,30 @@ impl StoreError {
     pub fn sets_aside(&self) -> bool {
         matches!(
             self,
-            Self::Transient {
-                reason: RetryReason::HandlerRetry
-                    | RetryReason::Serialization
-                    | RetryReason::Deadlock
-                    | RetryReason::LockTimeout
-                    | RetryReason::StatementTimeout,
-                ..
-            }
+            Self::Retry { .. }
+                | Self::Transient {
+                    reason: RetryReason::HandlerRetry
+                        | RetryReason::Serialization
+                        | RetryReason::Deadlock
+                        | RetryReason::LockTimeout
+                        | RetryReason::StatementTimeout,
+                    ..
+                }
         )
+    }
+
+    /// How long a handler asked to wait before the next try, if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Retry { after, .. } => *after,
+            _ => None,
+        }
     }
 
     /// The `reason` label of `urutan_retries_total`.
     pub fn reason(&self) -> RetryReason {
         match self {
-            Self::Transient { reason, .. } => *reason,
+            Self::Transient { reason, .. } | Self::Retry { reason, .. } => *reason,
             Self::Refused(_) | Self::HandlerRefused(_) => RetryReason::Refused,
         }
     }
@@ -202,22 +222,17 @@ pub async fn connect(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> 
         .await
 }
 
-/// Creates the database if needed, connects and applies the migrations.
+/// Connects and applies the migrations. Never creates the database: a
+/// missing one is an error (3D000) that names the fix, `urutan migrate
+/// --create-database` ([`ensure_database`]).
 ///
-/// A least-privilege role (see `deploy/postgres/`) may neither create the
-/// database nor run DDL: it gets through when the database exists and every
-/// migration is already applied, and otherwise stops with a message saying
-/// to run `urutan migrate` as the owner.
+/// A least-privilege role (see `deploy/postgres/`) may not run DDL: it
+/// gets through when every migration is already applied, and otherwise
+/// stops with a message saying to run `urutan migrate` as the owner.
 pub async fn prepare(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {
-    match ensure_database(url).await {
-        Ok(()) => {}
-        // Refused by the server (no access to `postgres`, no CREATEDB):
-        // connecting says whether the database is there.
-        Err(sqlx::Error::Database(e)) => {
-            tracing::debug!(error = %e, "cannot check or create the database; connecting to it");
-        }
-        Err(unreachable) => return Err(unreachable),
-    }
+    // One connection first: a refusal or an unreachable server is an error
+    // at once (the pool would retry it until its acquire timeout).
+    options(url)?.connect().await?.close().await?;
     let pool = connect(url, size).await?;
     ensure_schema(&pool).await?;
     let pending = pending_migrations(&pool).await;
@@ -228,16 +243,28 @@ pub async fn prepare(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> 
     // migrator's session lock behind on the connection it used.
     // Without the session limits of `Settings::database`: a migration on a
     // large table may rightly take longer.
+    // Quiet: a migration's `DROP ... IF EXISTS` of what is not there is a
+    // NOTICE, no news to whoever starts urutan.
     let unlimited = options(url)?.options([
         ("statement_timeout", "0"),
         ("idle_in_transaction_session_timeout", "0"),
+        ("client_min_messages", "warning"),
     ]);
     let migrator_pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(5))
         .connect_with(unlimited)
         .await?;
-    let migrated = MIGRATOR.run(&migrator_pool).await;
+    let mut migrated = MIGRATOR.run(&migrator_pool).await;
+    if migrated.is_ok() {
+        // The day partitions of the coming week (migration 0026), by the
+        // owner and without a statement timeout: the first time, validating
+        // the default partitions' bound reads them whole.
+        migrated = retention::prepare_partitions(&migrator_pool)
+            .await
+            .map(drop)
+            .map_err(sqlx::migrate::MigrateError::Execute);
+    }
     migrator_pool.close().await;
     match migrated {
         Ok(()) => Ok(pool),

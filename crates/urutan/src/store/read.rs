@@ -45,6 +45,27 @@ pub async fn stored_version(db: &PgPool, order_id: &str) -> Result<Option<i64>, 
         .await
 }
 
+/// Where message `message_id` stands when its dead-letter record holds no
+/// order or version (its body was never read: too large, not JSON, ...):
+/// the order it was processed for, and the version it applied or waits as,
+/// if any (`None` when not processed yet).
+pub async fn standing_by_id(
+    db: &PgPool,
+    message_id: &str,
+) -> Result<Option<(String, Option<i64>, Option<i64>)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT d.pesanan_id,
+                (SELECT r.versi FROM pesanan_riwayat r
+                 WHERE r.pesanan_id = d.pesanan_id AND r.message_id = $1),
+                (SELECT u.versi FROM urutan_parkir u
+                 WHERE u.pesanan_id = d.pesanan_id AND u.message_id = $1)
+         FROM pesan_diproses d WHERE d.message_id = $1",
+    )
+    .bind(message_id)
+    .fetch_optional(db)
+    .await
+}
+
 /// Where one message (a version of an order) stands, see [`standing`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Standing {
@@ -215,6 +236,26 @@ pub struct ReturnedVersion {
     pub shard: i32,
     /// When it was handed back.
     pub since: DateTime<Utc>,
+}
+
+/// A version that arrived after a newer one was applied (`urutan_basi`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StaleArrival {
+    pub versi: i64,
+    pub message_id: String,
+    pub shard: i32,
+    pub at: DateTime<Utc>,
+}
+
+/// The stale arrivals of order `order_id` (at most 1,000), by version.
+pub async fn stale_arrivals(db: &PgPool, order_id: &str) -> Result<Vec<StaleArrival>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT versi, message_id, shard, tiba_pada AS at FROM urutan_basi
+         WHERE pesanan_id = $1 ORDER BY versi, seq LIMIT 1000",
+    )
+    .bind(order_id)
+    .fetch_all(db)
+    .await
 }
 
 /// The versions of order `order_id` handed back and not back yet, by version.

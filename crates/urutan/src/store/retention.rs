@@ -1,8 +1,14 @@
-//! Retention: processed message ids older than `DEDUP_RETENTION`,
-//! dead-letter records resolved longer than `DEAD_LETTER_RETENTION` ago, and
-//! unresolved ones recorded longer than `DEAD_LETTER_UNRESOLVED_RETENTION`
-//! ago, are deleted in bounded batches ([`purge_in_batches`]), so the
-//! workers never wait on a long delete.
+//! Retention. The two tables that grow by a row per message are partitioned
+//! by UTC day (migration 0026): processed message ids older than
+//! `DEDUP_RETENTION` and history rows older than `HISTORY_RETENTION` go by
+//! dropping whole day partitions ([`expire_days`]), which costs the same
+//! whatever a day holds; their default partitions (rows from before
+//! partitioning) are trimmed in bounded batches. Dead-letter records
+//! resolved longer than `DEAD_LETTER_RETENTION` ago, unresolved ones
+//! recorded longer than `DEAD_LETTER_UNRESOLVED_RETENTION` ago and stale
+//! arrivals are deleted in bounded batches ([`purge_in_batches`]), so the
+//! workers never wait on a long delete. Every pass first creates the day
+//! partitions of the coming week ([`prepare_partitions`]).
 
 use std::time::Duration;
 
@@ -50,17 +56,98 @@ impl Expiring {
     }
 }
 
-/// Processed message ids (`DEDUP_RETENTION`).
-const PROCESSED_IDS: Expiring = Expiring::new(
-    "pesan_diproses",
-    "message_id",
-    "diproses_pada < now() - make_interval(secs => $1)",
+/// Day partitions created ahead of today: a pool (or its retention task)
+/// that stops for less than this finds them there when it comes back.
+pub const DAYS_AHEAD: i32 = 7;
+
+/// Creates the day partitions of `pesan_diproses` and `pesanan_riwayat`
+/// from today to [`DAYS_AHEAD`] days ahead (and validates the default
+/// partitions' bound the first time, without blocking writes). Returns how
+/// many were created.
+pub async fn prepare_partitions<'c>(db: impl sqlx::PgExecutor<'c>) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar("SELECT urutan_partisi_siapkan($1)")
+        .bind(DAYS_AHEAD)
+        .fetch_one(db)
+        .await
+}
+
+/// A table partitioned by UTC day (migration 0026).
+#[derive(Debug, Clone, Copy)]
+enum DayPartitioned {
+    /// `pesan_diproses` (`DEDUP_RETENTION`).
+    ProcessedIds,
+    /// `pesanan_riwayat` (`HISTORY_RETENTION`).
+    History,
+}
+
+impl DayPartitioned {
+    fn table(self) -> &'static str {
+        match self {
+            Self::ProcessedIds => "pesan_diproses",
+            Self::History => "pesanan_riwayat",
+        }
+    }
+}
+
+/// Expires the rows of `table` older than `retention`: drops every day
+/// partition whose whole UTC day is older (one catalog change each, logged
+/// with its estimated rows), then trims the default partition [`BATCH`]
+/// rows at a time. Returns the rows deleted plus the estimated rows of the
+/// partitions dropped.
+async fn expire_days(
+    pool: &PgPool,
+    table: DayPartitioned,
+    retention: Duration,
+) -> Result<u64, sqlx::Error> {
+    let secs = retention.as_secs_f64();
+    let dropped: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT partisi, baris FROM urutan_partisi_buang($1, make_interval(secs => $2))",
+    )
+    .bind(table.table())
+    .bind(secs)
+    .fetch_all(pool)
+    .await?;
+    let mut total = 0;
+    for (partition, rows) in dropped {
+        info!(%partition, rows, "dropped an expired day partition");
+        total += u64::try_from(rows).unwrap_or(0);
+    }
+    loop {
+        let deleted: i64 =
+            sqlx::query_scalar("SELECT urutan_awal_pangkas($1, make_interval(secs => $2), $3)")
+                .bind(table.table())
+                .bind(secs)
+                .bind(BATCH as i32)
+                .fetch_one(pool)
+                .await?;
+        total += u64::try_from(deleted).unwrap_or(0);
+        if deleted < BATCH {
+            return Ok(total);
+        }
+        tokio::time::sleep(PAUSE).await;
+    }
+}
+
+/// Stale arrivals (`urutan_basi`), kept as long as the message ids they describe.
+const STALE_ARRIVALS: Expiring = Expiring::new(
+    "urutan_basi",
+    "seq",
+    "tiba_pada < now() - make_interval(secs => $1)",
 );
 
-/// Deletes every `pesan_diproses` row older than `retention`, `BATCH` rows
-/// per transaction. Returns how many rows went.
+/// Expires every processed message id (`pesan_diproses`) and stale arrival
+/// (`urutan_basi`) older than `retention`: whole day partitions dropped, the
+/// rest deleted `BATCH` rows per transaction. Returns how many rows went
+/// (for a dropped partition, its estimated rows).
 pub async fn purge_expired(pool: &PgPool, retention: Duration) -> Result<u64, sqlx::Error> {
-    purge_in_batches(pool, &PROCESSED_IDS, retention).await
+    let ids = expire_days(pool, DayPartitioned::ProcessedIds, retention).await?;
+    Ok(ids + purge_in_batches(pool, &STALE_ARRIVALS, retention).await?)
+}
+
+/// Expires every history row (`pesanan_riwayat`) older than `retention`
+/// (`HISTORY_RETENTION`), as [`purge_expired`] does the message ids.
+pub async fn purge_expired_history(pool: &PgPool, retention: Duration) -> Result<u64, sqlx::Error> {
+    expire_days(pool, DayPartitioned::History, retention).await
 }
 
 /// Pause between two batches of a store purge, to leave room for the
@@ -134,6 +221,8 @@ pub(crate) async fn purge_batches_on(
 pub struct Retention {
     /// Processed message ids (`DEDUP_RETENTION`).
     pub dedup: Duration,
+    /// History rows (`HISTORY_RETENTION`); `None`: kept forever.
+    pub history: Option<Duration>,
     /// Resolved dead-letter records (`DEAD_LETTER_RETENTION`).
     pub dead_letters: Duration,
     /// Unresolved dead-letter records (`DEAD_LETTER_UNRESOLVED_RETENTION`).
@@ -146,6 +235,7 @@ impl Retention {
     pub fn of(settings: &crate::config::Settings) -> Self {
         Self {
             dedup: settings.dedup_retention,
+            history: settings.history_retention,
             dead_letters: settings.dead_letter_retention,
             unresolved_dead_letters: settings.dead_letter_unresolved_retention,
         }
@@ -156,6 +246,30 @@ impl Retention {
 pub async fn run_retention(pool: PgPool, retention: Retention, shutdown: CancellationToken) {
     loop {
         // Cancellable: on a silent database link the purge may never answer.
+        let Some(prepared) = shutdown
+            .run_until_cancelled(prepare_partitions(&pool))
+            .await
+        else {
+            return;
+        };
+        match prepared {
+            Ok(0) => {}
+            Ok(n) => info!(partitions = n, "created the day partitions ahead"),
+            Err(e) => warn!(error = %e, "creating the day partitions ahead failed; will try again"),
+        }
+        if let Some(history) = retention.history {
+            let Some(purged) = shutdown
+                .run_until_cancelled(purge_expired_history(&pool, history))
+                .await
+            else {
+                return;
+            };
+            match purged {
+                Ok(0) => {}
+                Ok(n) => info!(rows = n, "expired history rows"),
+                Err(e) => warn!(error = %e, "history retention pass failed; will try again"),
+            }
+        }
         let Some(purged) = shutdown
             .run_until_cancelled(purge_expired(&pool, retention.dedup))
             .await

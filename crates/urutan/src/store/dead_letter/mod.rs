@@ -22,7 +22,7 @@ mod read;
 pub use read::{
     Candidate, Listed, Reason, ReasonCount, Record, Resolved, Shown, Unresolved, candidates,
     dead_lettered_again, find_unresolved, is_unresolved, keys_with_prefix, last_resolution,
-    list_unresolved, newest, of_order, unresolved_by_reason, unresolved_count,
+    list_unresolved, newest, of_order, shown_by_id, unresolved_by_reason, unresolved_count,
 };
 
 /// Which message a dead-letter record is about, and why it is there: the
@@ -212,6 +212,29 @@ pub async fn purge_dead_letters_before(
     .execute(pool)
     .await?
     .rows_affected())
+}
+
+/// Marks `purged` the unresolved record of delivery key `key` if it was
+/// dead-lettered more than a minute before `started`: what
+/// [`purge_dead_letters_before`] does, for one chosen message that a walk
+/// started at `started` did not meet in the DLQ. Returns whether it was
+/// marked.
+pub async fn purge_dead_letter_before(
+    pool: &PgPool,
+    key: &str,
+    started: chrono::DateTime<chrono::Utc>,
+) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query(
+        "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
+         WHERE delivery_key = $1 AND resolved_at IS NULL
+           AND dead_lettered_at < $2 - interval '1 minute'",
+    )
+    .bind(key)
+    .bind(started)
+    .execute(pool)
+    .await?
+    .rows_affected()
+        > 0)
 }
 
 /// Deletes resolved dead-letter rows resolved longer than `retention` ago,

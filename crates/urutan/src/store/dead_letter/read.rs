@@ -225,6 +225,21 @@ pub async fn newest(
     .await
 }
 
+/// Record `id` whole (the console's page of one dead letter); `None` if
+/// there is none.
+pub async fn shown_by_id(db: &PgPool, id: i64) -> Result<Option<Shown>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT ",
+        listed_columns!(),
+        ", resolved_at, resolution, exchange, routing_key, properties, headers, body,
+                body_bytes, x_death
+         FROM urutan_dead_letter WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await
+}
+
 /// A record a replay would take, with what predicting its outcome needs
 /// (serialized: what `dlq replay --dry-run --json` says of it).
 #[derive(Debug, Serialize, sqlx::FromRow)]
