@@ -9,13 +9,14 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::builder::{PossibleValue, TypedValueParser};
 use clap::{Args, value_parser};
 use urutan::config::{
-    BrokerUrls, DEFAULT_ENTITY, DEFAULT_SCHEMA, LogFormat, OnRefused, SecretUrl, Settings,
-    TopologyMode, parse_duration, parse_entity, parse_handler, parse_prefix, parse_schema,
+    BrokerUrls, DEFAULT_ENTITY, DEFAULT_SCHEMA, GapPolicy, LogFormat, OnRefused, SecretUrl,
+    Settings, TopologyMode, parse_address, parse_duration, parse_entity, parse_handler,
+    parse_prefix, parse_retention, parse_schema,
 };
-use urutan::effects::EffectsSettings;
+use urutan::effects::{EffectsSettings, OnDead};
 use urutan::outbox::relay::RelaySettings;
 
 /// Everything the worker pool and the other commands need to know.
@@ -25,7 +26,7 @@ pub struct SettingsArgs {
     /// URLs separated by commas (same vhost in each): every connection goes
     /// to a live node and moves on when one fails. Passwords are never logged.
     #[arg(
-        long,
+        long, global = true,
         env = "AMQP_URL",
         hide_env_values = true,
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
@@ -37,13 +38,14 @@ pub struct SettingsArgs {
     /// broker link (no FIN, no RST) is noticed after about two heartbeats on
     /// both sides: the broker then hands this process's shards to a standby
     /// replica, and this process reconnects. A `heartbeat=` in a node URL wins.
-    #[arg(long, env = "AMQP_HEARTBEAT", default_value_t = 10,
+    #[arg(long, global = true, env = "AMQP_HEARTBEAT", default_value_t = 10,
           value_parser = value_parser!(u16).range(0..=600))]
     pub amqp_heartbeat: u16,
 
-    /// PostgreSQL URL; the database is created if it does not exist.
+    /// PostgreSQL URL. The database must exist: only `urutan migrate
+    /// --create-database` (and the demo, for its own) creates it.
     #[arg(
-        long,
+        long, global = true,
         env = "DATABASE_URL",
         hide_env_values = true,
         default_value = "postgres://postgres@127.0.0.1:5432/urutan",
@@ -57,138 +59,154 @@ pub struct SettingsArgs {
     /// for one transaction after this plus 5 s, and retries it. Bounds how long
     /// a silent database link (no FIN, no RST) can hold a message and its
     /// order's lock. Options in `DATABASE_URL` (`options[statement_timeout]=…`) win.
-    #[arg(long, env = "DATABASE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, global = true, env = "DATABASE_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub database_timeout: Duration,
 
     /// Number of shard queues (1-999).
-    #[arg(long, env = "SHARD_COUNT", default_value_t = 4,
+    #[arg(long, global = true, env = "SHARD_COUNT", default_value_t = 4,
           value_parser = value_parser!(u16).range(1..=999))]
     pub shard_count: u16,
 
     /// Per-shard prefetch; 1 is the strict mode.
-    #[arg(long, env = "PREFETCH", default_value_t = 1,
+    #[arg(long, global = true, env = "PREFETCH", default_value_t = 1,
           value_parser = value_parser!(u16).range(1..))]
     pub prefetch: u16,
 
     /// Ordered batch mode (PREFETCH > 1): most deliveries applied in one
     /// transaction (default: PREFETCH).
-    #[arg(long, env = "BATCH_MAX",
+    #[arg(long, global = true, env = "BATCH_MAX",
           value_parser = value_parser!(u16).range(1..))]
     pub batch_max: Option<u16>,
 
     /// Ordered batch mode: how long to wait for more deliveries after the
     /// first one of a batch, in milliseconds.
-    #[arg(long, env = "BATCH_LINGER_MS", default_value_t = 5,
+    #[arg(long, global = true, env = "BATCH_LINGER_MS", default_value_t = 5,
           value_parser = value_parser!(u64).range(0..=10_000))]
     pub batch_linger_ms: u64,
 
     /// Deliveries of one message before the queue dead-letters it (`x-delivery-limit`).
-    #[arg(long, env = "DELIVERY_LIMIT", default_value_t = 5,
+    #[arg(long, global = true, env = "DELIVERY_LIMIT", default_value_t = 5,
           value_parser = value_parser!(u32).range(1..))]
     pub delivery_limit: u32,
 
     /// Replicas of each quorum queue (`x-quorum-initial-group-size`), fixed
     /// when the topology is first declared; unset: the broker's default.
-    #[arg(long, env = "QUORUM_GROUP_SIZE",
+    #[arg(long, global = true, env = "QUORUM_GROUP_SIZE",
           value_parser = value_parser!(u16).range(1..=99))]
     pub quorum_group_size: Option<u16>,
 
     /// Address of the HTTP endpoints `/metrics`, `/healthz`, `/readyz`.
-    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:9464")]
+    #[arg(long, global = true, env = "METRICS_ADDR", default_value = "0.0.0.0:9464",
+          value_parser = parse_address)]
     pub metrics_addr: SocketAddr,
 
     /// How long processed message ids are kept for deduplication (e.g. `30d`, `12h`).
-    #[arg(long, env = "DEDUP_RETENTION", default_value = "30d", value_parser = parse_duration)]
+    #[arg(long, global = true, env = "DEDUP_RETENTION", default_value = "30d", value_parser = parse_duration)]
     pub dedup_retention: Duration,
+
+    /// How long history rows are kept (e.g. `400d`); `keep`: forever.
+    /// Expired by whole UTC days (day partitions).
+    #[arg(long, global = true, env = "HISTORY_RETENTION", default_value = "keep", value_parser = parse_retention)]
+    pub history_retention: ::std::option::Option<Duration>,
 
     /// How long dead-letter records are kept once resolved (replayed or
     /// purged with `urutan dlq`), e.g. `90d`.
-    #[arg(long, env = "DEAD_LETTER_RETENTION", default_value = "90d", value_parser = parse_duration)]
+    #[arg(long, global = true, env = "DEAD_LETTER_RETENTION", default_value = "90d", value_parser = parse_duration)]
     pub dead_letter_retention: Duration,
 
     /// How long a dead-letter record is kept while unresolved (its message
     /// still in the DLQ or lost from it), counted from when it was recorded,
     /// e.g. `90d`. Bounds the table under a flood of poison messages.
-    #[arg(long, env = "DEAD_LETTER_UNRESOLVED_RETENTION", default_value = "90d", value_parser = parse_duration)]
+    #[arg(long, global = true, env = "DEAD_LETTER_UNRESOLVED_RETENTION", default_value = "90d", value_parser = parse_duration)]
     pub dead_letter_unresolved_retention: Duration,
 
     /// Log format: `text` or `json` (level from `RUST_LOG`).
-    #[arg(long, env = "LOG_FORMAT", default_value = "text", value_parser = one_of::<LogFormat>(LogFormat::VALUES))]
+    #[arg(long, global = true, env = "LOG_FORMAT", default_value = "text", value_parser = one_of::<LogFormat>(LogFormat::VALUES))]
     pub log_format: LogFormat,
 
     /// The entity's name: the hash header is `x-<ENTITY>-id`, and the
     /// default topology prefix (`^[a-z][a-z0-9_]{0,30}$`).
-    #[arg(long, env = "ENTITY", default_value = DEFAULT_ENTITY, value_parser = parse_entity)]
+    #[arg(long, global = true, env = "ENTITY", default_value = DEFAULT_ENTITY, value_parser = parse_entity)]
     pub entity: String,
 
     /// The PostgreSQL schema holding every urutan table and function of this
     /// pipeline (created by `urutan migrate` if missing); two pipelines
     /// share a database in two schemas.
-    #[arg(long, env = "DATABASE_SCHEMA", default_value = DEFAULT_SCHEMA, value_parser = parse_schema)]
+    #[arg(long, global = true, env = "DATABASE_SCHEMA", default_value = DEFAULT_SCHEMA, value_parser = parse_schema)]
     pub database_schema: String,
 
     /// A PostgreSQL function `(event jsonb) RETURNS void` (`name` or
     /// `schema.name`) called in the apply transaction of every applied
     /// version; unset: none.
-    #[arg(long, env = "HANDLER_FUNCTION", value_parser = parse_handler)]
+    #[arg(long, global = true, env = "HANDLER_FUNCTION", value_parser = parse_handler)]
     pub handler_function: Option<String>,
 
     /// Shortest wait before a message set aside after a transient failure
     /// is tried again (doubling per attempt, jittered).
-    #[arg(long, env = "RETRY_BACKOFF_MIN", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, global = true, env = "RETRY_BACKOFF_MIN", default_value = "1s", value_parser = parse_duration)]
     pub retry_backoff_min: Duration,
 
     /// Longest wait between two attempts of a message set aside.
-    #[arg(long, env = "RETRY_BACKOFF_MAX", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, global = true, env = "RETRY_BACKOFF_MAX", default_value = "5m", value_parser = parse_duration)]
     pub retry_backoff_max: Duration,
 
     /// Attempts before a message set aside is refused.
-    #[arg(long, env = "RETRY_MAX_ATTEMPTS", default_value_t = 20,
+    #[arg(long, global = true, env = "RETRY_MAX_ATTEMPTS", default_value_t = 20,
           value_parser = value_parser!(u32).range(1..=1_000_000))]
     pub retry_max_attempts: u32,
 
     /// `hold`: a refused version holds its order (later versions wait until
     /// it is replayed or `urutan hold release`); `skip`: they go on.
-    #[arg(long, env = "ON_REFUSED", default_value = "hold", value_parser = one_of::<OnRefused>(OnRefused::VALUES))]
+    #[arg(long, global = true, env = "ON_REFUSED", default_value = "hold", value_parser = one_of::<OnRefused>(OnRefused::VALUES))]
     pub on_refused: OnRefused,
+
+    /// `apply`: a version above stored + 1 is applied at once; `wait`: it
+    /// waits until the versions between are applied.
+    #[arg(long, global = true, env = "GAP_POLICY", default_value = "apply", value_parser = one_of::<GapPolicy>(GapPolicy::VALUES))]
+    pub gap_policy: GapPolicy,
+
+    /// With GAP_POLICY=wait, how long a missing version is waited for
+    /// before its order is held (`urutan hold release` then applies what waits).
+    #[arg(long, global = true, env = "GAP_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    pub gap_timeout: Duration,
 
     /// Prefix of every broker object name (`pesanan`, `pesanan-hash`,
     /// `pesanan.shard-000`, ...); default: ENTITY.
-    #[arg(long, env = "TOPOLOGY_PREFIX", value_parser = parse_prefix)]
+    #[arg(long, global = true, env = "TOPOLOGY_PREFIX", value_parser = parse_prefix)]
     pub topology_prefix: Option<String>,
 
     /// Largest accepted message body; larger ones are dead-lettered.
-    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = 1024 * 1024,
+    #[arg(long, global = true, env = "MAX_BODY_BYTES", default_value_t = 1024 * 1024,
           value_parser = value_parser!(u32).range(1..))]
     pub max_body_bytes: u32,
 
     /// Database connections in the pool (default: shard count + 2).
-    #[arg(long, env = "DATABASE_POOL_SIZE",
+    #[arg(long, global = true, env = "DATABASE_POOL_SIZE",
           value_parser = value_parser!(u32).range(1..))]
     pub database_pool_size: Option<u32>,
 
     /// `declare`: the pool declares (and extends) the topology itself;
     /// `check`: it only checks it passively, for a least-privilege user
     /// (declare it with `urutan topology`).
-    #[arg(long, env = "TOPOLOGY_MODE", default_value = "declare", value_parser = one_of::<TopologyMode>(TopologyMode::VALUES))]
+    #[arg(long, global = true, env = "TOPOLOGY_MODE", default_value = "declare", value_parser = one_of::<TopologyMode>(TopologyMode::VALUES))]
     pub topology_mode: TopologyMode,
 
     /// Accept a `SHARD_COUNT` smaller than the ring has (shrinking): the top
     /// shards are unbound (they get no new messages), drained in order and
     /// their queues deleted.
-    #[arg(long, env = "ALLOW_SHRINK", default_value_t = false)]
+    #[arg(long, global = true, env = "ALLOW_SHRINK", default_value_t = false)]
     pub allow_shrink: bool,
 
     /// Most messages the dead-letter queue holds (`x-max-length`). When it
     /// is full, further dead letters wait in their shard queue's
     /// dead-letter backlog (nothing is dropped) until `urutan dlq` makes room.
-    #[arg(long, env = "DLQ_MAX_LENGTH", default_value_t = 100_000,
+    #[arg(long, global = true, env = "DLQ_MAX_LENGTH", default_value_t = 100_000,
           value_parser = value_parser!(u64).range(1..))]
     pub dlq_max_length: u64,
 
     /// Most bytes of message bodies the dead-letter queue holds
     /// (`x-max-length-bytes`); as DLQ_MAX_LENGTH when reached.
-    #[arg(long, env = "DLQ_MAX_BYTES", default_value_t = 1 << 30,
+    #[arg(long, global = true, env = "DLQ_MAX_BYTES", default_value_t = 1 << 30,
           value_parser = value_parser!(u64).range(1..))]
     pub dlq_max_bytes: u64,
 }
@@ -208,6 +226,7 @@ impl From<SettingsArgs> for Settings {
             quorum_group_size: a.quorum_group_size,
             metrics_addr: a.metrics_addr,
             dedup_retention: a.dedup_retention,
+            history_retention: a.history_retention,
             dead_letter_retention: a.dead_letter_retention,
             dead_letter_unresolved_retention: a.dead_letter_unresolved_retention,
             log_format: a.log_format,
@@ -217,6 +236,8 @@ impl From<SettingsArgs> for Settings {
             retry_backoff_max: a.retry_backoff_max.max(a.retry_backoff_min),
             retry_max_attempts: a.retry_max_attempts,
             on_refused: a.on_refused,
+            gap_policy: a.gap_policy,
+            gap_timeout: a.gap_timeout,
             database_schema: a.database_schema,
             handler_function: a.handler_function,
             max_body_bytes: a.max_body_bytes,
@@ -225,6 +246,8 @@ impl From<SettingsArgs> for Settings {
             allow_shrink: a.allow_shrink,
             dlq_max_length: a.dlq_max_length,
             dlq_max_bytes: a.dlq_max_bytes,
+            // The OTEL_* variables are the SDK's, read at start (`execute`).
+            traces: urutan::trace::Traces::off(),
         }
     }
 }
@@ -290,6 +313,13 @@ pub struct EffectsArgs {
     #[arg(long, env = "EFFECTS_RETENTION", default_value = "7d",
           value_parser = parse_duration)]
     pub effects_retention: Duration,
+
+    /// `hold`: a dead-lettered effect holds its order's later effects until
+    /// it is replayed (`urutan dlq replay --effects`) or released (`urutan
+    /// hold release --effects`); `skip`: they go on.
+    #[arg(long, env = "EFFECTS_ON_DEAD", default_value = "hold",
+          value_parser = one_of::<OnDead>(OnDead::VALUES))]
+    pub effects_on_dead: OnDead,
 }
 
 impl From<EffectsArgs> for EffectsSettings {
@@ -306,6 +336,7 @@ impl From<EffectsArgs> for EffectsSettings {
             effects_concurrency: a.effects_concurrency,
             effects_poll: a.effects_poll,
             effects_retention: a.effects_retention,
+            effects_on_dead: a.effects_on_dead,
         }
     }
 }
@@ -333,12 +364,52 @@ impl From<RelayArgs> for RelaySettings {
 }
 
 /// A setting with a fixed set of values (shown in `--help`), parsed by the
-/// library's `FromStr`.
-fn one_of<T>(values: [&'static str; 2]) -> impl TypedValueParser<Value = T>
+/// library's `FromStr`; a wrong value is one line that names the setting
+/// and says what to use instead.
+fn one_of<T>(values: [&'static str; 2]) -> OneOf<T> {
+    OneOf {
+        values,
+        parsed: std::marker::PhantomData,
+    }
+}
+
+/// The parser [`one_of`] makes.
+#[derive(Clone)]
+struct OneOf<T> {
+    /// What `--help` lists.
+    values: [&'static str; 2],
+    parsed: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> TypedValueParser for OneOf<T>
 where
     T: FromStr<Err = String> + Clone + Send + Sync + 'static,
 {
-    PossibleValuesParser::new(values).try_map(|v| v.parse::<T>())
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let name = arg.map_or_else(|| "a setting".to_owned(), ToString::to_string);
+        let text = value.to_string_lossy();
+        text.parse().map_err(|fix: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!(
+                    "invalid value '{}' for '{name}': {fix}\n",
+                    text.escape_debug()
+                ),
+            )
+            .with_cmd(cmd)
+        })
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(self.values.iter().map(PossibleValue::new)))
+    }
 }
 
 /// Parses a setting that may hold a password (`T::from_str`) so that clap's
@@ -424,6 +495,25 @@ mod tests {
     struct EffectsCli {
         #[command(flatten)]
         effects: EffectsArgs,
+    }
+
+    #[test]
+    fn effects_on_dead_is_hold_or_skip() {
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["urutan"];
+            argv.extend_from_slice(args);
+            EffectsCli::try_parse_from(argv)
+                .map(|c| EffectsSettings::from(c.effects).effects_on_dead)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(parse(&[]), Ok(OnDead::Hold), "the contract's default");
+        assert_eq!(parse(&["--effects-on-dead", "skip"]), Ok(OnDead::Skip));
+        assert_eq!(parse(&["--effects-on-dead", "hold"]), Ok(OnDead::Hold));
+        let err = parse(&["--effects-on-dead", "maybe"]).expect_err("maybe");
+        assert!(
+            err.contains("--effects-on-dead") && err.contains("hold") && err.contains("skip"),
+            "{err}"
+        );
     }
 
     #[derive(Parser)]

@@ -6,6 +6,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 use urutan::config::Settings;
 use urutan::effects::{Dispatcher, EffectsSettings, after_send_from_env};
+use urutan::heal::WrongSetting;
 use urutan::store;
 
 pub const HELP: &str = "\
@@ -19,8 +20,8 @@ Examples:
   urutan dlq replay --effects --all           # send them again, same keys";
 
 pub async fn run(settings: Settings, effects: EffectsSettings) -> anyhow::Result<()> {
-    // First, before any connection: a bad setting is one line and exit 1.
-    let config = effects.config()?;
+    // A bad setting is one line and exit 2.
+    let config = effects.config().map_err(|e| WrongSetting(e.to_string()))?;
     let after_send = after_send_from_env()?;
     let listener = tokio::net::TcpListener::bind(settings.metrics_addr)
         .await
@@ -31,7 +32,9 @@ pub async fn run(settings: Settings, effects: EffectsSettings) -> anyhow::Result
         .with_context(|| format!("cannot open {}", settings.database_url))?;
     info!(http = %listener.local_addr()?, "urutan effects starting");
     let metrics = urutan::metrics::install();
-    let dispatcher = Dispatcher::new(pool.clone(), config, effects, after_send).await?;
+    let dispatcher = Dispatcher::new(pool.clone(), config, effects, after_send)
+        .await?
+        .with_traces(settings.traces.clone());
     let shutdown = CancellationToken::new();
     tokio::spawn(super::stop_on_signal(shutdown.clone()));
     let http = tokio::spawn(urutan::effects::http::serve(

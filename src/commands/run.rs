@@ -5,6 +5,7 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 use urutan::config::Settings;
+use urutan::handler::SharedHandler;
 use urutan::shard::Hooks;
 use urutan::supervisor::Supervisor;
 
@@ -17,18 +18,20 @@ Examples:
 
 Health: GET /healthz (alive) and /readyz (consuming) on METRICS_ADDR; metrics on /metrics.";
 
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
+pub async fn run(settings: Settings, handler: Option<SharedHandler>) -> anyhow::Result<()> {
     let hooks = Hooks::from_env()?;
-    let supervisor = Supervisor::build(settings.clone(), hooks)
+    let mut supervisor = Supervisor::build(settings.clone(), hooks)
         .await
         .with_context(|| format!("cannot listen on METRICS_ADDR {}", settings.metrics_addr))?;
+    if let Some(handler) = handler {
+        supervisor = supervisor.with_handler(handler);
+    }
     info!(http = %supervisor.http_addr(), "urutan run starting");
     let shutdown = CancellationToken::new();
     tokio::spawn(super::stop_on_signal(shutdown.clone()));
     match supervisor.run(shutdown).await {
         Err(urutan::supervisor::RunError::Setting(wrong)) => {
-            tracing::error!("{wrong}");
-            return Err(urutan_ops::Exit(2).into());
+            return Err(urutan::heal::WrongSetting(wrong).into());
         }
         other => other?,
     }

@@ -190,6 +190,11 @@ pub async fn run(settings: Settings, options: DemoOptions) -> anyhow::Result<boo
     reset(&settings, &names, &demo_db)
         .await
         .context("resetting the demo topology and database")?;
+    // The demo's database is its own: created here, explicitly (nothing
+    // else but `urutan migrate --create-database` creates one).
+    store::ensure_database(&settings.database_url)
+        .await
+        .context("creating the demo database")?;
     let db = store::prepare(&settings.database_url, 4)
         .await
         .context("preparing the demo database")?;

@@ -3,12 +3,17 @@
 //! later versions are recorded and wait. `urutan dlq replay` of the refused
 //! message applies it and lets the rest go; `urutan hold release` resumes
 //! the order without it (recorded as a skip, shown by `urutan explain`).
+//! A dead-lettered effect holds its order's later effects
+//! (`EFFECTS_ON_DEAD=hold`, reason `effect`; its versions go on): `urutan
+//! dlq replay --effects ID` sends it again, `urutan hold release --effects`
+//! skips it. Each release ends only its own kind of hold.
 
 use anyhow::Context;
 use chrono::Utc;
 use clap::Subcommand;
 use serde::Serialize;
 use urutan::config::Settings;
+use urutan::effects::hold as effects_hold;
 use urutan::store::hold;
 
 use crate::terminal::Clean;
@@ -27,14 +32,23 @@ pub enum HoldCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Resume a held order without what holds it: the refused version is
-    /// recorded as skipped, the waiting versions are applied in order.
-    #[command(after_help = "Examples:\n  urutan hold release order-17\n\n\
+    /// Resume a held order without what holds it: the refused (or missing)
+    /// version is recorded as skipped, the waiting versions are applied in order. With
+    /// --effects: the dead-lettered effect holding the order's later effects
+    /// is skipped instead (it stays dead-lettered), and they go on in order.
+    #[command(after_help = "Examples:\n  urutan hold release order-17\n  \
+        urutan hold release order-17 --effects\n\n\
         To apply the refused version instead, fix what refused it and replay it:\n  \
-        urutan dlq replay MESSAGE_ID")]
+        urutan dlq replay MESSAGE_ID\n\
+        To send the dead-lettered effect instead, fix the endpoint and replay it:\n  \
+        urutan dlq replay --effects EFFECT_ID")]
     Release {
         /// The held order's id.
         order_id: String,
+        /// Release the order's effect hold (a dead-lettered effect), not a
+        /// version hold.
+        #[arg(long)]
+        effects: bool,
     },
 }
 
@@ -45,7 +59,14 @@ pub async fn run(settings: &Settings, command: HoldCommand) -> anyhow::Result<()
         .map_err(anyhow::Error::msg)?;
     match command {
         HoldCommand::List { json } => list(&db, json).await,
-        HoldCommand::Release { order_id } => release(&db, &order_id).await,
+        HoldCommand::Release {
+            order_id,
+            effects: false,
+        } => release(&db, &order_id).await,
+        HoldCommand::Release {
+            order_id,
+            effects: true,
+        } => release_effects(&db, &order_id).await,
     }
 }
 
@@ -59,8 +80,12 @@ struct Listed<'a> {
     message_id: Option<&'a str>,
     versi: Option<i64>,
     shard: Option<i32>,
+    /// Versions waiting; for an `effect` hold, effects.
     waiting: i64,
     error: Option<&'a str>,
+    /// The dead-lettered effect holding it (`effect` holds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effect: Option<i64>,
 }
 
 async fn list(db: &sqlx::PgPool, json: bool) -> anyhow::Result<()> {
@@ -79,6 +104,7 @@ async fn list(db: &sqlx::PgPool, json: bool) -> anyhow::Result<()> {
                 shard: h.shard,
                 waiting: h.waiting,
                 error: h.error.as_deref(),
+                effect: h.effect,
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&listed)?);
@@ -92,13 +118,18 @@ async fn list(db: &sqlx::PgPool, json: bool) -> anyhow::Result<()> {
     println!("{} order(s) on hold, oldest first:", holds.len());
     for h in &holds {
         let holding = match (&h.message_id, h.versi) {
+            (None, Some(v)) if h.reason == "gap" => format!("the missing v{v}"),
             (Some(id), Some(v)) => format!("v{v} (message {})", Clean(id)),
             (None, Some(v)) => format!("v{v}"),
             (Some(id), None) => format!("message {}", Clean(id)),
             (None, None) => "-".to_owned(),
         };
+        let (holding, waiting) = match h.effect {
+            Some(effect) => (format!("effect {effect} of {holding}"), "effect(s)"),
+            None => (holding, "version(s)"),
+        };
         println!(
-            "  {}: {} since {} ({} ago), held by {holding}; {} version(s) waiting",
+            "  {}: {} since {} ({} ago), held by {holding}; {} {waiting} waiting",
             Clean(&h.order),
             h.reason,
             clock::when(h.since),
@@ -109,10 +140,19 @@ async fn list(db: &sqlx::PgPool, json: bool) -> anyhow::Result<()> {
             println!("      {}", Clean(error));
         }
     }
-    println!(
-        "\nreplay the refused version after the fix (`urutan dlq replay MESSAGE_ID`), \
-         or resume an order without it (`urutan hold release ORDER_ID`)"
-    );
+    if holds.iter().any(|h| h.effect.is_none()) {
+        println!(
+            "\nreplay the refused version after the fix (`urutan dlq replay MESSAGE_ID`), \
+             or resume an order without it (`urutan hold release ORDER_ID`)"
+        );
+    }
+    if holds.iter().any(|h| h.effect.is_some()) {
+        println!(
+            "\nsend a dead-lettered effect again after the fix (`urutan dlq replay --effects \
+             EFFECT_ID`), or let the order's later effects go without it (`urutan hold release \
+             ORDER_ID --effects`)"
+        );
+    }
     Ok(())
 }
 
@@ -121,7 +161,20 @@ async fn release(db: &sqlx::PgPool, order: &str) -> anyhow::Result<()> {
         .await
         .context("cannot release the hold")?;
     let Some(released) = released else {
-        eprintln!("order {} is not on hold", Clean(order));
+        let effect_held = !effects_hold::holds(db, Some(order), 1)
+            .await
+            .context("cannot read the effect holds")?
+            .is_empty();
+        if effect_held {
+            eprintln!(
+                "order {} has no version on hold, only its effects (a dead-lettered effect): \
+                 use `urutan hold release {} --effects`",
+                Clean(order),
+                Clean(order)
+            );
+        } else {
+            eprintln!("order {} is not on hold", Clean(order));
+        }
         return Err(Exit(crate::EXIT_ATTENTION).into());
     };
     let skipped = match (&released.message_id, released.versi) {
@@ -135,6 +188,58 @@ async fn release(db: &sqlx::PgPool, order: &str) -> anyhow::Result<()> {
         Clean(order),
         released.reason,
         released.waiting
+    );
+    Ok(())
+}
+
+/// `urutan hold release ORDER_ID --effects`: only the effect hold.
+async fn release_effects(db: &sqlx::PgPool, order: &str) -> anyhow::Result<()> {
+    let skipped = effects_hold::release(db, order)
+        .await
+        .context("cannot release the effect hold")?;
+    if skipped.is_empty() {
+        let holds = effects_hold::holds(db, Some(order), 1)
+            .await
+            .context("cannot read the effect holds")?;
+        if let Some(effect) = holds.first().and_then(|h| h.effect) {
+            eprintln!(
+                "the effect holding order {} (effect {effect}) is being sent again after a \
+                 replay: it is sent, or dead-lettered again and then can be released",
+                Clean(order)
+            );
+        } else if !hold::holds(db, Some(order), 1)
+            .await
+            .context("cannot read the holds")?
+            .is_empty()
+        {
+            eprintln!(
+                "order {}'s effects are not on hold, its versions are: use `urutan hold \
+                 release {}` (without --effects)",
+                Clean(order),
+                Clean(order)
+            );
+        } else {
+            eprintln!("order {}'s effects are not on hold", Clean(order));
+        }
+        return Err(Exit(crate::EXIT_ATTENTION).into());
+    }
+    let waiting = skipped.last().map_or(0, |s| s.waiting);
+    let list: Vec<String> = skipped
+        .iter()
+        .map(|s| {
+            format!(
+                "effect {} of v{} (message {})",
+                s.effect,
+                s.versi,
+                Clean(&s.message_id)
+            )
+        })
+        .collect();
+    println!(
+        "released order {}'s effects without {} (dead-lettered, recorded as skipped); {waiting} \
+         waiting effect(s) now go on, in order",
+        Clean(order),
+        list.join(", ")
     );
     Ok(())
 }

@@ -19,8 +19,11 @@
 //! permission needed). Every database statement is bounded by
 //! [`STATEMENT_TIMEOUT`], every broker call by [`broker::CALL_TIMEOUT`].
 
+pub mod audit;
 mod clock;
+pub mod console;
 pub mod dlq;
+mod effects_view;
 pub mod explain;
 pub mod hold;
 pub mod replicas;
@@ -141,6 +144,50 @@ pub async fn open_database(settings: &Settings, application: &str) -> Result<PgP
         .connect_with(options)
         .await
         .map_err(|e| format!("cannot connect to the database {shown}: {e}"))
+}
+
+/// What the read commands read through: the CLI opens both per command
+/// ([`Open::default`]); the console keeps them open across pages.
+#[derive(Default, Clone, Copy)]
+pub struct Open<'a> {
+    /// An open database pool, else one is opened (and closed) per read.
+    pub db: Option<&'a PgPool>,
+    /// An open broker connection, else one is opened (and closed) per read.
+    pub broker: Option<&'a Connection>,
+}
+
+/// A broker connection: `open`'s, else one opened for this read (`name`
+/// in the broker's connection list) and closed by [`Broker::done`].
+pub(crate) enum Broker<'a> {
+    Shared(&'a Connection),
+    Owned(Box<Connection>),
+}
+
+impl<'a> Broker<'a> {
+    pub(crate) async fn get(
+        open: Open<'a>,
+        settings: &Settings,
+        name: &str,
+    ) -> Result<Self, String> {
+        Ok(match open.broker {
+            Some(conn) => Self::Shared(conn),
+            None => Self::Owned(Box::new(open_broker(settings, name).await?)),
+        })
+    }
+
+    pub(crate) fn conn(&self) -> &Connection {
+        match self {
+            Self::Shared(conn) => conn,
+            Self::Owned(conn) => conn,
+        }
+    }
+
+    /// Closes a connection opened for this read; a shared one stays open.
+    pub(crate) async fn done(self) {
+        if let Self::Owned(conn) = self {
+            let _ = broker::call("connection.close", conn.close(200, "read".into())).await;
+        }
+    }
 }
 
 /// Connects to the broker (a live node of `AMQP_URL`), or says in one line

@@ -40,6 +40,7 @@ pub fn lines(x: &Explanation, now: DateTime<Utc>) -> Vec<Line> {
         .chain(x.parked.iter().map(|p| p.versi))
         .chain(dead.iter().filter_map(|d| d.versi))
         .chain(x.skips.iter().filter_map(|s| s.versi))
+        .chain(x.stale.iter().map(|s| s.versi))
         .chain(outbox.iter().filter_map(|o| o.versi))
         .chain(x.state.iter().map(|s| s.versi))
         .collect();
@@ -119,26 +120,48 @@ fn version(x: &Explanation, stored: i64, v: i64, now: DateTime<Utc>) -> Vec<Line
         });
     }
     for s in x.skips.iter().filter(|s| s.versi == Some(v)) {
+        let note = if s.reason == urutan::effects::hold::REASON {
+            format!(
+                "its dead-lettered effect held the order's later effects since {}, released \
+                 without it by `urutan hold release --effects` ({})",
+                when(s.held_since),
+                s.error.as_deref().unwrap_or("-")
+            )
+        } else {
+            format!(
+                "on hold ({}) since {}, released without it by `urutan hold release`",
+                s.reason,
+                when(s.held_since)
+            )
+        };
         told.push(Line {
             what: "skipped",
             message_id: s.message_id.clone().unwrap_or_default(),
             at: Some(s.skipped_at),
-            note: format!(
-                "on hold ({}) since {}, released without it by `urutan hold release`",
-                s.reason,
-                when(s.held_since)
-            ),
+            note,
             ..line(v)
         });
     }
     for d in dead.iter().filter(|d| d.versi == Some(v)) {
         told.push(dead_letter(d, v));
     }
+    let stale: Vec<_> = x.stale.iter().filter(|s| s.versi == v).collect();
+    for s in &stale {
+        told.push(Line {
+            what: "stale",
+            shard: Some(s.shard),
+            message_id: s.message_id.clone(),
+            at: Some(s.at),
+            note: "arrived after a newer version had been applied: processed, not written".into(),
+            ..line(v)
+        });
+    }
     if applied.is_none() && parked.is_empty() {
         told.extend(
             outbox
                 .iter()
                 .filter(|o| o.versi == Some(v))
+                .filter(|o| !stale.iter().any(|s| s.message_id == o.id.to_string()))
                 .map(|o| outbox_row(o, v, now)),
         );
     }

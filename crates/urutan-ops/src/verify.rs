@@ -68,7 +68,11 @@ const CHECKS: &[(&str, &str)] = &[
          FROM pesanan p
          LEFT JOIN LATERAL (SELECT versi, status FROM pesanan_riwayat r
                             WHERE r.pesanan_id = p.id ORDER BY seq DESC LIMIT 1) h ON true
-         WHERE h.versi IS DISTINCT FROM p.versi OR h.status IS DISTINCT FROM p.status",
+         WHERE (h.versi IS DISTINCT FROM p.versi OR h.status IS DISTINCT FROM p.status)
+           -- An order last written before the oldest history kept
+           -- (HISTORY_RETENTION) may have none left.
+           AND (h.versi IS NOT NULL OR p.diperbarui_pada >= coalesce((SELECT min(diterapkan_pada) FROM
+                    (SELECT diterapkan_pada FROM pesanan_riwayat ORDER BY seq LIMIT 1) k), '-infinity'))",
     ),
     (
         "every sent outbox row was processed",
@@ -83,6 +87,9 @@ const CHECKS: &[(&str, &str)] = &[
         "SELECT o.agregat_id || ': versi ' || (o.payload->>'versi') || ' never applied'
          FROM outbox o
          WHERE o.dikirim_pada IS NOT NULL
+           -- Sent after the oldest history kept (HISTORY_RETENTION).
+           AND o.dikirim_pada >= coalesce((SELECT min(diterapkan_pada) FROM
+                    (SELECT diterapkan_pada FROM pesanan_riwayat ORDER BY seq LIMIT 1) k), '-infinity')
            AND NOT EXISTS (SELECT 1 FROM pesanan_riwayat r
                            WHERE r.pesanan_id = o.agregat_id
                              AND r.versi = (o.payload->>'versi')::bigint)",

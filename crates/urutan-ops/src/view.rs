@@ -45,6 +45,7 @@ impl fmt::Display for Status {
         writeln!(f, "{:<13}{replicas}", "replicas")?;
         self.fmt_dead_letters(f)?;
         self.fmt_outbox(f)?;
+        super::effects_view::status_line(self, f)?;
         writeln!(f)?;
         if self.attention.is_empty() {
             writeln!(f, "nothing needs attention")?;
@@ -243,16 +244,22 @@ impl fmt::Display for Explanation {
             )?,
         }
         if let Some(h) = &self.hold {
+            let gap = h.reason == "gap";
             let by = match (&h.message_id, h.versi) {
+                (None, Some(v)) if gap => format!("the missing v{v}"),
                 (Some(id), Some(v)) => format!("v{v} (message {})", crate::terminal::Clean(id)),
                 (_, Some(v)) => format!("v{v}"),
                 _ => "-".into(),
             };
+            let way_out = if gap {
+                "it may still come (then the rest follow)"
+            } else {
+                "replay it after the fix (`urutan dlq replay`)"
+            };
             writeln!(
                 f,
                 "ON HOLD ({}) since {} ({} ago), held by {by}; {} version(s) wait behind it: \
-                 replay it after the fix (`urutan dlq replay`) or resume without it (`urutan \
-                 hold release {}`)",
+                 {way_out}, or resume without it (`urutan hold release {}`)",
                 h.reason,
                 when(h.since),
                 age(now, h.since),
@@ -260,7 +267,27 @@ impl fmt::Display for Explanation {
                 self.order_id
             )?;
             if let Some(error) = &h.error {
-                writeln!(f, "  refused: {}", crate::terminal::Clean(error))?;
+                let label = if gap { "why" } else { "refused" };
+                writeln!(f, "  {label}: {}", crate::terminal::Clean(error))?;
+            }
+        }
+        if let Some(h) = &self.effect_hold {
+            writeln!(
+                f,
+                "EFFECTS ON HOLD (effect) since {} ({} ago), held by the dead-lettered effect {} \
+                 of v{}; {} effect(s) wait behind it (its versions go on): send it again after \
+                 the fix (`urutan dlq replay --effects {}`) or let the rest go without it \
+                 (`urutan hold release {} --effects`)",
+                when(h.since),
+                age(now, h.since),
+                h.effect.unwrap_or_default(),
+                h.versi.unwrap_or_default(),
+                h.waiting,
+                h.effect.unwrap_or_default(),
+                self.order_id
+            )?;
+            if let Some(error) = &h.error {
+                writeln!(f, "  {}", crate::terminal::Clean(error))?;
             }
         }
         writeln!(f)?;
@@ -285,6 +312,18 @@ impl fmt::Display for Explanation {
                 when(d.dead_lettered_at),
                 d.reason,
                 d.detail
+            )?;
+        }
+        super::effects_view::explain_lines(self, now, f)?;
+        for a in self.audit.iter().flatten() {
+            writeln!(
+                f,
+                "operator: {} {} on {} by {}: {}",
+                when(a.at),
+                a.action,
+                crate::terminal::Clean(&a.target),
+                crate::terminal::Clean(&a.by),
+                crate::terminal::Clean(&a.result)
             )?;
         }
         writeln!(f)?;

@@ -5,11 +5,14 @@
 //! An effect is not a message: it lives only in PostgreSQL, so listing and
 //! replaying it never touch the broker. Replaying sets it pending again with
 //! a fresh attempt budget; the running dispatchers (`urutan effects`) send it
-//! with its original idempotency key (its message id), so an endpoint that
+//! with its original idempotency key (its message id and a hash of its
+//! endpoint: `urutan::effects::sign::idempotency_key`), so an endpoint that
 //! had in fact processed it answers with its first result and charges
 //! nothing twice. Order per order: the replayed effect goes out before any
 //! later effect of its order that no dispatcher has claimed yet; later ones
-//! already sent stay sent (a replay is the operator's explicit act).
+//! already sent stay sent (a replay is the operator's explicit act). The
+//! report says what became of each: sent, dead-lettered again (with the
+//! answer) or still pending; endpoints are printed redacted.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -77,11 +80,64 @@ fn table(rows: &[DeadEffect]) -> String {
 /// What a replayed effect became.
 #[derive(Debug, Serialize)]
 struct Replayed {
+    /// The effect as it is now: with its latest answer once replayed.
     #[serde(flatten)]
     effect: DeadEffect,
-    /// `sent`, `dead-lettered again`, `pending` (not answered within
+    /// `sent`, `dead-lettered again`, `pending` (not settled within
     /// --wait) or, with --dry-run, `would be replayed`.
     result: &'static str,
+    /// Pending: seconds until its next try.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_try_secs: Option<f64>,
+}
+
+impl Replayed {
+    /// What `effect` became, from its `outcome` after the wait (None: the
+    /// row is gone, e.g. purged: reported pending, as nothing is known).
+    fn settled(mut effect: DeadEffect, outcome: Option<&store::Outcome>) -> Self {
+        let Some(o) = outcome else {
+            return Self {
+                effect,
+                result: "pending",
+                next_try_secs: None,
+            };
+        };
+        let result = match o.keadaan.as_str() {
+            "terkirim" => "sent",
+            "gagal" => "dead-lettered again",
+            _ => "pending",
+        };
+        effect.attempts = o.percobaan;
+        effect.http_status = o.kode;
+        effect.answer.clone_from(&o.jawaban);
+        Self {
+            effect,
+            result,
+            next_try_secs: o.next_try_secs,
+        }
+    }
+
+    /// The result as a line shows it: with the answer of a dead letter,
+    /// the attempts and next try of a pending one.
+    fn shown(&self) -> String {
+        let e = &self.effect;
+        match self.result {
+            "dead-lettered again" => format!("dead-lettered again ({})", answer(e)),
+            "pending" if e.attempts > 0 => format!(
+                "pending ({} attempt(s), last {}; next try in {:.0}s)",
+                e.attempts,
+                answer(e),
+                self.next_try_secs.unwrap_or(0.0)
+            ),
+            "pending" => "pending (not tried yet)".to_owned(),
+            other => other.to_owned(),
+        }
+    }
+}
+
+/// `HTTP 422: card declined`, or the error when there was no answer.
+fn answer(e: &DeadEffect) -> String {
+    urutan::effects::read::answer(e.http_status, e.answer.as_deref())
 }
 
 /// `urutan dlq replay --effects`.
@@ -118,6 +174,7 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
             .map(|effect| Replayed {
                 effect,
                 result: "would be replayed",
+                next_try_secs: None,
             })
             .collect();
         return print_report(&report, args.json);
@@ -125,42 +182,62 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
     let chosen_ids: Vec<i64> = chosen.iter().map(|c| c.effect).collect();
     // Pending again, as if new: a fresh attempt budget, due now.
     store::revive_dead(&ctx.db, &chosen_ids).await?;
-    let states = wait_settled(ctx, &chosen_ids, args.wait).await?;
+    let outcomes = wait_settled(ctx, &chosen_ids, args.wait).await?;
     let report: Vec<Replayed> = chosen
         .into_iter()
         .map(|effect| {
-            let result = match states.get(&effect.effect).map(String::as_str) {
-                Some("terkirim") => "sent",
-                Some("gagal") => "dead-lettered again",
-                _ => "pending",
-            };
-            Replayed { effect, result }
+            let outcome = outcomes.get(&effect.effect);
+            Replayed::settled(effect, outcome)
         })
         .collect();
     print_report(&report, args.json)?;
-    let not_sent = report.iter().filter(|r| r.result != "sent").count();
-    if not_sent > 0 {
-        bail!(
-            "{not_sent} of {} replayed effect(s) not sent within {:?} (is `urutan effects` running? see `urutan dlq list --effects`)",
-            report.len(),
-            args.wait
-        );
+    if let Some(problem) = not_sent(&report, args.wait) {
+        bail!("{problem}");
     }
     Ok(())
 }
 
-/// Waits up to `wait` until none of `ids` is pending; their states.
+/// The error line when some replayed effect was not sent: the dead
+/// letters and the pending ones, each with what to do (None: all sent).
+fn not_sent(report: &[Replayed], wait: Duration) -> Option<String> {
+    let count = |result: &str| report.iter().filter(|r| r.result == result).count();
+    let (dead, pending) = (count("dead-lettered again"), count("pending"));
+    let mut parts = Vec::new();
+    if dead > 0 {
+        parts.push(format!(
+            "{dead} dead-lettered again (the endpoint refused it: fix the cause there, \
+             then replay, or `urutan hold release ORDER_ID --effects` to go on without it)"
+        ));
+    }
+    if pending > 0 {
+        parts.push(format!(
+            "{pending} still pending after {wait:?} (is `urutan effects` running? \
+             `urutan explain ORDER_ID` shows its next try)"
+        ));
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} of {} replayed effect(s) not sent: {}",
+        dead + pending,
+        report.len(),
+        parts.join("; ")
+    ))
+}
+
+/// Waits up to `wait` until none of `ids` is pending; where each stands.
 async fn wait_settled(
     ctx: &Ctx,
     ids: &[i64],
     wait: Duration,
-) -> Result<BTreeMap<i64, String>, sqlx::Error> {
+) -> Result<BTreeMap<i64, store::Outcome>, sqlx::Error> {
     let start = Instant::now();
     loop {
-        let states = store::states(&ctx.db, ids).await?;
-        let pending = states.values().any(|s| s == "menunggu");
+        let outcomes = store::outcomes(&ctx.db, ids).await?;
+        let pending = outcomes.values().any(|o| o.keadaan == "menunggu");
         if !pending || start.elapsed() >= wait {
-            return Ok(states);
+            return Ok(outcomes);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -178,7 +255,11 @@ fn print_report(report: &[Replayed], json: bool) -> anyhow::Result<()> {
         let e = &r.effect;
         let line = format!(
             "effect {} ({} versi {} -> {}): {}",
-            e.effect, e.order_id, e.versi, e.endpoint, r.result
+            e.effect,
+            e.order_id,
+            e.versi,
+            e.endpoint,
+            r.shown()
         );
         println!("{}", crate::terminal::Clean(&line));
     }
@@ -190,6 +271,52 @@ mod tests {
     use chrono::DateTime;
 
     use super::*;
+
+    fn replayed(result: &'static str, code: Option<i32>) -> Replayed {
+        Replayed {
+            effect: DeadEffect {
+                effect: 1,
+                order_id: "A-1".into(),
+                versi: 1,
+                message_id: "m-1".into(),
+                endpoint: "https://pay.internal/capture/…".into(),
+                attempts: 1,
+                http_status: code,
+                answer: Some("card declined".into()),
+                dead_lettered_at: None,
+            },
+            result,
+            next_try_secs: Some(3.0),
+        }
+    }
+
+    #[test]
+    fn a_replay_reports_each_real_outcome_and_hints_only_at_pending_ones() {
+        let wait = Duration::from_secs(30);
+        let all_sent = [replayed("sent", Some(200))];
+        assert_eq!(not_sent(&all_sent, wait), None);
+        let dead = [
+            replayed("dead-lettered again", Some(422)),
+            replayed("sent", Some(200)),
+        ];
+        assert_eq!(
+            dead[0].shown(),
+            "dead-lettered again (HTTP 422: card declined)"
+        );
+        let problem = not_sent(&dead, wait).expect("not all sent");
+        assert!(problem.starts_with("1 of 2 replayed effect(s) not sent: 1 dead-lettered again"));
+        assert!(
+            !problem.contains("is `urutan effects` running"),
+            "{problem}"
+        );
+        let pending = [replayed("pending", Some(503))];
+        assert_eq!(
+            pending[0].shown(),
+            "pending (1 attempt(s), last HTTP 503: card declined; next try in 3s)"
+        );
+        let problem = not_sent(&pending, wait).expect("pending");
+        assert!(problem.contains("1 still pending after 30s (is `urutan effects` running?"));
+    }
 
     #[test]
     fn a_dead_effect_prints_its_fields_in_order_and_its_time_in_rfc3339() {
@@ -213,6 +340,7 @@ mod tests {
         let replayed = Replayed {
             effect,
             result: "sent",
+            next_try_secs: None,
         };
         let value = serde_json::to_value(&replayed).expect("json");
         assert_eq!(value["dead_lettered_at"], serde_json::Value::Null);

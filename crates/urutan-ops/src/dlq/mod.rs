@@ -21,9 +21,13 @@ mod effects;
 mod list;
 mod predict;
 mod replay;
-mod show;
+pub(crate) mod show;
 mod unreadable;
 mod walk;
+
+// What the console's dead-letter actions use (the commands' own code).
+pub(crate) use predict::predictions;
+pub(crate) use replay::{Selection, purge_messages, replay_messages};
 
 use std::time::Duration;
 
@@ -231,11 +235,7 @@ pub async fn run(settings: Settings, command: DlqCommand) -> anyhow::Result<()> 
     let db = urutan::store::prepare(&settings.database(), 2)
         .await
         .with_context(|| format!("cannot open the database {}", settings.database_url))?;
-    let ctx = Ctx {
-        names: settings.names(),
-        settings,
-        db,
-    };
+    let ctx = Ctx::new(settings, db);
     let result = match command {
         DlqCommand::List(args) if args.effects => effects::list(&ctx, &args).await,
         DlqCommand::List(args) => list::list(&ctx, &args).await,
@@ -248,14 +248,23 @@ pub async fn run(settings: Settings, command: DlqCommand) -> anyhow::Result<()> 
     result
 }
 
-/// What every subcommand works with.
-struct Ctx {
+/// What every subcommand works with (and the console, acting on dead
+/// letters).
+pub(crate) struct Ctx {
     settings: Settings,
     names: Names,
     db: PgPool,
 }
 
 impl Ctx {
+    pub(crate) fn new(settings: Settings, db: PgPool) -> Self {
+        Self {
+            names: settings.names(),
+            settings,
+            db,
+        }
+    }
+
     fn max_body_bytes(&self) -> usize {
         usize::try_from(self.settings.max_body_bytes).unwrap_or(usize::MAX)
     }

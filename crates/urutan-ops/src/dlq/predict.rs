@@ -13,21 +13,35 @@ use urutan::store::dead_letter::Candidate;
 
 /// A record a replay would take, and the likely outcome.
 #[derive(Debug, Serialize)]
-struct Predicted {
+pub(crate) struct Predicted {
     #[serde(flatten)]
-    record: Candidate,
-    prediction: String,
+    pub record: Candidate,
+    /// What `dlq replay --dry-run` says of it, e.g. `would be applied (stored v1)`.
+    pub prediction: String,
 }
 
-/// `ids`: the message ids asked for, abbreviated keys completed.
-pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, ids: &[String]) -> anyhow::Result<()> {
-    let records =
-        store::dead_letter::candidates(&ctx.db, args.all, args.reason.as_deref(), ids).await?;
+/// The unresolved records a replay would take (every one with `all`,
+/// those dead-lettered for `reason`, those whose message id or delivery
+/// key is in `ids`), oldest first, each with its predicted outcome.
+/// Changes nothing.
+pub(crate) async fn predictions(
+    ctx: &Ctx,
+    all: bool,
+    reason: Option<&str>,
+    ids: &[String],
+) -> Result<Vec<Predicted>, sqlx::Error> {
+    let records = store::dead_letter::candidates(&ctx.db, all, reason, ids).await?;
     let mut candidates = Vec::with_capacity(records.len());
     for record in records {
         let prediction = predict(ctx, &record).await?;
         candidates.push(Predicted { record, prediction });
     }
+    Ok(candidates)
+}
+
+/// `ids`: the message ids asked for, abbreviated keys completed.
+pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, ids: &[String]) -> anyhow::Result<()> {
+    let candidates = predictions(ctx, args.all, args.reason.as_deref(), ids).await?;
     let unrecorded = unrecorded(ctx).await;
     if args.json {
         let out = serde_json::json!({"dry_run": true, "messages": candidates, "unrecorded_in_queue": unrecorded});

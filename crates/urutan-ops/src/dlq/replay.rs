@@ -1,6 +1,10 @@
 //! `dlq replay` and `dlq purge`: the commands that take messages out of the
 //! DLQ, through a [`Walker`] (publish or drop, with the record resolved in
 //! step; never a message handed back to the queue).
+//!
+//! The work itself ([`replay_messages`], [`purge_messages`]) prints
+//! nothing and returns each message's outcome: the commands print it, the
+//! console (`urutan console`) shows it.
 
 use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal, Write};
@@ -21,7 +25,7 @@ const POLL: Duration = Duration::from_millis(200);
 /// What a replayed message became.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
-pub(super) enum Became {
+pub(crate) enum Became {
     Applied {
         versi: i64,
     },
@@ -42,6 +46,11 @@ pub(super) enum Became {
     },
     /// Waiting for older versions of its order (see the README, handoff).
     Parked,
+    /// Processed, not written (stale), for a message whose record holds
+    /// no version (its body was never read when it was dead-lettered).
+    Processed {
+        order: String,
+    },
     /// Not processed within `--wait` (is a pool running?).
     Pending,
     /// Not published: still in the DLQ.
@@ -55,14 +64,20 @@ pub(super) enum Became {
 }
 
 impl Became {
-    fn got_through(&self) -> bool {
+    /// It left the DLQ and was processed (or waits in order to be).
+    pub(crate) fn got_through(&self) -> bool {
         matches!(
             self,
-            Self::Applied { .. } | Self::Stale { .. } | Self::Duplicate { .. } | Self::Parked
+            Self::Applied { .. }
+                | Self::Stale { .. }
+                | Self::Duplicate { .. }
+                | Self::Parked
+                | Self::Processed { .. }
         )
     }
 
-    fn describe(&self) -> String {
+    /// One line for the operator, e.g. `applied (v2 is now the stored state)`.
+    pub(crate) fn describe(&self) -> String {
         match self {
             Self::Applied { versi } => format!("applied (v{versi} is now the stored state)"),
             Self::Stale { versi, stored } => {
@@ -76,6 +91,11 @@ impl Became {
                 format!("dead-lettered again: {reason}: {detail}")
             }
             Self::Parked => "parked: waiting for an older version of its order".into(),
+            Self::Processed { order } => {
+                format!(
+                    "processed for order {order}, not written: a newer version is stored (stale)"
+                )
+            }
             Self::Pending => "not processed yet (is `urutan run` running?)".into(),
             Self::Kept { why } => format!("not replayed, still in the DLQ: {why}"),
             Self::NotFound { note } => note.clone(),
@@ -85,7 +105,7 @@ impl Became {
 
 /// One replayed (or selected) message.
 #[derive(Debug, Clone, Serialize)]
-pub(super) struct Replayed {
+pub(crate) struct Replayed {
     pub key: String,
     pub message_id: Option<String>,
     pub pesanan_id: Option<String>,
@@ -98,23 +118,32 @@ pub(super) struct Replayed {
     old_row: i64,
 }
 
-/// Which messages a replay takes.
-struct Selection<'a> {
+/// Which messages a replay (or a purge) takes.
+pub(crate) struct Selection<'a> {
     ids: HashSet<&'a str>,
     reason: Option<&'a str>,
     all: bool,
 }
 
-impl Selection<'_> {
-    /// Only ids were asked for, and every one was replayed.
-    fn found_all(&self, replayed: &[Replayed]) -> bool {
-        !self.all
-            && self.reason.is_none()
-            && self.ids.iter().all(|id| {
-                replayed
-                    .iter()
-                    .any(|r| r.key == *id || r.message_id.as_deref() == Some(id))
-            })
+impl<'a> Selection<'a> {
+    /// The messages with these message ids or delivery keys.
+    pub(crate) fn ids(ids: impl IntoIterator<Item = &'a str>) -> Self {
+        Self {
+            ids: ids.into_iter().collect(),
+            reason: None,
+            all: false,
+        }
+    }
+
+    /// Only ids were asked for, and every one was met: `met` holds the
+    /// keys and message ids of the messages taken so far.
+    fn found_all(&self, met: &HashSet<String>) -> bool {
+        !self.all && self.reason.is_none() && self.ids.iter().all(|id| met.contains(*id))
+    }
+
+    /// The ids asked for that `met` does not hold.
+    fn missing<'s>(&'s self, met: &'s HashSet<String>) -> impl Iterator<Item = &'a str> + 's {
+        self.ids.iter().copied().filter(|id| !met.contains(*id))
     }
 
     fn matches(&self, taken: &Taken) -> bool {
@@ -142,31 +171,50 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
     if args.dry_run {
         return super::predict::dry_run(ctx, args, &ids).await;
     }
+    let replayed = replay_messages(ctx, &selection, args.wait).await?;
+    report(ctx, &replayed, args.json)
+}
+
+/// The keys and message ids of what a walk took: what [`Selection`]'s ids
+/// are compared with.
+fn meet(met: &mut HashSet<String>, taken: &Taken) {
+    met.insert(taken.key.clone());
+    if let Some(id) = taken.row.as_ref().and_then(|r| r.message_id.clone()) {
+        met.insert(id);
+    }
+}
+
+/// Replays the messages `selection` takes: each is published back to the
+/// entry exchange and then removed from the DLQ (see [`Walker::replay`]);
+/// then waits up to `wait` for what each became. An id asked for that is
+/// not in the DLQ is reported [`Became::NotFound`]. Prints nothing.
+pub(crate) async fn replay_messages(
+    ctx: &Ctx,
+    selection: &Selection<'_>,
+    wait: Duration,
+) -> anyhow::Result<Vec<Replayed>> {
     let conn = ctx.broker().await?;
     let mut walker = Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
     let mut replayed = Vec::new();
+    let mut met = HashSet::new();
     while let Some(taken) = walker.take().await? {
         if !selection.matches(&taken) {
             walker.keep(taken).await?;
             continue;
         }
+        meet(&mut met, &taken);
         replayed.push(replay_one(ctx, &walker, taken).await?);
-        if selection.found_all(&replayed) {
+        if selection.found_all(&met) {
             break; // the rest of the queue need not move
         }
     }
     walker.close().await?;
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
-    for id in &selection.ids {
-        let seen = replayed
-            .iter()
-            .any(|r| r.key == *id || r.message_id.as_deref() == Some(id));
-        if !seen {
-            replayed.push(not_found(ctx, id).await?);
-        }
+    for id in selection.missing(&met) {
+        replayed.push(not_found(ctx, id).await?);
     }
-    wait_for_outcomes(ctx, &mut replayed, args.wait).await?;
-    report(ctx, &replayed, args.json)
+    wait_for_outcomes(ctx, &mut replayed, wait).await?;
+    Ok(replayed)
 }
 
 /// Publishes one message back; its outcome is filled in later.
@@ -202,10 +250,10 @@ async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Res
     })
 }
 
-/// An id asked for that the walk did not meet.
-async fn not_found(ctx: &Ctx, id: &str) -> anyhow::Result<Replayed> {
+/// Why `id`, asked for, is not in the DLQ: how its record was resolved.
+async fn not_in_queue(ctx: &Ctx, id: &str) -> Result<String, sqlx::Error> {
     let queue = ctx.names.dead_letter_queue();
-    let note = match dead_letter::last_resolution(&ctx.db, id).await? {
+    Ok(match dead_letter::last_resolution(&ctx.db, id).await? {
         Some(Resolved {
             resolution,
             resolved_at,
@@ -214,7 +262,12 @@ async fn not_found(ctx: &Ctx, id: &str) -> anyhow::Result<Replayed> {
             format!("not in {queue}: {resolution} at {at}")
         }
         None => format!("not in {queue}: no dead-lettered message has this id"),
-    };
+    })
+}
+
+/// An id asked for that the walk did not meet.
+async fn not_found(ctx: &Ctx, id: &str) -> anyhow::Result<Replayed> {
+    let note = not_in_queue(ctx, id).await?;
     Ok(Replayed {
         key: id.to_owned(),
         message_id: None,
@@ -256,7 +309,17 @@ async fn outcome(ctx: &Ctx, r: &Replayed) -> Result<Became, sqlx::Error> {
         return Ok(Became::DeadLettered { reason, detail });
     }
     let (Some(id), Some(order), Some(versi)) = (&r.message_id, &r.pesanan_id, r.versi) else {
-        return Ok(Became::Pending);
+        // The record holds no version (its body was never read): what the
+        // message id was processed as, if it was.
+        let Some(id) = &r.message_id else {
+            return Ok(Became::Pending);
+        };
+        return Ok(match store::standing_by_id(&ctx.db, id).await? {
+            None => Became::Pending,
+            Some((_, Some(versi), _)) => Became::Applied { versi },
+            Some((_, None, Some(_))) => Became::Parked,
+            Some((order, None, None)) => Became::Processed { order },
+        });
     };
     let Standing {
         applied_by,
@@ -325,24 +388,115 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
         ))?;
     }
     let started = database_now(&ctx.db).await?;
-    let mut walker = Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
-    let mut removed = 0u64;
-    while let Some(taken) = walker.take().await? {
-        walker.remove(taken).await?;
-        removed += 1;
-    }
-    walker.close().await?;
+    let all = Selection {
+        ids: HashSet::new(),
+        reason: None,
+        all: true,
+    };
+    let (removed, _) = remove_chosen(ctx, &conn, &all).await?;
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     // Records whose message is no longer in the queue (e.g. a worker that
     // crashed between its record and its reject, and then got the message
     // through): resolved too, once old enough that their message cannot
     // still be on its way into the DLQ (dead-lettering is asynchronous).
     let ghosts = urutan::store::purge_dead_letters_before(&ctx.db, started).await?;
+    let removed = removed.len();
     println!("purged {removed} message(s) from {queue}; their records are marked purged");
     if ghosts > 0 {
         println!("{ghosts} record(s) whose message was no longer in {queue} marked purged too");
     }
     Ok(())
+}
+
+/// What a purge of chosen messages did to one of them.
+#[derive(Debug, Clone)]
+pub(crate) struct Purged {
+    /// Its delivery key, or the id asked for when it was not found.
+    pub key: String,
+    pub gone: Gone,
+}
+
+/// How a chosen message left the DLQ, or why it did not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// Taken from the DLQ and dropped; its record is marked purged.
+    Removed,
+    /// Not in the DLQ any more (its record outlived it, as `dlq purge`
+    /// finds some): the record is marked purged.
+    RecordOnly,
+    /// Not in the DLQ, nothing done: why.
+    NotFound(String),
+}
+
+impl Gone {
+    /// One line for the operator.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Self::Removed => "purged: removed from the DLQ, its record marked purged".into(),
+            Self::RecordOnly => "purged: no longer in the DLQ, its record marked purged".into(),
+            Self::NotFound(note) => format!("nothing done: {note}"),
+        }
+    }
+}
+
+/// Walks the DLQ and removes the messages `selection` takes (their
+/// records marked purged before each ack); every other message is kept.
+/// Returns what was removed, and the keys and message ids met.
+async fn remove_chosen(
+    ctx: &Ctx,
+    conn: &lapin::Connection,
+    selection: &Selection<'_>,
+) -> anyhow::Result<(Vec<Purged>, HashSet<String>)> {
+    let mut walker = Walker::open(conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
+    let mut removed = Vec::new();
+    let mut met = HashSet::new();
+    while let Some(taken) = walker.take().await? {
+        if !selection.matches(&taken) {
+            walker.keep(taken).await?;
+            continue;
+        }
+        meet(&mut met, &taken);
+        let key = taken.key.clone();
+        walker.remove(taken).await?;
+        removed.push(Purged {
+            key,
+            gone: Gone::Removed,
+        });
+        if selection.found_all(&met) {
+            break; // the rest of the queue need not move
+        }
+    }
+    walker.close().await?;
+    Ok((removed, met))
+}
+
+/// Purges only the messages `selection` names, the way `dlq purge` purges
+/// them all: each is taken from the DLQ and dropped, never handed back,
+/// its record marked purged; a chosen delivery key whose message is no
+/// longer in the DLQ has its record marked purged too, once old enough
+/// that its message cannot still be on its way in.
+/// Prints nothing.
+pub(crate) async fn purge_messages(
+    ctx: &Ctx,
+    selection: &Selection<'_>,
+) -> anyhow::Result<Vec<Purged>> {
+    let conn = ctx.broker().await?;
+    let started = database_now(&ctx.db).await?;
+    let removed = remove_chosen(ctx, &conn, selection).await;
+    let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
+    let (mut purged, met) = removed?;
+    for id in selection.missing(&met) {
+        let gone = if urutan::store::purge_dead_letter_before(&ctx.db, id, started).await? {
+            Gone::RecordOnly
+        } else {
+            Gone::NotFound(not_in_queue(ctx, id).await?)
+        };
+        purged.push(Purged {
+            key: id.to_owned(),
+            gone,
+        });
+    }
+    Ok(purged)
 }
 
 /// The database's clock now: where a purge starts (see

@@ -184,7 +184,7 @@ fn render(ctx: &Ctx, r: &Shown, body_bytes: usize, note: Option<&str>) -> String
 
 /// The body for people: pretty JSON, else text, else a hex dump; at most
 /// `cap` bytes of it.
-fn body_text(body: &[u8], cap: usize) -> String {
+pub(crate) fn body_text(body: &[u8], cap: usize) -> String {
     let text = match std::str::from_utf8(body) {
         Ok(text) => match serde_json::from_str::<Value>(text) {
             Ok(json) => serde_json::to_string_pretty(&json).unwrap_or_else(|_| text.into()),

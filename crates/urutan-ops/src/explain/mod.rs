@@ -27,7 +27,9 @@ use urutan::store::{AppliedVersion, OrderState, ParkedVersion, ReturnedVersion};
 pub const HELP: &str = "\
 Each version of the order, from the lowest to the highest known: applied (shard,
 message id, when), parked (and what it waits for), dead-lettered (reason), still
-in the outbox or a queue, stale, or missing (and why, if urutan knows).
+in the outbox or a queue, stale, or missing (and why, if urutan knows); then its
+effects (webhooks): sent, pending (attempts, next try), held or dead-lettered
+(the answer).
 
 Exit codes:
   0  the order was explained
@@ -65,14 +67,25 @@ pub struct Explanation {
     pub returned: Vec<ReturnedVersion>,
     /// Its hold, if it is on hold (a refused version; its later versions wait).
     pub hold: Option<urutan::store::hold::Hold>,
+    /// Its effect hold, if a dead-lettered effect holds its later effects
+    /// (`EFFECTS_ON_DEAD=hold`; its versions are not held by it).
+    pub effect_hold: Option<urutan::store::hold::Hold>,
     /// Its messages set aside after a transient failure (attempts, last
     /// error, next try); they are among `parked` too.
     pub retrying: Vec<urutan::store::hold::Retrying>,
     /// Holds an operator released without their version.
     pub skips: Vec<urutan::store::hold::Skip>,
+    /// Versions that arrived after a newer one was applied.
+    pub stale: Vec<urutan::store::StaleArrival>,
+    /// Its effects (webhooks), in the order they go. `None`: no effect
+    /// tables (not migrated).
+    pub effects: Option<Vec<urutan::effects::read::OrderEffect>>,
     /// Its dead-letter records. `None`: the dead-letter table does not
     /// exist (not migrated).
     pub dead_letters: Option<Vec<dead_letter::Record>>,
+    /// Operator actions taken on it in the console (`None`: unread, or no
+    /// audit table).
+    pub audit: Option<Vec<crate::audit::AuditRow>>,
     /// `Err`: the outbox could not be searched (why).
     pub outbox: Result<Vec<OrderRow>, String>,
     /// The highest epoch every active shard has passed.
@@ -96,9 +109,13 @@ impl Explanation {
             parked: Vec::new(),
             returned: Vec::new(),
             hold: None,
+            effect_hold: None,
             retrying: Vec::new(),
             skips: Vec::new(),
+            stale: Vec::new(),
+            effects: None,
             dead_letters: None,
+            audit: None,
             outbox: Ok(Vec::new()),
             passed_by_all: None,
             positions: Vec::new(),
@@ -128,11 +145,26 @@ pub enum ExplainError {
 
 /// Reads what the database and the broker know of `order_id`.
 pub async fn gather(settings: &Settings, order_id: &str) -> Result<Explanation, ExplainError> {
-    let db = crate::open_database(settings, "urutan explain")
-        .await
-        .map_err(ExplainError::Database)?;
-    let read = read::read(&db, order_id).await;
-    db.close().await;
+    gather_on(settings, order_id, crate::Open::default()).await
+}
+
+/// [`gather`] through connections already open (the console's).
+pub async fn gather_on(
+    settings: &Settings,
+    order_id: &str,
+    open: crate::Open<'_>,
+) -> Result<Explanation, ExplainError> {
+    let read = match open.db {
+        Some(db) => read::read(db, order_id).await,
+        None => {
+            let db = crate::open_database(settings, "urutan explain")
+                .await
+                .map_err(ExplainError::Database)?;
+            let read = read::read(&db, order_id).await;
+            db.close().await;
+            read
+        }
+    };
     let mut found = read.map_err(|e| match e {
         read::ReadError::NotMigrated => ExplainError::NotMigrated,
         read::ReadError::Sql(e) => {
@@ -140,7 +172,7 @@ pub async fn gather(settings: &Settings, order_id: &str) -> Result<Explanation, 
         }
     })?;
     if !found.is_unknown() {
-        found.queues = queues(settings, found.positions.len()).await;
+        found.queues = queues(settings, found.positions.len(), open).await;
     }
     Ok(found)
 }
@@ -148,17 +180,17 @@ pub async fn gather(settings: &Settings, order_id: &str) -> Result<Explanation, 
 async fn queues(
     settings: &Settings,
     shards: usize,
+    open: crate::Open<'_>,
 ) -> Result<(Vec<Option<QueueInfo>>, Option<QueueInfo>), String> {
     let names = settings.names();
-    let conn = crate::open_broker(settings, "urutan explain").await?;
+    let broker = crate::Broker::get(open, settings, "urutan explain").await?;
     let mut queues: Vec<String> = (0..u16::try_from(shards).unwrap_or(u16::MAX))
         .map(|i| names.shard_queue(i))
         .collect();
     queues.push(names.dead_letter_queue());
-    let mut infos = crate::queue_infos(&conn, &queues)
-        .await
-        .map_err(|e| format!("the broker failed a passive declare: {e}"))?;
-    let _ = urutan::broker::call("connection.close", conn.close(200, "explained".into())).await;
+    let infos = crate::queue_infos(broker.conn(), &queues).await;
+    broker.done().await;
+    let mut infos = infos.map_err(|e| format!("the broker failed a passive declare: {e}"))?;
     let dlq = infos.pop().flatten();
     Ok((infos, dlq))
 }

@@ -41,11 +41,25 @@ pub(super) async fn read(db: &PgPool, id: &str) -> Result<Explanation, ReadError
         found.dead_letters = Some(dead_letter::of_order(db, id).await?);
     }
     // Holds, retries and skips (migration 0020; an older schema has none).
-    if let Ok(holds) = urutan::store::hold::holds(db, Some(id), 1).await {
-        found.hold = holds.into_iter().next();
+    if let Ok(holds) = urutan::store::hold::holds(db, Some(id), 4).await {
+        let (effects, versions): (Vec<_>, Vec<_>) =
+            holds.into_iter().partition(|h| h.effect.is_some());
+        found.hold = versions.into_iter().next();
+        found.effect_hold = effects.into_iter().next();
         found.retrying = urutan::store::hold::retrying(db, Some(id), 1000).await?;
         found.skips = urutan::store::hold::skips(db, id).await?;
     }
+    // Operator actions in the console (migration 0027; an older schema,
+    // or a role without the grant, has none to show).
+    found.audit = crate::audit::of_order(db, id, 100).await.ok();
+    // Stale arrivals (migration 0025; an older schema has none).
+    if let Ok(stale) = store::stale_arrivals(db, id).await {
+        found.stale = stale;
+    }
+    // Its effects (migration 0009; an older schema has none).
+    found.effects = urutan::effects::read::of_order(db, id, crate::effects_view::EFFECTS_LISTED)
+        .await
+        .ok();
     // The outbox has no index on the order id: on a large outbox this scan
     // is what [`crate::STATEMENT_TIMEOUT`] bounds, and a timeout is
     // reported rather than fatal.

@@ -19,7 +19,26 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
     dead_letters(status, &mut found);
     outbox(status, &at, &mut found);
     orders(status, &at, &mut found);
+    effects(status, &mut found);
     found
+}
+
+/// Dead-lettered effects no operator has dealt with: a webhook the
+/// endpoint never took (with `EFFECTS_ON_DEAD=skip` nothing else shows it).
+fn effects(status: &Status, found: &mut Vec<Attention>) {
+    let Some(e) = status.effects.as_ref().filter(|e| e.unresolved > 0) else {
+        return;
+    };
+    found.push(attention(
+        "effects_dead_lettered",
+        format!(
+            "{} dead-lettered effect(s) (webhooks an endpoint refused or never answered): see \
+             `urutan dlq list --effects`; send them again after the fix (`urutan dlq replay \
+             --effects ID`) or, if they hold their order, skip them (`urutan hold release \
+             ORDER_ID --effects`)",
+            e.unresolved
+        ),
+    ));
 }
 
 /// Orders on hold (an operator must replay or release), and orders retrying
@@ -38,14 +57,28 @@ fn orders(status: &Status, at: &Clock, found: &mut Vec<Attention>) {
             .oldest_held_since
             .map(|t| format!(", the oldest for {}", at.age(t)))
             .unwrap_or_default();
+        let effect = urutan::effects::hold::REASON;
+        let mut advice = Vec::new();
+        if o.held_by_reason.iter().any(|r| r.reason != effect) {
+            advice.push(
+                "their later versions wait; replay the refused version after the fix (`urutan \
+                 dlq replay`) or resume the order without it (`urutan hold release`)",
+            );
+        }
+        if o.held_by_reason.iter().any(|r| r.reason == effect) {
+            advice.push(
+                "a dead-lettered effect holds its order's later effects; send it again after the \
+                 fix (`urutan dlq replay --effects ID`) or skip it (`urutan hold release ORDER_ID \
+                 --effects`)",
+            );
+        }
         found.push(attention(
             "orders_held",
             format!(
-                "{} order(s) on hold ({}){oldest}: their later versions wait; replay the refused \
-                 version after the fix (`urutan dlq replay`) or resume the order without it \
-                 (`urutan hold release`); see `urutan hold list`",
+                "{} order(s) on hold ({}){oldest}: {}; see `urutan hold list`",
                 o.held,
-                reasons.join(", ")
+                reasons.join(", "),
+                advice.join("; ")
             ),
         ));
     }
@@ -256,6 +289,7 @@ fn outbox(status: &Status, at: &Clock, found: &mut Vec<Attention>) {
 mod tests {
     use super::super::*;
     use super::*;
+    use urutan::effects::read::Summary;
 
     fn now() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
@@ -332,7 +366,33 @@ mod tests {
                 oldest_held_since: None,
                 retrying: 0,
             }),
+            effects: Some(Summary::default()),
         }
+    }
+
+    #[test]
+    fn unresolved_dead_lettered_effects_need_attention() {
+        let mut status = healthy();
+        status.effects = Some(Summary {
+            pending: 4,
+            oldest_pending_at: Some(minutes_ago(1)),
+            dead_lettered: 3,
+            unresolved: 0,
+        });
+        assert_eq!(codes(&status), Vec::<&str>::new(), "released: dealt with");
+        status.effects = Some(Summary {
+            dead_lettered: 3,
+            unresolved: 2,
+            ..Summary::default()
+        });
+        assert_eq!(codes(&status), ["effects_dead_lettered"]);
+        let found = assess(&status, now(), Duration::from_secs(300));
+        assert!(
+            found[0].message.starts_with("2 dead-lettered effect(s)")
+                && found[0].message.contains("urutan dlq replay --effects"),
+            "{}",
+            found[0].message
+        );
     }
 
     #[test]
@@ -359,6 +419,35 @@ mod tests {
             "{}",
             found[0].message
         );
+        assert!(
+            !found[0].message.contains("--effects"),
+            "{}",
+            found[0].message
+        );
+    }
+
+    #[test]
+    fn an_effect_hold_says_how_to_end_it() {
+        let mut status = healthy();
+        status.orders = Some(Orders {
+            held: 1,
+            held_by_reason: vec![HeldReason {
+                reason: "effect".into(),
+                orders: 1,
+            }],
+            oldest_held_since: Some(minutes_ago(3)),
+            retrying: 0,
+        });
+        assert_eq!(codes(&status), ["orders_held"]);
+        let found = assess(&status, now(), Duration::from_secs(300));
+        let message = &found[0].message;
+        assert!(message.contains("1 effect"), "{message}");
+        assert!(
+            message.contains("urutan dlq replay --effects")
+                && message.contains("urutan hold release ORDER_ID --effects"),
+            "{message}"
+        );
+        assert!(!message.contains("refused version"), "{message}");
     }
 
     fn codes(status: &Status) -> Vec<&'static str> {

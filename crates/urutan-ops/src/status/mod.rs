@@ -39,7 +39,9 @@ Needs attention: the database or the broker unreachable; urutan's tables missing
 (not migrated); no ring recorded; a shard queue missing, or without a consumer;
 a shard that has not passed an epoch opened longer than --stuck-after ago, or
 whose position no recorded epoch explains (a forged marker); a window or a resharding open longer than that; a message parked longer than that;
-any message in the dead-letter queue; an unsent outbox row older than that.
+any message in the dead-letter queue; an unsent outbox row older than that;
+an order on hold or retrying; a dead-lettered effect (webhook) not yet replayed
+or released.
 
 Reads only: passive declares on the broker (no permission beyond the vhost),
 SELECTs on urutan's tables, pg_locks and pg_stat_activity (the active relay).
@@ -97,6 +99,9 @@ pub struct Status {
     pub outbox: Option<Outbox>,
     /// Orders on hold and orders with a message set aside (`None`: unread).
     pub orders: Option<Orders>,
+    /// The webhooks (`urutan effects`): pending, dead-lettered, of those
+    /// unresolved (`None`: unread, or no effect tables).
+    pub effects: Option<urutan::effects::read::Summary>,
 }
 
 /// Orders that wait: held after a refused version, or retrying a message
@@ -136,7 +141,8 @@ pub struct Attention {
     /// `no_ring`, `resharding_stuck`, `window_stuck`, `shard_queue_missing`,
     /// `shard_without_consumer`, `epoch_not_passed`, `epoch_unexplained`, `parked_too_long`,
     /// `dead_letter_queue_missing`, `dead_letters`, `outbox_backlog`,
-    /// `outbox_unroutable`, `orders_held`, `orders_retrying`.
+    /// `outbox_unroutable`, `orders_held`, `orders_retrying`,
+    /// `effects_dead_lettered`.
     pub code: &'static str,
     pub message: String,
 }
@@ -225,6 +231,15 @@ pub struct Session {
 
 /// Looks at everything; never fails (what cannot be read is reported).
 pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
+    gather_on(settings, options, super::Open::default()).await
+}
+
+/// [`gather`] through connections already open (the console's).
+pub async fn gather_on(
+    settings: &Settings,
+    options: &StatusOptions,
+    open: super::Open<'_>,
+) -> Status {
     let names = settings.names();
     let mut status = Status {
         checked_at: Utc::now(),
@@ -246,15 +261,20 @@ pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
         },
         outbox: None,
         orders: None,
+        effects: None,
     };
     let mut notes = Vec::new();
-    let db = match super::open_database(settings, "urutan status").await {
-        Ok(db) => Some(db),
-        Err(e) => {
-            status.database = reach(&settings.database_url.to_string(), Err(e));
-            None
-        }
+    let owned_db = match open.db {
+        Some(_) => None,
+        None => match super::open_database(settings, "urutan status").await {
+            Ok(db) => Some(db),
+            Err(e) => {
+                status.database = reach(&settings.database_url.to_string(), Err(e));
+                None
+            }
+        },
     };
+    let db = open.db.or(owned_db.as_ref());
     let mut from_db = FromDatabase::default();
     if let Some(db) = &db {
         match read::read_database(db, &names).await {
@@ -265,6 +285,9 @@ pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
             }
         }
         status.orders = read::orders(db).await.ok();
+        status.effects = urutan::effects::read::summary(db).await.ok();
+    }
+    if let Some(db) = owned_db {
         db.close().await;
     }
     if !from_db.tables.core && status.database.reachable {
@@ -273,7 +296,7 @@ pub async fn gather(settings: &Settings, options: &StatusOptions) -> Status {
             "the database has no urutan tables (or old ones): run `urutan migrate`".into(),
         ));
     }
-    let broker = read::read_broker(settings, &names, &from_db).await;
+    let broker = read::read_broker(settings, &names, &from_db, open).await;
     if let Err(e) = &broker {
         status.broker = reach(&settings.amqp_url.to_string(), Err(e.clone()));
     }

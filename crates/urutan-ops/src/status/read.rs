@@ -121,8 +121,10 @@ pub(super) async fn read_broker(
     settings: &Settings,
     names: &Names,
     from_db: &FromDatabase,
+    open: crate::Open<'_>,
 ) -> Result<FromBroker, String> {
-    let conn = crate::open_broker(settings, "urutan status").await?;
+    let broker = crate::Broker::get(open, settings, "urutan status").await?;
+    let conn = broker.conn();
     let known = from_db
         .ring
         .as_ref()
@@ -131,18 +133,18 @@ pub(super) async fn read_broker(
     let failed =
         |e: urutan::broker::BrokerError| format!("the broker failed a passive declare: {e}");
     let queues: Vec<String> = (0..known).map(|i| names.shard_queue(i)).collect();
-    let mut shards = crate::queue_infos(&conn, &queues).await.map_err(failed)?;
+    let mut shards = crate::queue_infos(conn, &queues).await.map_err(failed)?;
     while shards.len() < 1000 {
         let next = names.shard_queue(u16::try_from(shards.len()).unwrap_or(u16::MAX));
-        match crate::queue_infos(&conn, &[next]).await.map_err(failed)?[0] {
+        match crate::queue_infos(conn, &[next]).await.map_err(failed)?[0] {
             Some(info) => shards.push(Some(info)),
             None => break,
         }
     }
-    let dlq = crate::queue_infos(&conn, &[names.dead_letter_queue()])
+    let dlq = crate::queue_infos(conn, &[names.dead_letter_queue()])
         .await
         .map_err(failed)?[0];
-    let _ = urutan::broker::call("connection.close", conn.close(200, "status".into())).await;
+    broker.done().await;
     Ok(FromBroker {
         shards,
         dead_letter_queue: dlq,
