@@ -3,18 +3,13 @@
 //! id for another order is dead-lettered (`message_id_reused`) with its
 //! record, and neither order loses an event to the other.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use urutan::message::{Event, Rejection};
 use urutan::outcome::Outcome;
-use urutan::shard::{Hooks, Observed};
 use urutan::store::{self, Applied};
 
 use crate::common::*;
-
-/// The outcomes one shard reported, in order: (message id, outcome).
-type Seen = Arc<Mutex<Vec<(String, Outcome)>>>;
 
 /// Both orders of arrival on one shard (so the outcomes come in order):
 /// the victim first (A recorded M1, then B reuses it) and the attacker
@@ -38,18 +33,7 @@ async fn reused_ids_are_dead_lettered_and_every_order_keeps_its_events(prefetch:
     let env = TestEnv::new(&format!("dedup_p{prefetch}")).await;
     let mut settings = env.settings(1);
     settings.prefetch = prefetch;
-    let seen: Seen = Arc::default();
-    let hooks = {
-        let seen = seen.clone();
-        Hooks {
-            on_outcome: Some(Arc::new(move |o: &Observed<'_>| {
-                seen.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((o.message_id.unwrap_or("").to_owned(), o.outcome));
-            })),
-            ..Hooks::default()
-        }
-    };
+    let (seen, hooks) = outcome_recorder();
     // Queue everything first, so that batches really form.
     let conn = urutan::broker::connect(&settings.amqp_url, "t")
         .await

@@ -23,7 +23,7 @@ async fn json_of(env: &TestEnv, args: &[&str]) -> serde_json::Value {
 }
 
 /// A hook that panics on events with status `racun` while `broken` is set.
-fn poison_while(broken: Arc<AtomicBool>) -> Hooks {
+pub(crate) fn poison_while(broken: Arc<AtomicBool>) -> Hooks {
     Hooks {
         before_apply: Some(Arc::new(move |ev: &Event| {
             if ev.status == "racun" && broken.load(Ordering::SeqCst) {
@@ -35,7 +35,7 @@ fn poison_while(broken: Arc<AtomicBool>) -> Hooks {
 }
 
 /// A message whose body is not JSON.
-fn not_json(message_id: &str, entity: &str) -> Msg {
+pub(crate) fn not_json(message_id: &str, entity: &str) -> Msg {
     let mut msg = Msg::event(entity, 1);
     msg.message_id = Some(message_id.to_owned());
     msg.body = b"this is not json".to_vec();
@@ -668,7 +668,7 @@ async fn errors_are_one_clear_line() {
     pool.stop().await;
     let url = format!("amqp://{user}:pw-dlq-test@127.0.0.1:5672/{}", env.vhost);
     let refused = urutan(&env, &[("AMQP_URL", &url)], &["dlq", "purge", "--yes"]).await;
-    refused.assert_fails_in_one_line("the broker user may not read (basic.get) the DLQ");
+    refused.assert_refused_in_one_line("the broker user may not read (basic.get) the DLQ");
     // Looking needs no permission on the queue.
     let listed = urutan(&env, &[("AMQP_URL", &url)], &["dlq", "list", "--json"]).await;
     assert!(listed.ok(), "{listed}");
@@ -924,4 +924,57 @@ async fn unresolved_dead_letters_expire_after_their_retention() {
             .expect("kept");
     assert_eq!(kept, ["new-unresolved", "recently-resolved"]);
     run.stop().await;
+}
+
+/// A message dead-lettered before its body was read (over 1 MiB: its
+/// record holds no version), replayed after MAX_BODY_BYTES was
+/// raised: the replay reports it applied as soon as it is (found by its
+/// message id), and one that comes back stale as processed; not "not
+/// processed yet" after the whole wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_tells_the_outcome_of_a_message_whose_body_was_never_read() {
+    let env = TestEnv::new("dlq_replay_big").await;
+    let big = |order: &str, versi: i64| {
+        let mut msg = Msg::event(order, versi);
+        let body = serde_json::json!({"id": order, "status": "dibuat", "versi": versi,
+                                      "data": {"pad": "x".repeat(1_200_000)}});
+        msg.body = body.to_string().into_bytes();
+        msg
+    };
+    let mut settings = env.settings(1);
+    settings.max_body_bytes = 1024;
+    let pool = RunningPool::ready(settings.clone()).await;
+    let conn = publish_and_wait_dlq(&env, &[big("L", 1), big("M", 1), Msg::event("M", 2)], 2).await;
+    let db = env.db().await;
+    wait_records(&db, 2).await;
+    let versi: Option<i64> =
+        sqlx::query_scalar("SELECT versi FROM urutan_dead_letter WHERE message_id = 'L-v1'")
+            .fetch_one(&db)
+            .await
+            .expect("L's record");
+    assert_eq!(versi, None, "the body was never read");
+    pool.stop().await;
+
+    settings.max_body_bytes = 4 * 1024 * 1024;
+    let pool = RunningPool::ready(settings).await;
+    let started = std::time::Instant::now();
+    let replay = urutan(&env, &[], &["dlq", "replay", "L-v1", "M-v1"]).await;
+    assert!(replay.ok(), "{replay}");
+    assert!(
+        replay.stdout.contains("L-v1 (order L): applied (v1"),
+        "{replay}"
+    );
+    assert!(
+        replay
+            .stdout
+            .contains("M-v1 (order M): processed for order M, not written"),
+        "{replay}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "waited {:?}: {replay}",
+        started.elapsed()
+    );
+    assert_eq!(queue_len(&conn, "pesanan.dlq").await, 0);
+    pool.stop().await;
 }

@@ -205,6 +205,8 @@ impl PayServer {
         let app = Router::new()
             .route("/charge", post(webhook))
             .route("/index", post(webhook))
+            // A path with a token in it (never printed).
+            .route("/charge/tok-S3CRET", post(webhook))
             .with_state(self.state.clone());
         let stop = self.stop.clone();
         self.task = Some(tokio::spawn(async move {
@@ -303,6 +305,10 @@ const FAST: &[(&str, &str)] = &[
     ("EFFECTS_MAX_ATTEMPTS", "1000"),
     ("EFFECTS_POLL", "50ms"),
 ];
+
+/// The behaviour before effect holds: a dead-lettered effect lets its
+/// order's next effect go (`tests/it/effect_holds.rs` tests the default, `hold`).
+const SKIP_DEAD: (&str, &str) = ("EFFECTS_ON_DEAD", "skip");
 
 /// `urutan effects` on `env`, sending to `effects` (`EFFECTS`) with the
 /// tests' secret, [`FAST`] and `extra`: the shared child process (killed
@@ -674,7 +680,7 @@ async fn the_endpoint_down_for_30_s_loses_nothing() {
 
 /// One order's endpoint fails (503) while the others flow; its next version
 /// waits until it is through. A 422 is dead-lettered at once with the
-/// answer and lets the order's next version go. An answer that comes after
+/// answer and, with `EFFECTS_ON_DEAD=skip`, lets the order's next version go. An answer that comes after
 /// the timeout (the charge made) is retried with the same key and charged
 /// once; slow answers within the timeout are simply sent. An effect that
 /// cannot be sent at all (its message id is no valid header value) is
@@ -690,7 +696,7 @@ async fn a_failing_order_waits_while_others_flow() {
     server.set("R0", Behaviour::Reject);
     server.set("H0", Behaviour::Hang(Duration::from_secs(2)));
     server.set("S0", Behaviour::Slow(Duration::from_millis(300)));
-    let mut dispatcher = dispatcher(&env, &effects, &[]);
+    let mut dispatcher = dispatcher(&env, &effects, &[SKIP_DEAD]);
     dispatcher.wait_ready().await;
 
     let (flowing, names) = workload("N", 10, 1, 3);
@@ -870,13 +876,17 @@ async fn a_wrong_signature_is_refused_by_the_server_and_dead_lettered() {
     let effects = format!("*={}", server.url("/charge"));
     let pool = pipeline(&env, 1).await;
     let db = env.db().await;
+    // Skip: every version's effect is tried (and refused), none held.
     let mut dispatcher = dispatcher(
         &env,
         &effects,
-        &[(
-            "EFFECTS_SECRET",
-            "whsec_c29tZSBvdGhlciBzZWNyZXQgb2YgZW5vdWdo",
-        )],
+        &[
+            (
+                "EFFECTS_SECRET",
+                "whsec_c29tZSBvdGhlciBzZWNyZXQgb2YgZW5vdWdo",
+            ),
+            SKIP_DEAD,
+        ],
     );
     dispatcher.wait_ready().await;
     let (msgs, _) = workload("W", 3, 1, 2);
@@ -897,7 +907,7 @@ async fn a_wrong_signature_is_refused_by_the_server_and_dead_lettered() {
 }
 
 /// A bad EFFECTS (or a missing secret) stops `urutan effects` at start with
-/// exit 1 and one line that names the problem and shows no secret.
+/// exit 2 (a wrong setting) and one line that names the problem and shows no secret.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_effects_setting_is_refused_at_start_with_one_line() {
     let cases = [
@@ -934,7 +944,7 @@ async fn a_bad_effects_setting_is_refused_at_start_with_one_line() {
             .expect("urutan effects did not exit within 30 s")
             .expect("run urutan effects");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{effects}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{effects}: {stderr}");
         let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
         assert_eq!(lines.len(), 1, "one line: {stderr}");
         assert!(lines[0].contains(line), "{effects}: {stderr}");
@@ -1005,11 +1015,13 @@ async fn dead_lettered_effects_are_listed_and_replayed_with_urutan_dlq() {
     let operator_db = roles.url("operator");
     let as_operator = [("DATABASE_URL", operator_db.as_str())];
     let server = PayServer::start().await;
-    let effects = format!("*={}", server.url("/charge"));
+    // A token in the path: never printed (only `/charge/…`).
+    let effects = format!("*={}", server.url("/charge/tok-S3CRET"));
     let pool = pipeline(&env, 1).await;
     server.set("F0", Behaviour::Fail);
     server.set("R0", Behaviour::Reject);
-    let mut dispatcher = dispatcher(&env, &effects, &[("EFFECTS_MAX_ATTEMPTS", "2")]);
+    // Skip: F0 v2 is tried (and dead-lettered) after F0 v1.
+    let mut dispatcher = dispatcher(&env, &effects, &[("EFFECTS_MAX_ATTEMPTS", "2"), SKIP_DEAD]);
     dispatcher.wait_ready().await;
     let msgs: Vec<Msg> = [("F0", 1), ("F0", 2), ("R0", 1), ("R0", 2), ("N0", 1)]
         .into_iter()
@@ -1060,6 +1072,13 @@ async fn dead_lettered_effects_are_listed_and_replayed_with_urutan_dlq() {
         table.ok() && table.stdout.contains("3 dead-lettered effect(s)"),
         "{table}"
     );
+    let redacted = format!("{}/charge/…", server.url("").trim_end_matches('/'));
+    for shown in [&table.stdout, &listed.to_string()] {
+        assert!(
+            !shown.contains("tok-S3CRET") && shown.contains(&redacted),
+            "endpoints redacted to {redacted}: {shown}"
+        );
+    }
 
     // A dry run changes nothing; an unknown id is one clear line.
     let mut args = vec!["dlq", "replay", "--effects", "--dry-run"];
@@ -1100,9 +1119,15 @@ async fn dead_lettered_effects_are_listed_and_replayed_with_urutan_dlq() {
     args.extend(r0.iter().map(String::as_str));
     let again = run_urutan(&env, &as_operator, &args).await;
     assert!(
-        again.code == Some(1) && again.stdout.contains("dead-lettered again"),
-        "{again}"
+        again.code == Some(1)
+            && again
+                .stdout
+                .contains("dead-lettered again (HTTP 422: card declined for R0)")
+            && again.stderr.contains("1 dead-lettered again")
+            && !again.stderr.contains("is `urutan effects` running"),
+        "the real outcome, with its answer, and no hint about a stopped dispatcher: {again}"
     );
+    assert!(!again.stdout.contains("tok-S3CRET"), "{again}");
     // Charged once each, in version order (the requests were not: F0's
     // v1 was asked again after its v2 had failed).
     let charged = server.book(|b| {
@@ -1119,6 +1144,56 @@ async fn dead_lettered_effects_are_listed_and_replayed_with_urutan_dlq() {
             .map(|(o, v)| (o.to_owned(), v))
             .collect();
     assert_eq!(charged, expected);
+    let log = dispatcher.stop().await;
+    assert!(!log.contains("tok-S3CRET"), "URLs redacted in logs:\n{log}");
+    // No dispatcher: the replayed effect stays pending, and that is said.
+    let mut args = vec!["dlq", "replay", "--effects", "--wait", "1s"];
+    args.extend(r0.iter().map(String::as_str));
+    let waiting = run_urutan(&env, &as_operator, &args).await;
+    assert!(
+        waiting.code == Some(1)
+            && waiting.stdout.contains(": pending")
+            && waiting.stderr.contains("1 still pending")
+            && waiting.stderr.contains("is `urutan effects` running"),
+        "{waiting}"
+    );
+    pool.stop().await;
+}
+
+/// Two endpoints of one version get two idempotency keys, each the same on
+/// every resend: a receiver deduplicating keys across endpoints (one
+/// gateway in front of both) takes both effects. Each key is signed as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_endpoint_gets_its_own_idempotency_key() {
+    let env = TestEnv::new("effects_keys").await;
+    let db = env.db().await;
+    let server = PayServer::start().await;
+    let (pay, index) = (server.url("/charge"), server.url("/index"));
+    let effects = format!("*={pay};*={index}");
+    let pool = pipeline(&env, 1).await;
+    let mut dispatcher = dispatcher(&env, &effects, &[]);
+    dispatcher.wait_ready().await;
+    let (msgs, names) = workload("G", 2, 1, 2);
+    env.publisher().await.send_all(&msgs).await;
+    wait_settled(&db, 8, Duration::from_secs(60)).await;
+    let expected = expect_all(&names, 2, |_| true);
+    server.assert_exactly_once_in_order("/charge", &expected);
+    server.assert_exactly_once_in_order("/index", &expected);
+    server.book(|b| {
+        let keys: HashSet<&str> = b.requests.iter().map(|r| r.3.as_str()).collect();
+        assert_eq!(
+            keys.len(),
+            8,
+            "one key per version and endpoint: {:?}",
+            b.requests
+        );
+        for (path, order, versi, key) in &b.requests {
+            let url = if path == "/charge" { &pay } else { &index };
+            let want = urutan::effects::sign::idempotency_key(&format!("{order}-v{versi}"), url);
+            assert_eq!(key, &want, "{path} {order} v{versi}");
+        }
+        assert_eq!(b.bad_signatures, 0, "signed with the key sent");
+    });
     dispatcher.stop().await;
     pool.stop().await;
 }
@@ -1260,7 +1335,8 @@ async fn claimed_now(db: &PgPool, lease: Duration) -> Vec<(String, i64, i32)> {
 /// refused and changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_result_makes_the_orders_next_effect_due_when_it_may_go() {
-    use urutan::effects::store::{Recorded, claim, record};
+    use urutan::effects::OnDead::Skip;
+    use urutan::effects::store::{Recorded, Settled, claim, record};
     let env = TestEnv::new("effects_schedule").await;
     let db = env.db().await;
     let tujuan = endpoint_row(&db).await;
@@ -1272,7 +1348,12 @@ async fn each_result_makes_the_orders_next_effect_due_when_it_may_go() {
     assert_eq!((first[0].versi, first[0].percobaan), (1, 1));
     assert!(claimed_now(&db, long).await.is_empty(), "v2 waits for v1");
     let sent = Recorded::Sent { code: 200 };
-    assert!(record(&db, first[0].efek, 1, &sent).await.expect("record"));
+    assert_eq!(
+        record(&db, first[0].efek, 1, &sent, Skip)
+            .await
+            .expect("record"),
+        Settled::Recorded
+    );
     // Sent: v2 is due now, though v1's lease has ten minutes to go.
     let second = claim(&db, 8, long, "test").await.expect("claim");
     assert_eq!((second[0].versi, second[0].percobaan), (2, 1));
@@ -1283,10 +1364,11 @@ async fn each_result_makes_the_orders_next_effect_due_when_it_may_go() {
         answer: "busy".into(),
         after: Duration::from_secs(1),
     };
-    assert!(
-        record(&db, second[0].efek, 1, &retry)
+    assert_eq!(
+        record(&db, second[0].efek, 1, &retry, Skip)
             .await
-            .expect("record")
+            .expect("record"),
+        Settled::Recorded
     );
     assert!(claimed_now(&db, long).await.is_empty(), "v2 in backoff");
     tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -1300,7 +1382,12 @@ async fn each_result_makes_the_orders_next_effect_due_when_it_may_go() {
     let again = claim(&db, 8, long, "test").await.expect("claim");
     assert_eq!((again[0].versi, again[0].percobaan), (2, 3));
     // The dead dispatcher's late result (attempt 2) is refused.
-    assert!(!record(&db, again[0].efek, 2, &sent).await.expect("record"));
+    assert_eq!(
+        record(&db, again[0].efek, 2, &sent, Skip)
+            .await
+            .expect("record"),
+        Settled::Lost
+    );
     assert!(
         claimed_now(&db, long).await.is_empty(),
         "v2 still held by attempt 3"
@@ -1309,10 +1396,21 @@ async fn each_result_makes_the_orders_next_effect_due_when_it_may_go() {
         code: Some(422),
         answer: "no".into(),
     };
-    assert!(record(&db, again[0].efek, 3, &dead).await.expect("record"));
+    // EFFECTS_ON_DEAD=skip: a dead letter lets the order's next effect go.
+    assert_eq!(
+        record(&db, again[0].efek, 3, &dead, Skip)
+            .await
+            .expect("record"),
+        Settled::Recorded
+    );
     let third = claim(&db, 8, long, "test").await.expect("claim");
     assert_eq!((third[0].versi, third[0].percobaan), (3, 1));
-    assert!(record(&db, third[0].efek, 1, &sent).await.expect("record"));
+    assert_eq!(
+        record(&db, third[0].efek, 1, &sent, Skip)
+            .await
+            .expect("record"),
+        Settled::Recorded
+    );
     // Nothing pending: the next claim finds nothing and drops the order's row.
     assert!(claimed_now(&db, long).await.is_empty());
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM urutan_efek_kepala")

@@ -178,6 +178,11 @@ async fn failover(mode: Replication) -> Run {
         .parse()
         .expect("db url");
     settings.database_timeout = Duration::from_secs(5);
+    // The pair's primary is a cluster of its own: the test's database is
+    // created there (`urutan run` never creates one).
+    urutan::store::ensure_database(&settings.database_url)
+        .await
+        .expect("the test's database on the primary");
     let pool = RunningPool::start(settings.clone()).await;
     pool.wait_ready().await;
     let relay = RunningRelay::start(settings.clone());

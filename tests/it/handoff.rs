@@ -468,14 +468,25 @@ async fn a_replica_killed_in_the_middle_of_a_handoff_loses_no_order() {
     let env = TestEnv::new("handoff_kill").await;
     let db = env.db().await;
     let settings = |shards| pool_of_4(&env, shards, false);
-    let load = under_load(&db, &settings(4), ORDERS, 14, Duration::from_millis(700)).await;
+    // A stream that goes on until the kill is done: a fixed number of rounds
+    // could end before a slow start of the process changed the ring, and then
+    // no version of a moved order reaches a new shard and nothing is parked
+    // (CI saw "timed out waiting for a handoff in progress").
+    let load = under_load(
+        &db,
+        &settings(4),
+        ORDERS,
+        i64::MAX,
+        Duration::from_millis(700),
+    )
+    .await;
     stop_over_a_backlog(load.pool).await;
     // Two replicas grow the ring to 6: a process (first, so it is the active
     // consumer) and an in-process standby.
     let mut vars = env.process_env(6);
     vars.push(("RUST_LOG", "warn".to_owned()));
     let process = UrutanProcess::start("run", &vars);
-    wait_for("a handoff in progress", Duration::from_secs(30), || {
+    wait_for("a handoff in progress", Duration::from_secs(90), || {
         let db = db.clone();
         async move { count(&db, "SELECT count(*) FROM urutan_parkir").await > 0 }
     })
@@ -483,6 +494,9 @@ async fn a_replica_killed_in_the_middle_of_a_handoff_loses_no_order() {
     let standby = RunningPool::start(settings(6)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     drop(process); // SIGKILL mid-handoff: unacked deliveries come back to the standby
+    // A few more rounds reach the standby, then the stream ends.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    load.stop.store(true, Ordering::Relaxed);
     let written = drain_and_check(&db, load.producer, load.relay, vec![standby], ORDERS).await;
     eprintln!("{written} versions in order across a SIGKILL during a handoff");
 }

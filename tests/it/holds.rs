@@ -10,7 +10,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 use urutan::config::{OnRefused, Settings};
 use urutan_testkit::fixtures::{
-    Msg, RunningPool, TestEnv, count, http_get, metric_sum, queue_len, urutan, wait_count, wait_for,
+    Msg, RunningPool, TestEnv, count, http_get, metric_sum, queue_len, stored, urutan, wait_count,
+    wait_for, wait_stored,
 };
 
 /// A handler that asks to retry while `gagal` holds the order's id with
@@ -81,23 +82,6 @@ async fn calls(db: &PgPool, order: &str) -> Vec<i64> {
         .fetch_all(db)
         .await
         .expect("calls")
-}
-
-async fn stored(db: &PgPool, order: &str) -> Option<i64> {
-    sqlx::query_scalar("SELECT versi FROM pesanan WHERE id = $1")
-        .bind(order)
-        .fetch_optional(db)
-        .await
-        .expect("stored")
-}
-
-async fn wait_stored(db: &PgPool, order: &str, versi: i64) {
-    wait_for(
-        &format!("{order} stored at v{versi}"),
-        Duration::from_secs(30),
-        || async { stored(db, order).await == Some(versi) },
-    )
-    .await;
 }
 
 /// Every order's versions 1..=n interleaved: (order, versi) in publish order.

@@ -31,3 +31,22 @@ async fn interleavings_keep_every_order_across_ring_changes() {
         summary.report(false)
     );
 }
+
+/// A seed is its case: run twice, a case takes the same steps with the same
+/// outcomes (the trace), faults, operator and clock included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_replays_the_same_case() {
+    use urutan_testkit::interleave::{ModelDb, case_seed, run_case};
+    let name = format!("urutan_test_interleave_replay_{}", std::process::id());
+    let db = ModelDb::create(name, false).await.expect("model database");
+    let mut with_faults = 0;
+    for i in 0..6 {
+        let seed = case_seed(DEFAULT_BASE, i);
+        let first = run_case(&db.pool, seed, false, true).await.expect("case");
+        let again = run_case(&db.pool, seed, false, true).await.expect("case");
+        with_faults += first.stats.fault_cases;
+        assert_eq!(first.trace, again.trace, "seed {seed:#x} ran differently");
+        assert!(first.violations.is_empty(), "{:?}", first.violations);
+    }
+    assert!(with_faults > 0, "no case drew handler faults");
+}

@@ -3,14 +3,21 @@
 //! (a broker restart, a database stop) and run alone (see deploy/local/test.sh).
 
 mod batch;
+mod console;
 mod dedup;
 mod deploy;
 mod direct;
 mod dlq;
+mod effect_holds;
+mod effect_reports;
 mod effects;
+mod enqueue;
 mod entities;
+mod failfast;
 mod failover;
 mod forged_marker;
+mod gaps;
+mod guest;
 mod handler;
 mod handoff;
 mod holds;
@@ -20,6 +27,7 @@ mod limits;
 mod nodelay;
 mod nodes;
 mod ops;
+mod partitions;
 mod pipeline;
 mod poison;
 mod privilege;
@@ -29,6 +37,7 @@ mod relay;
 mod replicas;
 mod retention;
 mod ring;
+mod rust_handler;
 mod schema;
 mod secrets;
 mod shard_isolation;
@@ -36,6 +45,7 @@ mod shrink_race;
 mod silence;
 mod tooling;
 mod topology;
+mod traces;
 
 use urutan_testkit::fixtures as common;
 use urutan_testkit::{proxy, scratch, wire};

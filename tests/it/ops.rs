@@ -378,7 +378,8 @@ fn row(text: &str, versi: i64) -> String {
 }
 
 /// Runs `urutan run` with `vars` until it stops by itself (30 s at most),
-/// asserts that it exited with code 1, and returns its log.
+/// asserts that it exited with code 2 (a refusal no retry can fix), and
+/// returns its log.
 async fn run_until_it_fails(vars: &[(&str, String)]) -> String {
     let mut run = UrutanProcess::start("run", vars);
     let code = run
@@ -387,7 +388,7 @@ async fn run_until_it_fails(vars: &[(&str, String)]) -> String {
         .code()
         .unwrap_or(-1);
     let log = run.log();
-    assert_eq!(code, 1, "{log}");
+    assert_eq!(code, 2, "{log}");
     log
 }
 
@@ -416,18 +417,19 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     let worker = as_user(script_users.url("worker"));
     let fallback = "this broker user may not declare the topology: checking it passively";
 
-    // Nothing declared: one WARN, then one ERROR line naming the fix, exit 1.
+    // Nothing declared: one WARN, then one error line naming the fix, exit 2.
     let log = run_until_it_fails(&worker).await;
     assert_eq!(lines_at(&log, "WARN").len(), 1, "{log}");
     assert!(lines_at(&log, "WARN")[0].contains(fallback), "{log}");
-    let errors = lines_at(&log, "ERROR");
+    assert_eq!(lines_at(&log, "ERROR"), Vec::<&str>::new(), "{log}");
+    let errors: Vec<&str> = log.lines().filter(|l| l.starts_with("error: ")).collect();
     assert_eq!(errors.len(), 1, "{log}");
     assert!(
         errors[0].contains("pesanan.shard-000") && errors[0].contains("urutan topology"),
         "{log}"
     );
     let (code, _, stderr) = urutan(&["topology"], &worker).await;
-    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("may not declare the topology (ACCESS_REFUSED")
             && stderr.contains("run `urutan topology` as a user allowed to configure it"),
@@ -472,7 +474,7 @@ async fn a_refused_declare_falls_back_to_the_check_and_says_so_once() {
     let log = run_until_it_fails(&as_mute).await;
     let last = log.lines().last().unwrap_or_default();
     assert!(
-        last.contains(" ERROR ")
+        last.starts_with("error: ")
             && last.contains("may not put epoch markers")
             && last.contains("write permission on `amq.default`"),
         "{log}"
@@ -504,7 +506,7 @@ async fn a_first_start_logs_no_error_and_real_errors_still_show() {
         let mut other = vars.clone();
         other.push(("DELIVERY_LIMIT", "3".into()));
         let (code, _, stderr) = urutan(&["topology"], &other).await;
-        assert_eq!(code, 1, "{stderr}");
+        assert_eq!(code, 2, "a setting the broker contradicts: {stderr}");
         let errors = lines_at(&stderr, "ERROR");
         assert!(
             errors
@@ -513,9 +515,8 @@ async fn a_first_start_logs_no_error_and_real_errors_still_show() {
             "{stderr}"
         );
         assert!(
-            errors
-                .iter()
-                .any(|l| l.contains("exists on the broker with other settings")),
+            stderr.lines().any(|l| l.starts_with("error: ")
+                && l.contains("exists on the broker with other settings")),
             "{stderr}"
         );
     }
@@ -556,4 +557,45 @@ async fn the_demo_keeps_its_screen_for_the_person() {
     assert!(!log.contains("slow statement"), "{log}");
     assert!(!log.contains('\u{1b}'), "no colour codes in the file");
     assert_eq!(lines_at(&log, "ERROR"), Vec::<&str>::new(), "{log}");
+}
+
+/// A version that arrived after a newer one was applied is told as `stale`
+/// (with its message id and shard), in strict mode and in a set-based
+/// batch; before, it was "missing … never applied", and one below every
+/// applied version was not listed at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_stale_arrivals() {
+    for prefetch in [1, 16] {
+        let env = TestEnv::new(&format!("opsstale{prefetch}")).await;
+        let mut settings = env.settings(1);
+        settings.prefetch = prefetch;
+        let pool = RunningPool::ready(settings).await;
+        let msgs = [
+            Msg::event("S", 2),
+            Msg::event("S", 1),
+            Msg::event("S", 4),
+            Msg::event("S", 3),
+        ];
+        env.publisher().await.send_all(&msgs).await;
+        let db = env.db().await;
+        wait_count(
+            &db,
+            "SELECT count(*) FROM pesan_diproses WHERE pesanan_id = 'S'",
+            4,
+            Duration::from_secs(30),
+        )
+        .await;
+        pool.stop().await;
+        let vars = env.process_env(1);
+        let (code, text, stderr) = urutan(&["explain", "S"], &vars).await;
+        assert_eq!(code, 0, "{text}{stderr}");
+        for (versi, message_id) in [(1, "S-v1"), (3, "S-v3")] {
+            let line = text
+                .lines()
+                .find(|l| l.contains(message_id))
+                .unwrap_or_else(|| panic!("v{versi} not told (prefetch {prefetch}):\n{text}"));
+            assert!(line.contains("stale"), "{line}\n{text}");
+        }
+        assert!(!text.contains("missing"), "prefetch {prefetch}:\n{text}");
+    }
 }

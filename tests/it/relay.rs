@@ -777,11 +777,14 @@ async fn verify_reports_violations() {
     let clean = urutan_ops::verify::verify(&db, None).await.expect("verify");
     assert!(clean.passed(), "an empty database passes:\n{clean}");
 
-    // A version applied twice needs the unique constraint out of the way.
-    sqlx::query("ALTER TABLE pesanan_riwayat DROP CONSTRAINT pesanan_riwayat_pesanan_id_versi_key")
-        .execute(&db)
-        .await
-        .expect("drop constraint");
+    // A version applied twice needs the unique constraint out of the way
+    // (today's rows are in the default partition: migration 0026).
+    sqlx::query(
+        "ALTER TABLE pesanan_riwayat_awal DROP CONSTRAINT pesanan_riwayat_pesanan_id_versi_key",
+    )
+    .execute(&db)
+    .await
+    .expect("drop constraint");
     let mut sql = String::new();
     let mut outbox = |id: i64, entity: &str, versi: i64, sent: bool| {
         sql.push_str(&format!(

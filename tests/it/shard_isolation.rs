@@ -16,16 +16,6 @@ use crate::common::*;
 
 const CLOSED_SHARD: u16 = 1;
 
-/// `rabbitmqctl` off the async runtime (it takes about a second).
-async fn ctl(args: Vec<String>) -> String {
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        sh("rabbitmqctl", &args)
-    })
-    .await
-    .expect("rabbitmqctl task panicked")
-}
-
 /// The connection (pid and client properties) consuming `queue` in `vhost`,
 /// if a consumer is registered.
 async fn consumer_connection(vhost: &str, queue: &str) -> Option<(String, String)> {

@@ -68,11 +68,21 @@ async fn through_a_break(
     took
 }
 
+/// Serial (alone, after the parallel tests): it measures a bound in
+/// seconds with a 2 s statement timeout, which the full parallel suite on two
+/// cores outlasts again and again (a statement set aside, retried, timed out
+/// again: the 60 s wait ran out twice in full runs, never alone).
 #[tokio::test]
-async fn a_silent_database_link_holds_no_apply_beyond_its_bound() {
+async fn serial_a_silent_database_link_holds_no_apply_beyond_its_bound() {
     let env = TestEnv::new("silent_db").await;
     let (link, _broker_link, mut settings) = behind_proxies(&env, 2).await;
     settings.database_timeout = Duration::from_secs(2);
+    // On a loaded machine a statement can outlast this short timeout
+    // (57014): that message is set aside (docs/contract.md section 11) and
+    // tried again after RETRY_BACKOFF_MIN, doubling. Retries here come
+    // within half a second, so the bound below measures the silence.
+    settings.retry_backoff_min = Duration::from_millis(100);
+    settings.retry_backoff_max = Duration::from_millis(500);
     let pool = RunningPool::start(settings).await;
     pool.wait_ready().await;
 

@@ -367,6 +367,18 @@ async fn invalid_configuration_fails_at_start_with_one_line() {
     assert_short_error(&stderr, &["dedup-retention", "DEDUP_RETENTION"]);
     vars.pop();
 
+    for (name, flag, bad) in [
+        ("GAP_POLICY", "gap-policy", "later"),
+        ("GAP_TIMEOUT", "gap-timeout", "soon"),
+        ("ON_REFUSED", "on-refused", "drop"),
+    ] {
+        vars.push((name, bad.to_owned()));
+        let (ok, stderr, _) = run_to_end(&["run"], &vars).await;
+        assert!(!ok, "{name}={bad} accepted");
+        assert_short_error(&stderr, &[flag, name]);
+        vars.pop();
+    }
+
     // Passwords never print: an unreachable broker (retried, and logged each
     // time) and a database URL with a password (trust auth ignores it; the
     // "database ready" line shows the URL).
@@ -437,7 +449,7 @@ async fn invalid_configuration_fails_at_start_with_one_line() {
         "no redacted URL:\n{stderr}"
     );
     assert!(
-        stderr.contains("broker unavailable"),
+        stderr.contains("broker 127.0.0.1:1 unreachable (connection refused); retrying"),
         "the broker failure is logged:\n{stderr}"
     );
 

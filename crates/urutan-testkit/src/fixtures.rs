@@ -14,7 +14,8 @@ use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use urutan::config::{SecretUrl, Settings};
-use urutan::shard::Hooks;
+use urutan::outcome::Outcome;
+use urutan::shard::{Hooks, Observed};
 use urutan::supervisor::{RunError, Supervisor};
 
 pub const AMQP_BASE: &str = "amqp://guest:guest@127.0.0.1:5672";
@@ -200,6 +201,17 @@ pub fn sh(program: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `rabbitmqctl` (the broker under test) off the async runtime: it takes
+/// about a second.
+pub async fn ctl(args: Vec<String>) -> String {
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        sh("rabbitmqctl", &args)
+    })
+    .await
+    .expect("rabbitmqctl task panicked")
 }
 
 /// Runs `sql` as the superuser in the `postgres` database (statements
@@ -562,6 +574,46 @@ pub async fn wait_count(db: &PgPool, sql: &'static str, n: i64, limit: Duration)
     wait_for(&what, limit, || async move { count(db, sql).await == n }).await;
 }
 
+/// The outcomes a pool reported, in order: (message id, outcome).
+pub type Outcomes = std::sync::Arc<std::sync::Mutex<Vec<(String, Outcome)>>>;
+
+/// Hooks that record every outcome the pool reports, in order (for a
+/// parked message: when it is released), and the record they fill.
+pub fn outcome_recorder() -> (Outcomes, Hooks) {
+    let seen: Outcomes = Outcomes::default();
+    let hooks = {
+        let seen = seen.clone();
+        Hooks {
+            on_outcome: Some(std::sync::Arc::new(move |o: &Observed<'_>| {
+                seen.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((o.message_id.unwrap_or("").to_owned(), o.outcome));
+            })),
+            ..Hooks::default()
+        }
+    };
+    (seen, hooks)
+}
+
+/// An order's stored version (`pesanan.versi`), if it has one.
+pub async fn stored(db: &PgPool, order: &str) -> Option<i64> {
+    sqlx::query_scalar("SELECT versi FROM pesanan WHERE id = $1")
+        .bind(order)
+        .fetch_optional(db)
+        .await
+        .expect("stored")
+}
+
+/// Waits (at most 30 s) until `order` is stored at `versi`.
+pub async fn wait_stored(db: &PgPool, order: &str, versi: i64) {
+    wait_for(
+        &format!("{order} stored at v{versi}"),
+        Duration::from_secs(30),
+        || async { stored(db, order).await == Some(versi) },
+    )
+    .await;
+}
+
 /// Waits (at most `limit`) until `n` versions are applied (`n` rows in
 /// `pesanan_riwayat`).
 pub async fn wait_applied(db: &PgPool, n: i64, limit: Duration) {
@@ -598,7 +650,19 @@ impl RunningPool {
     }
 
     pub async fn start_with(settings: Settings, hooks: Hooks) -> Self {
-        let supervisor = Supervisor::build(settings, hooks).await.expect("build");
+        Self::start_with_handler(settings, hooks, None).await
+    }
+
+    /// [`Self::start_with`], with a Rust handler in every worker.
+    pub async fn start_with_handler(
+        settings: Settings,
+        hooks: Hooks,
+        handler: Option<urutan::handler::SharedHandler>,
+    ) -> Self {
+        let mut supervisor = Supervisor::build(settings, hooks).await.expect("build");
+        if let Some(handler) = handler {
+            supervisor = supervisor.with_handler(handler);
+        }
         let http = supervisor.http_addr();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(supervisor.run(shutdown.clone()));
@@ -617,6 +681,16 @@ impl RunningPool {
     /// [`Self::start_with`], then [`Self::wait_ready`].
     pub async fn ready_with(settings: Settings, hooks: Hooks) -> Self {
         let pool = Self::start_with(settings, hooks).await;
+        pool.wait_ready().await;
+        pool
+    }
+
+    /// A ready pool whose workers run `handler` (a Rust handler).
+    pub async fn ready_with_handler(
+        settings: Settings,
+        handler: urutan::handler::SharedHandler,
+    ) -> Self {
+        let pool = Self::start_with_handler(settings, Hooks::default(), Some(handler)).await;
         pool.wait_ready().await;
         pool
     }
@@ -653,9 +727,19 @@ impl UrutanProcess {
     /// Starts `urutan <command>` with `vars` on top of the inherited
     /// environment.
     pub fn start<K: AsRef<str>, V: AsRef<str>>(command: &str, vars: &[(K, V)]) -> Self {
+        Self::start_binary(&crate::cargo_binary(), command, vars)
+    }
+
+    /// [`Self::start`] of another binary with urutan's commands (a team's
+    /// own, built with `urutan_cli::main_with`).
+    pub fn start_binary<K: AsRef<str>, V: AsRef<str>>(
+        binary: &std::path::Path,
+        command: &str,
+        vars: &[(K, V)],
+    ) -> Self {
         let logs = tempfile::tempdir().expect("a log directory");
         let process = crate::process::Urutan::spawn(
-            &crate::cargo_binary(),
+            binary,
             &format!("urutan {command}"),
             &[command],
             vars,
@@ -1020,9 +1104,13 @@ impl Ran {
         self.code == Some(0)
     }
 
-    /// Lines urutan logged at WARN or ERROR (lapin's own are not counted).
+    /// Lines urutan logged at WARN or ERROR (lapin's own are not counted),
+    /// and the command's own error line (`error: …`).
     pub fn error_lines(&self) -> usize {
-        let ours = |l: &&str| l.contains("ERROR urutan:") || l.contains("WARN urutan");
+        // Targets `urutan` (the library), `urutan_cli` (the commands), `urutan_ops`.
+        let ours = |l: &&str| {
+            l.starts_with("error: ") || l.contains("ERROR urutan") || l.contains("WARN urutan")
+        };
         self.stderr.lines().filter(ours).count()
     }
 
@@ -1030,7 +1118,19 @@ impl Ran {
     /// error, in its one WARN or ERROR line (see [`Self::error_lines`]).
     #[track_caller]
     pub fn assert_fails_in_one_line(&self, expected: &str) {
-        assert_eq!(self.code, Some(1), "{self}");
+        self.assert_fails_with(1, expected);
+    }
+
+    /// Asserts that it stopped on what no retry can fix (exit code 2: a
+    /// refusal, a wrong setting) with `expected` in its one error line.
+    #[track_caller]
+    pub fn assert_refused_in_one_line(&self, expected: &str) {
+        self.assert_fails_with(2, expected);
+    }
+
+    #[track_caller]
+    fn assert_fails_with(&self, code: i32, expected: &str) {
+        assert_eq!(self.code, Some(code), "{self}");
         assert!(self.stderr.contains(expected), "{self}");
         assert_eq!(self.error_lines(), 1, "one line: {self}");
     }
@@ -1049,7 +1149,18 @@ impl std::fmt::Display for Ran {
 /// Runs `urutan <args>` against `env` (extra variables in `vars`, which
 /// override), stdin closed, at most 90 s.
 pub async fn urutan(env: &TestEnv, vars: &[(&str, &str)], args: &[&str]) -> Ran {
-    let mut cmd = tokio::process::Command::new(crate::cargo_binary());
+    run_binary(&crate::cargo_binary(), env, vars, args).await
+}
+
+/// [`urutan`] with another binary that has urutan's commands (a team's
+/// own, built with `urutan_cli::main_with`).
+pub async fn run_binary(
+    binary: &std::path::Path,
+    env: &TestEnv,
+    vars: &[(&str, &str)],
+    args: &[&str],
+) -> Ran {
+    let mut cmd = tokio::process::Command::new(binary);
     for (k, v) in env.process_env(1) {
         cmd.env(k, v);
     }

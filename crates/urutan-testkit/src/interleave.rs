@@ -1,6 +1,8 @@
 //! A deterministic interleaving model of per-order order across ring
 //! changes (issue 13), driving the REAL decision code: the SQL functions of
-//! `migrations/` through `store::apply`, `handoff::release`,
+//! `migrations/` through `store::apply`, `handoff::release_with`
+//! (`handoff::release` in `legacy`), `store::hold::set_aside`,
+//! `store::hold::hold_refused`, `store::hold::release_hold`,
 //! `handoff::pass_marker`, `handoff::record_epoch`, `handoff::open_window`,
 //! `handoff::close_windows`, `handoff::register_shards` and
 //! `handoff::ring_change_unfinished`, against the real PostgreSQL (one
@@ -16,19 +18,71 @@
 //! `prepare_topology` (the pool's, or `urutan topology`'s while the pool
 //! keeps consuming), one shard handling its front item (a marker or a
 //! message; sometimes the ack is a separate, later step), releases, pool
-//! crashes between commit and ack, pool reconnects, retirement steps. At the
+//! crashes between commit and ack, pool reconnects, retirement steps (and,
+//! in cases with handler faults, below: the clock, the operator, crashes
+//! around set-aside and release). At the
 //! end everything is drained and released, and the invariant is checked:
 //! every order's history (`pesanan_riwayat` by `seq`) is every published
 //! version exactly once, in increasing `versi`; nothing came out `stale`;
 //! nothing is left parked or queued; every redelivery was a `duplicate`; no
 //! retired queue was deleted with a message in it.
 //!
+//! Handler faults, retries and holds (docs/contract.md sections 10-11):
+//! every model database has a `HANDLER_FUNCTION`, [`MODEL_HANDLER`]
+//! (`model_handler`, named by the pool's `urutan.handler` session option as
+//! `Settings::schema_url` sets it), called by the real SQL in every apply
+//! and release. It records each version it sees applied in `model_applied`;
+//! for the (order, versi) pairs listed in `model_fail` it asks to retry
+//! (SQLSTATE `URTRY`) on its first K calls, or refuses (a plain error) until
+//! the operator fixes it. The model counts the failing calls itself
+//! ([`Sim::failed_call`]): a decrement inside the handler would roll back
+//! with the failed transaction. About 40 % of the cases draw such faults (with
+//! `RETRY_MAX_ATTEMPTS` 2-4, K up to one more than that, `ON_REFUSED=hold`,
+//! `GAP_POLICY=apply`) from a second random stream of the seed, so a case
+//! that draws none takes exactly the steps, with the same outcomes, that it
+//! took before faults were modelled.
+//!
+//! The worker's decisions stay in its code; the model mirrors only the
+//! sequence of calls `shard::steps` makes, with each call a step of its own
+//! (a crash may fall between any two):
+//! - a delivery: `store::apply`; on an error with `StoreError::sets_aside()`
+//!   → `store::hold::set_aside` (claimed, parked with a due time) → ack; on
+//!   `StoreError::HandlerRefused` → `store::hold::hold_refused` (ON_REFUSED=
+//!   hold) → the dead letter (reject: the model's dead-letter queue); any
+//!   other error ends the run (the model has no database outage);
+//! - a release (`release_in_transaction`): `handoff::release_with(conn,
+//!   shard, 200, &policy, None)` inside a transaction; each `refused` row is
+//!   published to the dead-letter exchange before the commit. A worker may
+//!   die before the commit: all of it rolls back, and a refused version's
+//!   dead letter may already be published (the operator then finds a copy
+//!   of a message that is still set aside).
+//!
+//! Dead-letter records (`urutan_dead_letter`) are not written: they take
+//! part in no apply or release decision. Time is the model's: the backoff is
+//! an hour, and a clock step makes one set-aside message due, or all of
+//! them ([`Sim::clock`]). The operator ([`Sim::operator`]) takes a dead
+//! letter now and then: it purges one whose version it skipped; it releases
+//! the order held by it (`store::hold::release_hold`, `urutan hold
+//! release`, recorded as a skip) or, more often, fixes the handler for that
+//! version (sometimes not) and replays it (`urutan dlq replay`: a new
+//! delivery with the same message id, through the ring as it is then); it
+//! decides nothing about a version whose replay is still queued (as `urutan
+//! dlq replay` waits for its outcome). At the end it has dealt with every
+//! dead letter, and the check is then: every order's history is every
+//! published version except those the operator skipped, once, in
+//! increasing `versi`; `model_applied` equals it (with each version's
+//! `previous_versi`); `urutan_lewati` lists exactly the operator's skips;
+//! nothing is left held, parked or dead-lettered. Not modelled: a Rust
+//! handler (`release_with` with a handler), `GAP_POLICY=wait`,
+//! `ON_REFUSED=skip`, the delivery limit, batch mode.
+//!
 //! `legacy` runs the protocol before the fix (no windows, no sentinel; the
 //! "ring change cut short" flag of migration 0005 instead) against a
 //! database with only migrations 0001-0006: it shows the bug the windows
 //! fix (see `benches/interleave.rs --legacy`).
 //!
-//! Environment: `URUTAN_INTERLEAVE_CASES` (default 1000, ~50-80 s in debug here),
+//! Environment: `URUTAN_INTERLEAVE_CASES` (default 1000, ~50-80 s in debug here,
+//! about 10 % more than before faults were modelled),
 //! `URUTAN_INTERLEAVE_SEED` (replay one case, with its trace),
 //! `URUTAN_INTERLEAVE_BASE` (first seed of the run), `URUTAN_INTERLEAVE_WORKERS`.
 
@@ -42,11 +96,12 @@ use anyhow::{Context, bail};
 use sqlx::PgPool;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::Postgres;
-use urutan::config::SecretUrl;
+use urutan::config::{SecretUrl, Settings};
 use urutan::message::Event;
 use urutan::outcome::Outcome;
 use urutan::reshard::handoff;
-use urutan::store::{self, Applied};
+use urutan::store::hold::RetryPolicy;
+use urutan::store::{self, Applied, StoreError};
 
 pub const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
 
@@ -139,6 +194,114 @@ struct Spec {
     changes: Vec<Change>,
 }
 
+/// What the case's handler (`model_handler`, [`MODEL_HANDLER`]) does wrong
+/// for one version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// Asks to retry (SQLSTATE `URTRY`) on its first `n` calls for that
+    /// version (the model counts the calls: see [`Sim::failed_call`]).
+    Retry(u32),
+    /// Refuses it (a plain `RAISE`: `handler_refused`) until the operator
+    /// "fixes the handler" for it.
+    Refuse,
+}
+
+/// A case's handler faults and retry policy (drawn from the seed's own
+/// second stream, [`FAULT_SALT`]: a case that draws none is exactly the case
+/// it was before faults were modelled).
+#[derive(Debug, Clone)]
+struct Faults {
+    /// (order, versi, fault).
+    plan: Vec<(usize, i64, Fault)>,
+    /// `RETRY_MAX_ATTEMPTS`.
+    max_attempts: u32,
+    /// How often the operator releases a held order (a skip) rather than
+    /// replaying the refused message, in percent.
+    skip_percent: u64,
+    /// How often the operator replays without fixing the handler first (the
+    /// replay may fail again), in percent (never while draining).
+    unfixed_percent: u64,
+}
+
+/// Salt of the second random stream of a seed (faults, the operator, the
+/// clock, crashes around set-aside and release).
+const FAULT_SALT: u64 = 0xFA17_0031_5E7A_51DE;
+
+fn draw_faults(rng: &mut Rng, spec: &Spec) -> Option<Faults> {
+    if !rng.chance(40) {
+        return None;
+    }
+    let max_attempts = rng.range(2, 4) as u32;
+    let rate = rng.range(3, 10) as u64;
+    let mut plan = Vec::new();
+    for (o, order) in spec.orders.iter().enumerate() {
+        for &versi in &order.versions {
+            if rng.chance(rate) {
+                let fault = if rng.chance(70) {
+                    // Up to one more call than there are attempts: some run
+                    // out (`retries_exhausted`).
+                    Fault::Retry(rng.range(1, max_attempts as usize + 1) as u32)
+                } else {
+                    Fault::Refuse
+                };
+                plan.push((o, versi, fault));
+            }
+        }
+    }
+    Some(Faults {
+        plan,
+        max_attempts,
+        skip_percent: rng.range(20, 60) as u64,
+        unfixed_percent: rng.range(0, 30) as u64,
+    })
+}
+
+/// The wait before a set-aside message is due (`RETRY_BACKOFF_MIN` =
+/// `RETRY_BACKOFF_MAX`, so jitter changes nothing): longer than any case,
+/// so only the model's clock ([`Sim::clock`]) makes one due.
+const BACKOFF: Duration = Duration::from_secs(3600);
+
+/// Versions (orders) per release call, as the worker's `RELEASE_BATCH`.
+const RELEASE_BATCH: i32 = 200;
+
+/// The case's handler, installed in every model database (not `legacy`)
+/// and named by the pool's `urutan.handler` session option, as
+/// `Settings::schema_url` sets it for `HANDLER_FUNCTION`. It asks to retry
+/// or refuses as `model_fail` says, and otherwise records the version in
+/// `model_applied` (in the apply transaction: one row per applied version).
+pub const MODEL_HANDLER: &str = "
+CREATE TABLE IF NOT EXISTS model_fail (
+    pesanan_id TEXT NOT NULL,
+    versi      BIGINT NOT NULL,
+    cara       TEXT NOT NULL CHECK (cara IN ('retry', 'refuse')),
+    remaining  INT NOT NULL,
+    PRIMARY KEY (pesanan_id, versi)
+);
+CREATE TABLE IF NOT EXISTS model_applied (
+    seq            BIGSERIAL PRIMARY KEY,
+    pesanan_id     TEXT NOT NULL,
+    versi          BIGINT NOT NULL,
+    message_id     TEXT NOT NULL,
+    previous_versi BIGINT,
+    shard          INT
+);
+CREATE OR REPLACE FUNCTION model_handler(event jsonb) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_cara TEXT;
+BEGIN
+    SELECT cara INTO v_cara FROM model_fail
+    WHERE pesanan_id = event->>'id' AND versi = (event->>'versi')::bigint AND remaining > 0;
+    IF v_cara = 'retry' THEN
+        RAISE EXCEPTION 'model: % not yet', event->>'message_id' USING ERRCODE = 'URTRY';
+    ELSIF v_cara = 'refuse' THEN
+        RAISE EXCEPTION 'model: % refused', event->>'message_id';
+    END IF;
+    INSERT INTO model_applied (pesanan_id, versi, message_id, previous_versi, shard)
+    VALUES (event->>'id', (event->>'versi')::bigint, event->>'message_id',
+            (event->>'previous_versi')::bigint, (event->>'shard')::int);
+END
+$$;";
+
 fn draw_spec(rng: &mut Rng) -> Spec {
     let shards = rng.range(2, 6);
     let orders = (0..rng.range(3, 8))
@@ -195,8 +358,38 @@ enum Item {
 struct Queue {
     items: VecDeque<Item>,
     exists: bool,
-    /// The front item was handled (committed) and is not acked yet.
-    inflight: bool,
+    /// Where the worker is with the front item.
+    stage: Stage,
+}
+
+/// Where a shard's worker is with its front delivery; every crash or lost
+/// connection puts it back to `Idle` (the delivery goes back to the front).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum Stage {
+    #[default]
+    Idle,
+    /// Handled (committed), not settled yet: acked, or with `dead` rejected
+    /// to the dead-letter queue.
+    Handled { dead: bool },
+    /// Its apply failed (rolled back); the worker's next call for it
+    /// (`set_aside`, or `hold_refused` then the dead letter) is not made yet.
+    Failed(Failure),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Failure {
+    /// `StoreError::sets_aside()`: the error's text.
+    SetAside(String),
+    /// `StoreError::HandlerRefused`: the handler's error.
+    Refused(String),
+}
+
+/// A message in the dead-letter queue.
+#[derive(Debug, Clone)]
+struct Dead {
+    order: usize,
+    versi: i64,
+    mid: String,
 }
 
 /// One `prepare_topology` in progress; `step` is the next thing it does.
@@ -318,6 +511,22 @@ pub struct Stats {
     pub pool_crashes: u64,
     pub windows: u64,
     pub epochs: u64,
+    /// Cases whose handler has faults.
+    pub fault_cases: u64,
+    /// Handler calls that asked to retry.
+    pub handler_retries: u64,
+    /// Messages set aside at their delivery (`store::hold::set_aside`).
+    pub set_aside: u64,
+    /// Set-aside messages set aside again by a release (`retry`).
+    pub retried: u64,
+    /// Versions refused (at delivery, or by a release).
+    pub refused: u64,
+    /// Refused messages the operator replayed.
+    pub replays: u64,
+    /// Held orders the operator released without their version.
+    pub skips: u64,
+    /// Releases whose worker died before the commit.
+    pub release_crashes: u64,
 }
 
 impl Stats {
@@ -336,6 +545,14 @@ impl Stats {
         self.pool_crashes += o.pool_crashes;
         self.windows += o.windows;
         self.epochs += o.epochs;
+        self.fault_cases += o.fault_cases;
+        self.handler_retries += o.handler_retries;
+        self.set_aside += o.set_aside;
+        self.retried += o.retried;
+        self.refused += o.refused;
+        self.replays += o.replays;
+        self.skips += o.skips;
+        self.release_crashes += o.release_crashes;
     }
 }
 
@@ -367,8 +584,22 @@ struct Sim<'a> {
     next_direct: Vec<usize>,
     changes_left: Vec<Change>,
     ring_rec: RingRecord,
-    /// Message ids whose apply committed.
+    /// Message ids whose claim is committed (applied, parked or set
+    /// aside; a refusal by a release drops it).
     committed: HashSet<String>,
+    /// (order, versi) of every message id published.
+    mids: HashMap<String, (usize, i64)>,
+    /// The second random stream (faults, operator, clock, crashes around
+    /// set-aside and release): see [`FAULT_SALT`].
+    frng: Rng,
+    faults: Option<Faults>,
+    /// `RETRY_*`, `ON_REFUSED=hold` (no gap waits).
+    policy: RetryPolicy,
+    /// The dead-letter queue.
+    dlq: Vec<Dead>,
+    /// Versions the operator released their order without: (order, versi,
+    /// message id), in order.
+    skipped: Vec<(usize, i64, String)>,
     violations: Vec<String>,
     trace: Vec<String>,
     keep_trace: bool,
@@ -433,6 +664,7 @@ impl<'a> Sim<'a> {
             return false;
         };
         self.log(|| format!("publish {mid} -> shard {shard}"));
+        self.mids.insert(mid.clone(), (order, versi));
         self.queues[shard]
             .items
             .push_back(Item::Msg { order, versi, mid });
@@ -583,7 +815,7 @@ impl<'a> Sim<'a> {
             // A reconnect: the old connection's consumers are gone; what
             // they had not acked goes back to the front of its queue.
             for q in &mut self.queues {
-                q.inflight = false;
+                q.stage = Stage::Idle;
             }
             self.pool = PoolState::Preparing;
         }
@@ -791,12 +1023,28 @@ impl<'a> Sim<'a> {
 
     // -- the worker pool ---------------------------------------------------
 
-    /// One shard handles its front item (or acks the one it handled).
+    fn event(&self, order: usize, versi: i64, mid: &str) -> Event {
+        Event {
+            message_id: mid.to_owned(),
+            entity_id: self.spec.orders[order].id.clone(),
+            status: "dibuat".to_owned(),
+            versi,
+            ..Default::default()
+        }
+    }
+
+    /// One shard's worker takes its next step with its front delivery:
+    /// handles it (a marker, or a message: `store::apply`), or makes the
+    /// call that follows a failed apply, or settles (acks, or rejects to the
+    /// dead-letter queue) the one it handled.
     async fn consume(&mut self, shard: usize, ack_now: bool) -> anyhow::Result<()> {
-        if self.queues[shard].inflight {
-            self.queues[shard].items.pop_front();
-            self.queues[shard].inflight = false;
-            return Ok(());
+        match std::mem::take(&mut self.queues[shard].stage) {
+            Stage::Idle => {}
+            Stage::Handled { dead } => {
+                self.settle(shard, dead);
+                return Ok(());
+            }
+            Stage::Failed(failure) => return self.after_failure(shard, failure, ack_now).await,
         }
         let Some(item) = self.queues[shard].items.front().cloned() else {
             return Ok(());
@@ -808,19 +1056,40 @@ impl<'a> Sim<'a> {
                 self.log(|| format!("shard {shard}: passed marker {epoch}"));
             }
             Item::Msg { order, versi, mid } => {
-                let event = Event {
-                    message_id: mid.clone(),
-                    entity_id: self.spec.orders[order].id.clone(),
-                    status: "dibuat".to_owned(),
-                    versi,
-                    ..Default::default()
-                };
+                let event = self.event(order, versi, &mid);
                 let applied = tokio::time::timeout(
                     STATEMENT_LIMIT,
                     store::apply(self.db, &event, shard as u16),
                 )
-                .await?
-                .map_err(|e| anyhow::anyhow!("apply: {e}"))?;
+                .await?;
+                let applied = match applied {
+                    Ok(applied) => applied,
+                    Err(e) => {
+                        // The worker's `decide`: `held_unless(sets_aside, apply)`.
+                        let failure = match &e {
+                            e if e.sets_aside() => {
+                                self.failed_call(order, versi).await?;
+                                Failure::SetAside(e.to_string())
+                            }
+                            StoreError::HandlerRefused(error) => Failure::Refused(error.clone()),
+                            _ => bail!("apply {mid}: {e}"),
+                        };
+                        self.log(|| format!("shard {shard}: {mid} -> {failure:?}"));
+                        if self.committed.contains(&mid) {
+                            self.violation(
+                                "redelivery",
+                                format!("redelivered {mid} reached the handler: {failure:?}"),
+                            );
+                        }
+                        // Its next call now, or as a later step (a crash may
+                        // come between).
+                        if self.frng.chance(70) {
+                            return self.after_failure(shard, failure, ack_now).await;
+                        }
+                        self.queues[shard].stage = Stage::Failed(failure);
+                        return Ok(());
+                    }
+                };
                 self.log(|| format!("shard {shard}: {mid} -> {applied:?}"));
                 let redelivery = !self.committed.insert(mid.clone());
                 match applied {
@@ -842,28 +1111,210 @@ impl<'a> Sim<'a> {
             }
         }
         if ack_now {
-            self.queues[shard].items.pop_front();
+            self.settle(shard, false);
         } else {
-            self.queues[shard].inflight = true;
+            self.queues[shard].stage = Stage::Handled { dead: false };
         }
         Ok(())
     }
 
-    async fn release(&mut self, shard: usize) -> anyhow::Result<usize> {
+    /// The worker's call after a failed apply of its front message, as
+    /// `shard::steps` makes it: a transient failure of the message's own
+    /// transaction is set aside (`set_aside`: claimed, parked with a due
+    /// time, then acked); a refusal by the handler holds its order
+    /// (`hold_order`: `store::hold::hold_refused`, ON_REFUSED=hold) and is
+    /// then dead-lettered.
+    async fn after_failure(
+        &mut self,
+        shard: usize,
+        failure: Failure,
+        ack_now: bool,
+    ) -> anyhow::Result<()> {
+        let Some(Item::Msg { order, versi, mid }) = self.queues[shard].items.front().cloned()
+        else {
+            bail!("shard {shard}: a failure without its message");
+        };
+        let event = self.event(order, versi, &mid);
+        let dead = match failure {
+            Failure::SetAside(error) => {
+                let applied = tokio::time::timeout(
+                    STATEMENT_LIMIT,
+                    store::hold::set_aside(self.db, &event, shard as u16, &error, &self.policy),
+                )
+                .await?
+                .map_err(|e| anyhow::anyhow!("set_aside {mid}: {e}"))?;
+                self.log(|| format!("shard {shard}: {mid} set aside -> {applied:?}"));
+                if applied == Applied::Parked {
+                    self.committed.insert(mid);
+                    self.stats.set_aside += 1;
+                } else {
+                    self.violation(
+                        "first-delivery",
+                        format!("{mid} failed, then set aside came out {applied:?}"),
+                    );
+                }
+                false
+            }
+            Failure::Refused(error) => {
+                let held = store::hold::hold_refused(self.db, &event, shard as u16, Some(&error))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("hold_refused {mid}: {e}"))?;
+                self.stats.refused += 1;
+                self.log(|| format!("shard {shard}: {mid} refused; order held anew: {held}"));
+                true
+            }
+        };
+        if ack_now {
+            self.settle(shard, dead);
+        } else {
+            self.queues[shard].stage = Stage::Handled { dead };
+        }
+        Ok(())
+    }
+
+    /// Acks the front delivery (with `dead`: rejects it, into the
+    /// dead-letter queue).
+    fn settle(&mut self, shard: usize, dead: bool) {
+        self.queues[shard].stage = Stage::Idle;
+        let item = self.queues[shard].items.pop_front();
+        if let (true, Some(Item::Msg { order, versi, mid })) = (dead, item) {
+            self.log(|| format!("shard {shard}: {mid} dead-lettered"));
+            self.dlq.push(Dead { order, versi, mid });
+        }
+    }
+
+    /// The case's handler failed transiently on a call for (order, versi):
+    /// one of its failing calls is spent (the model counts them: the
+    /// handler's own decrement would roll back with the failed transaction).
+    async fn failed_call(&mut self, order: usize, versi: i64) -> anyhow::Result<()> {
+        self.stats.handler_retries += 1;
+        sqlx::query(
+            "UPDATE model_fail SET remaining = remaining - 1
+             WHERE pesanan_id = $1 AND versi = $2 AND cara = 'retry' AND remaining > 0",
+        )
+        .bind(&self.spec.orders[order].id)
+        .bind(versi)
+        .execute(self.db)
+        .await?;
+        Ok(())
+    }
+
+    /// The shard's release step. Legacy: `handoff::release`. Otherwise the
+    /// worker's `release_in_transaction`: `handoff::release_with` in a
+    /// transaction; each refused version is published to the dead-letter
+    /// exchange (and recorded) before the commit. With `may_crash` (cases
+    /// with faults) the worker sometimes dies before the commit: everything
+    /// rolls back, and a refused version's dead letter may already be
+    /// published. (A release that commits runs as one statement: nothing
+    /// else runs between its publishes and its commit in the model.)
+    async fn release(&mut self, shard: usize, may_crash: bool) -> anyhow::Result<usize> {
+        if self.legacy {
+            let released = tokio::time::timeout(
+                STATEMENT_LIMIT,
+                handoff::release(self.db, shard as u16, RELEASE_BATCH),
+            )
+            .await??;
+            return self.released(shard, released).await;
+        }
+        let dies = may_crash && self.faults.is_some() && self.frng.chance(4);
+        if !dies {
+            // Committed, then its dead letters published: the same, in the
+            // model, as published then committed (nothing runs in between),
+            // and one round trip instead of three.
+            let released = tokio::time::timeout(
+                STATEMENT_LIMIT,
+                handoff::release_with(
+                    &mut *self.conn().await?,
+                    shard as u16,
+                    RELEASE_BATCH,
+                    &self.policy,
+                    None,
+                ),
+            )
+            .await??;
+            return self.released(shard, released).await;
+        }
+        let mut tx = self.db.begin().await?;
         let released = tokio::time::timeout(
             STATEMENT_LIMIT,
-            handoff::release(self.db, shard as u16, 200),
+            handoff::release_with(&mut tx, shard as u16, RELEASE_BATCH, &self.policy, None),
         )
         .await??;
+        // The worker dies before the commit.
+        let refused: Vec<&handoff::Released> =
+            released.iter().filter(|r| r.result == "refused").collect();
+        let published = !refused.is_empty() && self.frng.chance(50);
+        let dead: Vec<Dead> = if published {
+            refused
+                .iter()
+                .filter_map(|r| {
+                    let &(order, versi) = self.mids.get(&r.message_id)?;
+                    Some(Dead {
+                        order,
+                        versi,
+                        mid: r.message_id.clone(),
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        tx.rollback().await?;
+        let n = released.len();
+        self.log(|| {
+            format!(
+                "shard {shard}: release of {n} rolled back: the pool died before the commit \
+                 (dead letters already published: {:?})",
+                dead.iter().map(|d| &d.mid).collect::<Vec<_>>()
+            )
+        });
+        self.dlq.extend(dead);
+        // The handler's failing calls were made all the same.
+        for r in &released {
+            let failed = r.result == "retry" || r.reason.as_deref() == Some("retries_exhausted");
+            if let (true, Some(&(order, versi))) = (failed, self.mids.get(&r.message_id)) {
+                self.failed_call(order, versi).await?;
+            }
+        }
+        self.stats.release_crashes += 1;
+        self.pool_crash();
+        Ok(0)
+    }
+
+    /// What a committed release did.
+    async fn released(
+        &mut self,
+        shard: usize,
+        released: Vec<handoff::Released>,
+    ) -> anyhow::Result<usize> {
         for r in &released {
             self.stats.released += 1;
-            let (id, result) = (r.message_id.clone(), r.result.clone());
-            self.log(|| format!("shard {shard}: released {id} -> {result}"));
-            if r.result != "applied" {
-                self.violation(
+            let (id, result, reason) = (r.message_id.clone(), r.result.clone(), r.reason.clone());
+            self.log(|| format!("shard {shard}: released {id} -> {result} {reason:?}"));
+            let at = self.mids.get(&r.message_id).copied();
+            match (r.result.as_str(), at) {
+                ("applied", _) => {}
+                ("retry", Some((order, versi))) => {
+                    self.stats.retried += 1;
+                    self.failed_call(order, versi).await?;
+                }
+                ("refused", Some((order, versi))) => {
+                    if r.reason.as_deref() == Some("retries_exhausted") {
+                        self.failed_call(order, versi).await?;
+                    }
+                    // Out of the sequence: its claim dropped, a replay is new.
+                    self.committed.remove(&r.message_id);
+                    self.stats.refused += 1;
+                    self.dlq.push(Dead {
+                        order,
+                        versi,
+                        mid: r.message_id.clone(),
+                    });
+                }
+                _ => self.violation(
                     "stale",
                     format!("released {} came out {}", r.message_id, r.result),
-                );
+                ),
             }
         }
         Ok(released.len())
@@ -950,7 +1401,7 @@ impl<'a> Sim<'a> {
         }
         // Every connection drops; unacked deliveries go back to the front.
         for q in &mut self.queues {
-            q.inflight = false;
+            q.stage = Stage::Idle;
         }
         if matches!(self.pool, PoolState::Consuming { .. }) {
             self.pool = PoolState::Down;
@@ -963,7 +1414,7 @@ impl<'a> Sim<'a> {
     fn pool_crash(&mut self) {
         self.stats.pool_crashes += 1;
         for q in &mut self.queues {
-            q.inflight = false;
+            q.stage = Stage::Idle;
         }
         if self.prep.as_ref().is_some_and(|p| p.owner == Owner::Pool) {
             self.abort_prep("crashed");
@@ -1016,6 +1467,23 @@ impl<'a> Sim<'a> {
 
     /// One random step.
     async fn step(&mut self) -> anyhow::Result<()> {
+        // Steps of cases with faults, drawn from the second stream (so that
+        // a case without faults takes exactly the steps it always took).
+        if self.faults.is_some() {
+            match self.frng.below(100) {
+                0..=3 => {
+                    let all = self.frng.chance(30);
+                    self.clock(all).await?;
+                    return Ok(());
+                }
+                4..=7 if !self.dlq.is_empty() => {
+                    let i = self.frng.below(self.dlq.len());
+                    self.operator(i, true).await?;
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
         let live = self.live_shards();
         let busy: Vec<usize> = live
             .iter()
@@ -1048,7 +1516,7 @@ impl<'a> Sim<'a> {
             },
             680..=759 if !live.is_empty() => {
                 let s = live[self.rng.below(live.len())];
-                self.release(s).await?;
+                self.release(s, true).await?;
             }
             760..=879 if self.prep.is_some() => self.prep_step(true).await?,
             880..=909 if self.prep.is_none() && self.topology_died && self.rng.chance(50) => {
@@ -1083,7 +1551,108 @@ impl<'a> Sim<'a> {
     }
 
     fn pool_inflight(&self) -> bool {
-        self.queues.iter().any(|q| q.inflight)
+        self.queues.iter().any(|q| q.stage != Stage::Idle)
+    }
+
+    /// Time passes (the model's clock): one message set aside (or, with
+    /// `all`, every one) becomes due. Nothing else reads the time: the
+    /// backoff ([`BACKOFF`]) is longer than any case.
+    async fn clock(&mut self, all: bool) -> anyhow::Result<bool> {
+        let waiting: Vec<i64> = sqlx::query_scalar(
+            "SELECT seq FROM urutan_parkir WHERE jatuh_tempo > now() ORDER BY seq",
+        )
+        .fetch_all(self.db)
+        .await?;
+        if waiting.is_empty() {
+            return Ok(false);
+        }
+        let due = if all {
+            waiting
+        } else {
+            vec![waiting[self.frng.below(waiting.len())]]
+        };
+        sqlx::query(
+            "UPDATE urutan_parkir SET jatuh_tempo = now() - interval '1 second' WHERE seq = ANY($1)",
+        )
+        .bind(&due)
+        .execute(self.db)
+        .await?;
+        self.log(|| format!("clock: set-aside rows {due:?} are due"));
+        Ok(true)
+    }
+
+    /// The operator takes one dead letter (the `i`th): a version already
+    /// skipped is purged; a refused message holding its order is either
+    /// skipped (`store::hold::release_hold`, as `urutan hold release`) or
+    /// replayed; any other is replayed. A replay (`urutan dlq replay`)
+    /// publishes the message again, a new delivery with the same message id,
+    /// through the ring as it is now; before it the operator fixes the
+    /// handler for that version (unless `unfixed` and the draw says not).
+    /// Nothing is decided about a version while a replay of it is still
+    /// queued (`urutan dlq replay` waits for the outcome).
+    async fn operator(&mut self, i: usize, unfixed: bool) -> anyhow::Result<bool> {
+        let Some(dead) = self.dlq.get(i).cloned() else {
+            return Ok(false);
+        };
+        let Dead { order, versi, mid } = dead;
+        let id = self.spec.orders[order].id.clone();
+        if self.skipped.iter().any(|s| s.2 == mid) {
+            self.log(|| format!("operator: purges {mid} (skipped)"));
+            self.dlq.remove(i);
+            return Ok(true);
+        }
+        let queued = self.queues.iter().any(|q| {
+            q.items
+                .iter()
+                .any(|it| matches!(it, Item::Msg { mid: m, .. } if *m == mid))
+        });
+        if queued {
+            return Ok(false);
+        }
+        let holds = store::hold::holds(self.db, Some(&id), 10).await?;
+        let held_by_it = holds
+            .iter()
+            .any(|h| h.reason == "refused" && h.message_id.as_deref() == Some(mid.as_str()));
+        let (skip_percent, unfixed_percent) = self
+            .faults
+            .as_ref()
+            .map_or((0, 0), |f| (f.skip_percent, f.unfixed_percent));
+        if held_by_it && self.frng.chance(skip_percent) {
+            let released = store::hold::release_hold(self.db, &id).await?;
+            self.log(|| format!("operator: hold release {id} -> {released:?}"));
+            match released {
+                Some(r)
+                    if r.message_id.as_deref() == Some(mid.as_str()) && r.versi == Some(versi) =>
+                {
+                    self.stats.skips += 1;
+                    self.skipped.push((order, versi, mid));
+                }
+                other => self.violation(
+                    "skipped",
+                    format!("hold release of {id} (held by {mid}, v{versi}) returned {other:?}"),
+                ),
+            }
+            self.dlq.remove(i);
+            return Ok(true);
+        }
+        if self.ring.is_empty() {
+            return Ok(false);
+        }
+        let fix = !(unfixed && self.frng.chance(unfixed_percent));
+        if fix {
+            sqlx::query("DELETE FROM model_fail WHERE pesanan_id = $1 AND versi = $2")
+                .bind(&id)
+                .bind(versi)
+                .execute(self.db)
+                .await?;
+        }
+        self.log(|| {
+            format!("operator: replays {mid} (held by it: {held_by_it}; handler fixed: {fix})")
+        });
+        self.dlq.remove(i);
+        self.stats.replays += 1;
+        self.publish(order, versi, mid);
+        Ok(true)
     }
 
     /// Ends the case: everything published, prepared, consumed, released.
@@ -1149,17 +1718,42 @@ impl<'a> Sim<'a> {
                 self.consume(s, true).await?;
                 progress = true;
             }
-            for s in self.live_shards() {
-                if self.release(s).await? > 0 {
-                    progress = true;
+            // Releases; with faults, time passes (every message set aside
+            // is due) and they run again, until nothing was set aside anew.
+            for _ in 0..10 {
+                for s in self.live_shards() {
+                    if self.release(s, false).await? > 0 {
+                        progress = true;
+                    }
                 }
+                if self.faults.is_none() || !self.clock(true).await? {
+                    break;
+                }
+                progress = true;
             }
             while self.retire_step().await? {
                 progress = true;
             }
+            // The operator deals with every dead letter (replays fix the
+            // handler first).
+            let mut i = 0;
+            while i < self.dlq.len() {
+                if self.operator(i, false).await? {
+                    progress = true;
+                } else {
+                    i += 1;
+                }
+            }
             let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM urutan_parkir")
                 .fetch_one(self.db)
                 .await?;
+            let held: i64 = if self.faults.is_none() {
+                0
+            } else {
+                sqlx::query_scalar("SELECT count(*) FROM urutan_tahan")
+                    .fetch_one(self.db)
+                    .await?
+            };
             let queued = self.queues.iter().any(|q| !q.items.is_empty());
             let retiring = matches!(
                 self.pool,
@@ -1168,7 +1762,7 @@ impl<'a> Sim<'a> {
                     ..
                 }
             );
-            if parked == 0 && !queued && !retiring {
+            if parked == 0 && held == 0 && self.dlq.is_empty() && !queued && !retiring {
                 return Ok(());
             }
             if progress {
@@ -1200,9 +1794,11 @@ impl<'a> Sim<'a> {
             // still ran) so that the history check below also says whether
             // the order would have been kept.
             let stranded: HashSet<i32> = parked.iter().map(|p| p.1).collect();
+            let mut stranded: Vec<i32> = stranded.into_iter().collect();
+            stranded.sort_unstable();
             for _ in 0..20 {
                 for &s in &stranded {
-                    self.release(s as usize).await?;
+                    self.release(s as usize, false).await?;
                 }
             }
         }
@@ -1224,29 +1820,122 @@ impl<'a> Sim<'a> {
         for (id, versi) in rows {
             history.entry(id).or_default().push(versi);
         }
-        for o in self.spec.orders.clone() {
-            let got = history.remove(&o.id).unwrap_or_default();
-            if got != o.versions {
+        for (i, o) in self.spec.orders.clone().into_iter().enumerate() {
+            let got = history.get(&o.id).cloned().unwrap_or_default();
+            // Every published version except those the operator skipped.
+            let expected: Vec<i64> = o
+                .versions
+                .iter()
+                .copied()
+                .filter(|&v| !self.skipped.iter().any(|s| s.0 == i && s.1 == v))
+                .collect();
+            if got != expected {
                 // Only missing versions (still parked, say), or out of order?
-                let in_order = got.windows(2).all(|w| w[0] < w[1])
-                    && got.iter().all(|v| o.versions.contains(v));
+                let in_order =
+                    got.windows(2).all(|w| w[0] < w[1]) && got.iter().all(|v| expected.contains(v));
                 let kind = if in_order {
                     "history-missing"
                 } else {
                     "history"
                 };
+                let skipped: Vec<i64> = o
+                    .versions
+                    .iter()
+                    .copied()
+                    .filter(|v| !expected.contains(v))
+                    .collect();
                 self.violation(
                     kind,
-                    format!("history of {} is {got:?}, published {:?}", o.id, o.versions),
+                    format!(
+                        "history of {} is {got:?}, published {:?}, skipped {skipped:?}",
+                        o.id, o.versions
+                    ),
                 );
             }
+        }
+        if !self.legacy {
+            self.check_handler_and_holds(&history).await?;
+        }
+        Ok(())
+    }
+
+    /// The handler's own table is the history (one row per applied
+    /// version, each with the version stored before it); the skips are the
+    /// operator's; nothing is left held or dead-lettered.
+    async fn check_handler_and_holds(
+        &mut self,
+        history: &HashMap<String, Vec<i64>>,
+    ) -> anyhow::Result<()> {
+        let rows: Vec<(String, i64, Option<i64>)> = sqlx::query_as(
+            "SELECT pesanan_id, versi, previous_versi FROM model_applied ORDER BY seq",
+        )
+        .fetch_all(self.db)
+        .await?;
+        let mut calls: HashMap<String, Vec<(i64, Option<i64>)>> = HashMap::new();
+        for (id, versi, previous) in rows {
+            calls.entry(id).or_default().push((versi, previous));
+        }
+        for o in self.spec.orders.clone() {
+            let got = calls.remove(&o.id).unwrap_or_default();
+            let applied = history.get(&o.id).cloned().unwrap_or_default();
+            let expected: Vec<(i64, Option<i64>)> = applied
+                .iter()
+                .enumerate()
+                .map(|(k, &v)| (v, k.checked_sub(1).map(|p| applied[p])))
+                .collect();
+            if got != expected {
+                self.violation(
+                    "handler",
+                    format!(
+                        "the handler saw {} as {got:?} (versi, previous_versi), history {applied:?}",
+                        o.id
+                    ),
+                );
+            }
+        }
+        let skips: Vec<(String, Option<i64>, Option<String>, String)> = sqlx::query_as(
+            "SELECT pesanan_id, versi, message_id, alasan FROM urutan_lewati ORDER BY seq",
+        )
+        .fetch_all(self.db)
+        .await?;
+        let expected: Vec<(String, Option<i64>, Option<String>, String)> = self
+            .skipped
+            .iter()
+            .map(|(o, v, mid)| {
+                (
+                    self.spec.orders[*o].id.clone(),
+                    Some(*v),
+                    Some(mid.clone()),
+                    "refused".to_owned(),
+                )
+            })
+            .collect();
+        if skips != expected {
+            self.violation(
+                "skipped",
+                format!("urutan_lewati holds {skips:?}, the operator skipped {expected:?}"),
+            );
+        }
+        let held: Vec<(String, String, Option<String>)> = sqlx::query_as(
+            "SELECT pesanan_id, alasan, message_id FROM urutan_tahan ORDER BY pesanan_id",
+        )
+        .fetch_all(self.db)
+        .await?;
+        if !held.is_empty() || !self.dlq.is_empty() {
+            let dead: Vec<&String> = self.dlq.iter().map(|d| &d.mid).collect();
+            self.violation(
+                "left-held",
+                format!(
+                    "left held: {held:?} (order, reason, message); dead letters left: {dead:?}"
+                ),
+            );
         }
         Ok(())
     }
 }
 
 /// The kinds of violation, as reported.
-pub const KINDS: [&str; 8] = [
+pub const KINDS: [&str; 11] = [
     "history",
     "history-missing",
     "stale",
@@ -1255,6 +1944,9 @@ pub const KINDS: [&str; 8] = [
     "lost",
     "left-parked",
     "unconsumed",
+    "handler",
+    "skipped",
+    "left-held",
 ];
 
 /// What one case found.
@@ -1276,6 +1968,34 @@ pub async fn run_case(
     reset(db, legacy).await?;
     let mut rng = Rng::new(seed);
     let spec = draw_spec(&mut rng);
+    let mut frng = Rng::new(seed ^ FAULT_SALT);
+    let faults = if legacy {
+        None
+    } else {
+        draw_faults(&mut frng, &spec)
+    };
+    if let Some(f) = &faults {
+        for &(o, versi, fault) in &f.plan {
+            let (cara, remaining) = match fault {
+                Fault::Retry(n) => ("retry", n as i32),
+                Fault::Refuse => ("refuse", 1),
+            };
+            sqlx::query("INSERT INTO model_fail VALUES ($1, $2, $3, $4)")
+                .bind(&spec.orders[o].id)
+                .bind(versi)
+                .bind(cara)
+                .bind(remaining)
+                .execute(db)
+                .await?;
+        }
+    }
+    let policy = RetryPolicy {
+        min: BACKOFF,
+        max: BACKOFF,
+        max_attempts: faults.as_ref().map_or(20, |f| f.max_attempts),
+        hold_refused: true,
+        gap_timeout: None,
+    };
     let mut outbox_rows: Vec<(usize, i64)> = Vec::new();
     {
         // The application writes the relay orders' rows in some interleaving.
@@ -1319,14 +2039,25 @@ pub async fn run_case(
         },
         spec,
         committed: HashSet::new(),
+        mids: HashMap::new(),
+        frng,
+        stats: Stats {
+            fault_cases: u64::from(faults.is_some()),
+            ..Stats::default()
+        },
+        faults,
+        policy,
+        dlq: Vec::new(),
+        skipped: Vec::new(),
         violations: Vec::new(),
         trace: Vec::new(),
         keep_trace,
-        stats: Stats::default(),
     };
     if keep_trace {
         let spec = format!("{:?}", sim.spec);
         sim.log(|| format!("seed {seed:#x} legacy {legacy}: {spec}"));
+        let faults = format!("{:?}", sim.faults);
+        sim.log(|| format!("faults: {faults}"));
     }
     // The first start: the topology is declared (no window: nothing was
     // there before), the pool consumes.
@@ -1367,9 +2098,18 @@ const TABLES: [(&str, &str); 9] = [
     ("urutan_jendela", "jendela"),
 ];
 
+/// Tables of the holds and of the model's handler (not `legacy`).
+const FAULT_TABLES: [(&str, &str); 4] = [
+    ("urutan_tahan", ""),
+    ("urutan_lewati", "seq"),
+    ("model_fail", ""),
+    ("model_applied", "seq"),
+];
+
 async fn reset(db: &PgPool, legacy: bool) -> anyhow::Result<()> {
     let mut sql = String::from("BEGIN;");
-    for (table, serial) in TABLES {
+    let faults = if legacy { &[][..] } else { &FAULT_TABLES[..] };
+    for &(table, serial) in TABLES.iter().chain(faults) {
         let table = match table {
             "urutan_jendela" if legacy => "urutan_ring_berubah",
             t => t,
@@ -1452,15 +2192,35 @@ impl ModelDb {
         .execute(&admin)
         .await?;
         admin.close().await;
-        let pool = if legacy {
+        let url = if legacy {
             let pool = store::connect(&url, 2).await?;
             for sql in LEGACY_MIGRATIONS {
                 sqlx::raw_sql(sql).execute(&pool).await?;
             }
-            pool
+            pool.close().await;
+            url
         } else {
-            store::prepare(&url, 2).await?
+            // The worker's URL with HANDLER_FUNCTION set.
+            let settings = Settings {
+                database_url: url,
+                handler_function: Some("model_handler".to_owned()),
+                ..Settings::default()
+            };
+            let url = settings.schema_url();
+            let pool = store::prepare(&url, 2).await?;
+            sqlx::raw_sql(MODEL_HANDLER).execute(&pool).await?;
+            pool.close().await;
+            url
         };
+        // The model's own pool: `store::connect` pings every connection
+        // given back (against links that go silent, which the model has
+        // none of): a second round trip for each of the model's statements.
+        let options: sqlx::postgres::PgConnectOptions = url.expose().parse()?;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(STATEMENT_LIMIT)
+            .connect_with(options.application_name("urutan"))
+            .await?;
         Ok(Self { name, pool })
     }
 }
@@ -1503,7 +2263,9 @@ impl Summary {
             "interleave ({}): {} cases in {:.1} s, {} failing; {} messages, {} handled \
              items, {} parked, {} released, {} redeliveries (all duplicate unless listed), \
              {} broker restarts ({} remapped), {} grows, {} shrinks, {} shards retired, {} \
-             prepares died, {} pool crashes, {} windows, {} epochs",
+             prepares died, {} pool crashes, {} windows, {} epochs; {} cases with handler \
+             faults: {} retries asked, {} set aside, {} set aside again, {} refused, {} \
+             replayed, {} skipped, {} releases died before commit",
             if legacy { "legacy protocol" } else { "windows" },
             self.ran,
             self.elapsed.as_secs_f64(),
@@ -1521,7 +2283,15 @@ impl Summary {
             s.prep_deaths,
             s.pool_crashes,
             s.windows,
-            s.epochs
+            s.epochs,
+            s.fault_cases,
+            s.handler_retries,
+            s.set_aside,
+            s.retried,
+            s.refused,
+            s.replays,
+            s.skips,
+            s.release_crashes
         );
         for kind in KINDS {
             let n = self

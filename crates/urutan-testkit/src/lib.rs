@@ -59,3 +59,29 @@ pub fn target_tmpdir() -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create target/tmp");
     dir
 }
+
+/// The repository's HEAD commit, short (`git rev-parse --short HEAD`), for a
+/// report to say what it measured; empty when git cannot tell.
+pub fn commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Serves `app` on `listener` (a test's HTTP endpoint) in a task of its own
+/// until the returned token is cancelled.
+pub fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+) -> tokio_util::sync::CancellationToken {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let until = stop.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(until.cancelled_owned())
+            .await;
+    });
+    stop
+}

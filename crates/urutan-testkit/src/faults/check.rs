@@ -369,9 +369,15 @@ pub async fn effects_checks(
         "exactly one effect per applied version, none dead-lettered",
         per_version,
     ));
-    let keys: Vec<String> = sqlx::query_scalar("SELECT message_id FROM urutan_efek")
-        .fetch_all(db)
-        .await?;
+    let effects: Vec<(String, String)> = sqlx::query_as(
+        "SELECT e.message_id, t.url FROM urutan_efek e JOIN urutan_efek_tujuan t USING (tujuan)",
+    )
+    .fetch_all(db)
+    .await?;
+    let keys: Vec<String> = effects
+        .iter()
+        .map(|(id, url)| urutan::effects::sign::idempotency_key(id, url))
+        .collect();
     let book = payee.book();
     let mut charged: std::collections::HashMap<&str, usize> = Default::default();
     for c in &book.charges {

@@ -70,13 +70,7 @@ impl Payee {
         let app = Router::new()
             .route("/charge", post(charge))
             .with_state(shared.clone());
-        let stop = CancellationToken::new();
-        let until = stop.clone();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(until.cancelled_owned())
-                .await;
-        });
+        let stop = crate::serve(listener, app);
         Ok(Self { url, shared, stop })
     }
 

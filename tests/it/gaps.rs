@@ -1,0 +1,193 @@
+//! Gaps that wait (`GAP_POLICY=wait`, docs/contract.md section 11): a
+//! version above stored + 1 waits until the versions between are applied,
+//! so the handler sees every step in order; a version missing longer than
+//! `GAP_TIMEOUT` holds its order (reason `gap`) until it comes, or until
+//! `urutan hold release` applies what waits without it.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use urutan::config::{GapPolicy, Settings};
+use urutan_testkit::fixtures::{
+    Msg, RunningPool, TestEnv, count, http_get, metric_sum, stored, urutan, wait_count, wait_for,
+    wait_stored,
+};
+
+/// A handler that records every call.
+const HANDLER: &str = "
+CREATE TABLE panggilan (n BIGSERIAL PRIMARY KEY, pesanan_id TEXT, versi BIGINT,
+                        previous_versi BIGINT);
+CREATE FUNCTION catat(event jsonb) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO panggilan (pesanan_id, versi, previous_versi)
+    VALUES (event->>'id', (event->>'versi')::bigint, (event->>'previous_versi')::bigint)
+$$;";
+
+struct Scene {
+    env: TestEnv,
+    db: PgPool,
+    pool: RunningPool,
+}
+
+async fn scene(test: &str, prefetch: u16, tune: impl FnOnce(&mut Settings)) -> Scene {
+    let env = TestEnv::new(test).await;
+    let db = env.db().await;
+    sqlx::raw_sql(HANDLER).execute(&db).await.expect("handler");
+    let mut settings = env.settings(2);
+    settings.prefetch = prefetch;
+    settings.handler_function = Some("catat".into());
+    settings.gap_policy = GapPolicy::Wait;
+    tune(&mut settings);
+    let pool = RunningPool::ready(settings).await;
+    Scene { env, db, pool }
+}
+
+/// The handler's calls for `order`: (versi, previous_versi), in order.
+async fn calls(db: &PgPool, order: &str) -> Vec<(i64, Option<i64>)> {
+    sqlx::query_as("SELECT versi, previous_versi FROM panggilan WHERE pesanan_id = $1 ORDER BY n")
+        .bind(order)
+        .fetch_all(db)
+        .await
+        .expect("calls")
+}
+
+async fn wait_parked(db: &PgPool, order: &str, n: i64) {
+    wait_for(
+        &format!("{n} version(s) of {order} parked"),
+        Duration::from_secs(30),
+        || async {
+            let parked: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM urutan_parkir WHERE pesanan_id = $1")
+                    .bind(order)
+                    .fetch_one(db)
+                    .await
+                    .expect("parked");
+            parked == n
+        },
+    )
+    .await;
+}
+
+fn versions(order: &str, vs: &[i64]) -> Vec<Msg> {
+    vs.iter().map(|v| Msg::event(order, *v)).collect()
+}
+
+/// The contract's scenario: versions 1, 2, 4, 5, 3 published in that order
+/// reach the handler as 1, 2, 3, 4, 5, in strict and in batch mode; an
+/// order without gaps is not slowed.
+#[tokio::test]
+async fn versions_wait_for_the_missing_ones_in_every_mode() {
+    for prefetch in [1, 16] {
+        let s = scene(&format!("gap_wait_p{prefetch}"), prefetch, |_| {}).await;
+        let publisher = s.env.publisher().await;
+        publisher.send_all(&versions("A", &[1, 2, 4, 5])).await;
+        publisher.send_all(&versions("B", &[1, 2, 3])).await;
+        wait_stored(&s.db, "B", 3).await;
+        wait_parked(&s.db, "A", 2).await;
+        assert_eq!(stored(&s.db, "A").await, Some(2), "v4 and v5 wait for v3");
+        publisher.send_all(&versions("A", &[3])).await;
+        wait_stored(&s.db, "A", 5).await;
+        let seen: Vec<i64> = calls(&s.db, "A").await.iter().map(|c| c.0).collect();
+        assert_eq!(
+            seen,
+            [1, 2, 3, 4, 5],
+            "every step, in order (prefetch {prefetch})"
+        );
+        let previous: Vec<Option<i64>> = calls(&s.db, "A").await.iter().map(|c| c.1).collect();
+        assert_eq!(previous, [None, Some(1), Some(2), Some(3), Some(4)]);
+        assert_eq!(count(&s.db, "SELECT count(*) FROM urutan_tahan").await, 0);
+        wait_parked(&s.db, "A", 0).await;
+        s.pool.stop().await;
+    }
+}
+
+/// A version that never comes holds its order after `GAP_TIMEOUT` (reason
+/// `gap`, the missing version named); `urutan hold release` applies the
+/// waiting versions without it, records the skip, and the missing version
+/// arriving later is stale.
+#[tokio::test]
+async fn a_version_that_never_comes_holds_the_order_until_released() {
+    let s = scene("gap_hold", 1, |s| s.gap_timeout = Duration::from_secs(2)).await;
+    let publisher = s.env.publisher().await;
+    publisher.send_all(&versions("H", &[1, 2, 4, 5])).await;
+    wait_for("the gap hold", Duration::from_secs(30), || async {
+        count(
+            &s.db,
+            "SELECT count(*) FROM urutan_tahan WHERE pesanan_id = 'H' AND alasan = 'gap' AND versi = 3",
+        )
+        .await
+            == 1
+    })
+    .await;
+    assert_eq!(stored(&s.db, "H").await, Some(2));
+    let held = urutan(&s.env, &[], &["hold", "list", "--json"]).await;
+    assert!(held.ok(), "{held}");
+    let list: serde_json::Value = serde_json::from_str(&held.stdout).expect("json");
+    assert_eq!(list[0]["order"], "H", "{held}");
+    assert_eq!(list[0]["reason"], "gap");
+    assert_eq!(list[0]["versi"], 3, "the missing version");
+    assert_eq!(list[0]["waiting"], 2);
+    let text = urutan(&s.env, &[], &["hold", "list"]).await;
+    assert!(text.stdout.contains("missing v3"), "{text}");
+    let explain = urutan(&s.env, &[], &["explain", "H"]).await;
+    assert!(explain.stdout.contains("ON HOLD (gap)"), "{explain}");
+    let status = urutan(&s.env, &[], &["status", "--json"]).await;
+    assert!(status.stdout.contains("\"orders_held\""), "{status}");
+    // (The metrics are the test process's, shared with the other tests.)
+    let scrape = http_get(s.pool.http, "/metrics").await.1;
+    assert!(metric_sum(&scrape, "urutan_holds_total", &["reason=\"gap\""]) >= 1.0);
+
+    let released = urutan(&s.env, &[], &["hold", "release", "H"]).await;
+    assert!(released.ok(), "{released}");
+    assert!(released.stdout.contains("without v3"), "{released}");
+    wait_stored(&s.db, "H", 5).await;
+    let seen: Vec<i64> = calls(&s.db, "H").await.iter().map(|c| c.0).collect();
+    assert_eq!(
+        seen,
+        [1, 2, 4, 5],
+        "the waiting versions, in order, past the gap"
+    );
+    let explain = urutan(&s.env, &[], &["explain", "H"]).await;
+    assert!(explain.stdout.contains("skipped"), "{explain}");
+    publisher.send_all(&versions("H", &[3])).await;
+    wait_count(
+        &s.db,
+        "SELECT count(*) FROM pesan_diproses WHERE message_id = 'H-v3'",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(stored(&s.db, "H").await, Some(5), "v3 late: stale");
+    assert_eq!(
+        calls(&s.db, "H").await.len(),
+        4,
+        "never called for a stale version"
+    );
+    s.pool.stop().await;
+}
+
+/// The missing version arriving after its order was held goes through:
+/// the hold ends and the versions that waited follow in order.
+#[tokio::test]
+async fn the_missing_version_arriving_late_ends_the_gap_hold() {
+    let s = scene("gap_late", 1, |s| s.gap_timeout = Duration::from_secs(1)).await;
+    let publisher = s.env.publisher().await;
+    publisher.send_all(&versions("J", &[1, 3, 4])).await;
+    wait_count(
+        &s.db,
+        "SELECT count(*) FROM urutan_tahan WHERE pesanan_id = 'J' AND alasan = 'gap'",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    publisher.send_all(&versions("J", &[2])).await;
+    wait_stored(&s.db, "J", 4).await;
+    let seen: Vec<i64> = calls(&s.db, "J").await.iter().map(|c| c.0).collect();
+    assert_eq!(seen, [1, 2, 3, 4]);
+    assert_eq!(count(&s.db, "SELECT count(*) FROM urutan_tahan").await, 0);
+    assert_eq!(
+        count(&s.db, "SELECT count(*) FROM urutan_lewati").await,
+        0,
+        "nothing skipped"
+    );
+    s.pool.stop().await;
+}
