@@ -2,6 +2,11 @@
 //! lifting the envelope out of a lapin delivery, then decoding and
 //! validating it against the contract (`urutan::message::decode`).
 //!
+//! Beside them, the trace context's share with export off (the default):
+//! reading a `traceparent` header and starting a span under it (the
+//! apply), and reading an outbox row's value and writing the header (the
+//! publish).
+//!
 //! `cargo bench --bench decode` measures. Under `cargo test --all-targets`
 //! (which passes libtest flags such as `--skip` that criterion's parser
 //! refuses) each benchmarked function runs once as a smoke test instead.
@@ -14,6 +19,7 @@ use lapin::message::Delivery;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use urutan::broker::delivery::{ENTITY_HEADER, envelope};
 use urutan::message::{EntityHeader, Envelope, decode};
+use urutan::trace::{SpanKind, TraceParent, Traces};
 
 /// The worker's default body limit (`MAX_BODY_BYTES`).
 const LIMIT: usize = 1024 * 1024;
@@ -115,6 +121,44 @@ fn benches(c: &mut Criterion) {
     c.bench_function("delivery::envelope+decode/typical", |b| {
         b.iter(|| decode(&envelope(black_box(&delivery), ENTITY_HEADER), LIMIT).expect("valid"));
     });
+
+    let (off, headers) = (Traces::off(), traced_headers());
+    c.bench_function("trace::off/apply_span", |b| {
+        b.iter(|| apply_span(&off, black_box(&headers)));
+    });
+    c.bench_function("trace::off/publish_header", |b| {
+        b.iter(|| publish_header(&off, black_box(Some(TRACEPARENT))));
+    });
+}
+
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+fn traced_headers() -> FieldTable {
+    let mut headers = FieldTable::default();
+    headers.insert(
+        ENTITY_HEADER.into(),
+        AMQPValue::LongString(LongString::from(ENTITY.as_bytes())),
+    );
+    headers.insert(
+        "traceparent".into(),
+        AMQPValue::LongString(LongString::from(TRACEPARENT)),
+    );
+    headers
+}
+
+/// The worker's share: the header read, a span under it, its context as
+/// the effect trigger gets it.
+fn apply_span(traces: &Traces, headers: &FieldTable) -> String {
+    let parent = TraceParent::from_headers(Some(headers));
+    let span = traces.start("apply", SpanKind::Consumer, parent);
+    span.traceparent().to_string()
+}
+
+/// The relay's share: the row's value checked, a span under it, the header value.
+fn publish_header(traces: &Traces, row: Option<&str>) -> String {
+    let parent = row.and_then(|t| TraceParent::parse(t.as_bytes()));
+    let span = traces.start("publish", SpanKind::Producer, parent);
+    span.traceparent().to_string()
 }
 
 /// Every benchmarked call once, checked: what `cargo test` runs.
@@ -130,6 +174,11 @@ fn smoke() {
     let delivery = mock_delivery(typical);
     let event = decode(&envelope(&delivery, ENTITY_HEADER), LIMIT).expect("valid");
     assert_eq!(event.message_id, MESSAGE_ID);
+    let off = Traces::off();
+    let child = apply_span(&off, &traced_headers());
+    assert_eq!(&child[..36], &TRACEPARENT[..36], "same trace");
+    assert_ne!(child, TRACEPARENT, "a span of its own");
+    assert_eq!(publish_header(&off, None).len(), TRACEPARENT.len());
     println!("decode bench: smoke run ok (measure with `cargo bench --bench decode`)");
 }
 

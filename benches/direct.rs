@@ -287,11 +287,7 @@ async fn scenario(o: &Options, broker_restart: bool, step: i64) -> anyhow::Resul
 fn write(o: &Options, runs: &[Run]) -> anyhow::Result<()> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/results");
     std::fs::create_dir_all(&dir)?;
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default();
+    let commit = urutan_testkit::commit();
     let json = serde_json::json!({"commit": commit, "orders": o.orders, "shards": o.shards,
                                   "runs": runs});
     std::fs::write(

@@ -11,6 +11,9 @@
 //! worker's RSS every second. `--sustained` instead steps an open-loop load
 //! up to and past saturation for the broker alone, strict, pipelined strict
 //! and batch mode, and finds each one's knee (p99 under 50 / 250 ms).
+//! `--scale LEVELS` instead drains the same backlog on databases prefilled
+//! with LEVEL processed messages, with and without a partition drop
+//! (`scale.rs`).
 //! Results: `benches/results/` (see its README).
 //!
 //! Without `--bench` (as under `cargo test --all-targets`) it does nothing.
@@ -24,10 +27,11 @@ mod e2e {
     pub mod procfs;
     pub mod report;
     pub mod runs;
+    pub mod scale;
     pub mod sustained;
 }
 
-use e2e::{ab, ceilings, chart, load, procfs, report, runs, sustained};
+use e2e::{ab, ceilings, chart, load, procfs, report, runs, scale, sustained};
 use urutan_testkit::{bench_env as env, http, process};
 
 use std::path::{Path, PathBuf};
@@ -43,7 +47,7 @@ use report::{DbKind, Key, LatencySet, Plan, Report, Sample, Scenario};
 const USAGE: &str = "usage: cargo bench --bench e2e -- [--quick] [--rounds N] [--messages N] \
 [--latency-secs S] [--only LABEL-PART]... [--out DIR]\n       cargo bench --bench e2e -- --backlog-1m [--messages N] \
 [--shards N] [--prefetch N] [--scrape-secs S] [--out DIR]\n       cargo bench --bench e2e -- --sustained [--quick] [--step-secs S] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --ab NAME=BIN --ab NAME=BIN... [--shards N] [--prefetch N] \
-[--messages N] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --replot [--out DIR]";
+[--messages N] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --scale LEVELS [--messages N] [--shards N] [--out DIR]\n       cargo bench --bench e2e -- --replot [--out DIR]";
 
 #[derive(Debug, Default)]
 struct Options {
@@ -66,6 +70,8 @@ struct Options {
     scrape_secs: Option<u64>,
     /// A/B mode: worker binaries compared side by side (`NAME=PATH`).
     ab: Vec<ab::Variant>,
+    /// Scale mode: drains on databases prefilled with these many messages.
+    scale: Option<Vec<i64>>,
 }
 
 fn parse_options(args: &[String]) -> anyhow::Result<Options> {
@@ -93,6 +99,7 @@ fn parse_options(args: &[String]) -> anyhow::Result<Options> {
             "--replot" => o.replot = true,
             "--scrape-secs" => o.scrape_secs = Some(value(arg)?.parse()?),
             "--ab" => o.ab.push(ab::parse_variant(&value(arg)?)?),
+            "--scale" => o.scale = Some(scale::parse_levels(&value(arg)?)?),
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
     }
@@ -424,7 +431,10 @@ async fn run(o: Options) -> anyhow::Result<bool> {
         chart::draw(&report, &out.join("latest.png"))?;
         return Ok(true);
     }
-    let ok = if !o.ab.is_empty() {
+    let ok = if let Some(levels) = &o.scale {
+        let plan = scale::ScalePlan::new(levels.clone(), o.messages, o.shards);
+        scale::run(&plan, &bin, &logs, &out).await?
+    } else if !o.ab.is_empty() {
         let plan = ab::AbPlan {
             shards: o.shards.unwrap_or(4),
             prefetch: o.prefetch.unwrap_or(1),

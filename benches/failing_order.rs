@@ -130,12 +130,12 @@ async fn main() -> anyhow::Result<()> {
             "# One failing order on a shard: the other orders' rate\n\n`cargo bench --bench \
              failing_order -- --orders {} --versions {} --rounds {} --prefetch {}` (commit {}, \
              one shard, handler in the transaction; the failing order's handler asks to retry \
-             throughout)\n",
+             throughout)\n\n",
             options.orders,
             options.versions,
             options.rounds,
             options.prefetch,
-            commit()
+            urutan_testkit::commit()
         ),
         row(&[&"round", &"healthy msg/s", &"failing msg/s", &"ratio"]),
         row(&[&"---", &"---", &"---", &"---"]),
@@ -161,16 +161,7 @@ async fn main() -> anyhow::Result<()> {
     println!("median ratio {median:.3} (goal >= 0.9)");
     lines.push(format!("\nMedian ratio: **{median:.3}** (goal ≥ 0.9).\n"));
     let path = format!("benches/results/failing-order-p{}.md", options.prefetch);
-    std::fs::write(&path, lines.join("\n"))?;
+    std::fs::write(&path, lines.concat())?;
     println!("wrote {path}");
     Ok(())
-}
-
-fn commit() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
 }

@@ -18,7 +18,6 @@
 use urutan_testkit::{bench_env as env, markdown::row, process};
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
@@ -410,19 +409,11 @@ async fn run(o: Options) -> anyhow::Result<Report> {
             "--rate {} --entities {} --prefetch {} --steady {}",
             o.rate, o.entities, o.prefetch, o.steady
         ),
-        commit: commit(),
+        commit: urutan_testkit::commit(),
         versions: total,
         reshardings,
         timeline: samples,
     })
-}
-
-fn commit() -> String {
-    Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_default()
 }
 
 #[tokio::main]

@@ -61,6 +61,9 @@ pub fn body(entity: &str, versi: i64, t_ns: i64) -> Vec<u8> {
 pub struct Workload {
     pub entities: usize,
     pub versions: i64,
+    /// The first order's number (`P-<first>`): successive drains into one
+    /// database use disjoint orders (`--scale`).
+    pub first: usize,
 }
 
 impl Workload {
@@ -69,7 +72,13 @@ impl Workload {
         Self {
             entities: messages.div_ceil(4).max(1),
             versions: 4,
+            first: 0,
         }
+    }
+
+    /// The same workload on other orders, numbered from `first`.
+    pub fn starting_at(self, first: usize) -> Self {
+        Self { first, ..self }
     }
 
     pub fn len(&self) -> usize {
@@ -77,7 +86,7 @@ impl Workload {
     }
 
     pub fn entity(&self, e: usize) -> String {
-        format!("P-{e:07}")
+        format!("P-{:07}", self.first + e)
     }
 
     /// Message `i` of the workload, in publish order.

@@ -50,6 +50,10 @@ pub struct WorkerRun {
     pub verified: String,
     /// The worker exited 0 after SIGTERM within 30 s.
     pub clean_stop: bool,
+    /// When the drain began (epoch seconds, the database's clock): its rows
+    /// are the ones applied since.
+    #[serde(default)]
+    pub since_epoch: f64,
 }
 
 struct Mark {
@@ -70,15 +74,30 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// Checks the end state: every message applied once, versions in order per
-/// order, nothing parked, nothing dead-lettered.
-async fn verify(pool: &PgPool, env: &BenchEnv, expected: usize) -> anyhow::Result<String> {
-    let applied = count(pool, "SELECT count(*) FROM pesanan_riwayat").await?;
-    let disorder = count(
-        pool,
-        "SELECT count(*) FROM (SELECT versi - lag(versi) OVER (PARTITION BY pesanan_id ORDER BY seq)
-         AS step FROM pesanan_riwayat) s WHERE step IS NOT NULL AND step <> 1",
+/// Checks the end state of the drain that began at `since` (epoch seconds,
+/// the database's clock): every message applied once, versions in order per
+/// order, nothing parked, nothing dead-lettered. Rows from before `since`
+/// (a prefilled database, an earlier drain) are not looked at.
+async fn verify(
+    pool: &PgPool,
+    env: &BenchEnv,
+    expected: usize,
+    since: f64,
+) -> anyhow::Result<String> {
+    let applied: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pesanan_riwayat WHERE diterapkan_pada >= to_timestamp($1)",
     )
+    .bind(since)
+    .fetch_one(pool)
+    .await?;
+    let applied = usize::try_from(applied).unwrap_or(0);
+    let disorder: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT versi - lag(versi) OVER (PARTITION BY pesanan_id ORDER BY seq)
+         AS step FROM pesanan_riwayat WHERE diterapkan_pada >= to_timestamp($1)) s
+         WHERE step IS NOT NULL AND step <> 1",
+    )
+    .bind(since)
+    .fetch_one(pool)
     .await?;
     let parked = count(pool, "SELECT count(*) FROM urutan_parkir").await?;
     let conn = load::connect(&env.amqp_url(), "urutan-bench verify").await?;
@@ -112,31 +131,45 @@ async fn verify(pool: &PgPool, env: &BenchEnv, expected: usize) -> anyhow::Resul
     })
 }
 
-/// Messages per apply transaction: a transaction's messages share its start
-/// time (`pesan_diproses.diproses_pada`).
-async fn mean_batch(pool: &PgPool) -> anyhow::Result<Option<f64>> {
+/// Messages per apply transaction since `since`: a transaction's messages
+/// share its start time (`pesan_diproses.diproses_pada`).
+async fn mean_batch(pool: &PgPool, since: f64) -> anyhow::Result<Option<f64>> {
     Ok(sqlx::query_scalar(
-        "SELECT count(*)::float8 / nullif(count(DISTINCT diproses_pada), 0) FROM pesan_diproses",
+        "SELECT count(*)::float8 / nullif(count(DISTINCT diproses_pada), 0) FROM pesan_diproses
+         WHERE diproses_pada >= to_timestamp($1)",
     )
+    .bind(since)
     .fetch_one(pool)
     .await?)
+}
+
+/// The history sequence's position (0 before its first use).
+async fn seq_now(pool: &PgPool) -> anyhow::Result<usize> {
+    count(
+        pool,
+        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM pesanan_riwayat_seq_seq",
+    )
+    .await
 }
 
 /// Messages processed so far, read cheaply: the history's sequence moves
 /// once per applied message (every message of these workloads is applied),
 /// so polling it costs nothing, where `count(*)` scans the growing table 20
 /// times a second (≈ 3 ms each at 40,000 rows, CPU the drain then lacks). The
-/// sequence moves before commit, so the end is confirmed by a count.
-async fn progress(pool: &PgPool, total: usize) -> anyhow::Result<usize> {
-    let applied = count(
-        pool,
-        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM pesanan_riwayat_seq_seq",
-    )
-    .await?;
+/// sequence moves before commit, so the end is confirmed by a count (of the
+/// rows since the drain began: today's partition, whatever is prefilled).
+async fn progress(pool: &PgPool, total: usize, base: usize, since: f64) -> anyhow::Result<usize> {
+    let applied = seq_now(pool).await?.saturating_sub(base);
     if applied < total {
         return Ok(applied);
     }
-    count(pool, "SELECT count(*) FROM pesan_diproses").await
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pesan_diproses WHERE diproses_pada >= to_timestamp($1)",
+    )
+    .bind(since)
+    .fetch_one(pool)
+    .await?;
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 /// Drains a pre-published backlog of `work` with `urutan run` at
@@ -158,15 +191,58 @@ pub async fn throughput(
     env.use_unix_socket(unix_db);
     let pool = env.pool(2).await?;
     let publish_rate = prepare_backlog(&env, shards, work).await?;
-    let total = work.len();
     let log = logs.join(format!("{tag}.log"));
-    let mut worker = crate::procfs::start_worker_with(bin, &env, shards, prefetch, extra, log)?;
+    let drain = Drain {
+        bin,
+        log,
+        env: &env,
+        pool: &pool,
+        work,
+        shards,
+        prefetch,
+        extra,
+    };
+    let mut run = drain_published(drain, None).await?;
+    pool.close().await;
+    run.publish_rate = publish_rate;
+    Ok(run)
+}
+
+/// A drain of a backlog already published into `env`'s vhost, by
+/// `urutan run` on `env`'s database (which may hold earlier rows).
+pub struct Drain<'a> {
+    pub bin: &'a Path,
+    pub log: PathBuf,
+    pub env: &'a BenchEnv,
+    pub pool: &'a PgPool,
+    pub work: Workload,
+    pub shards: u16,
+    pub prefetch: u16,
+    pub extra: &'a [(&'a str, String)],
+}
+
+/// Runs [`Drain`]: starts the worker, polls every 50 ms until the backlog
+/// is applied (bounded by [`drain_limit`]), stops it and checks the rows the
+/// drain wrote. `midway` is sent once half of the backlog is applied (e.g.
+/// to start a retention purge during the drain). `publish_rate` is left 0.
+pub async fn drain_published(
+    d: Drain<'_>,
+    mut midway: Option<tokio::sync::oneshot::Sender<()>>,
+) -> anyhow::Result<WorkerRun> {
+    let pool = d.pool;
+    let total = d.work.len();
+    let since: f64 = sqlx::query_scalar("SELECT extract(epoch FROM now())::float8")
+        .fetch_one(pool)
+        .await?;
+    let base = seq_now(pool).await?;
+    let mut worker =
+        crate::procfs::start_worker_with(d.bin, d.env, d.shards, d.prefetch, d.extra, d.log)?;
     let limit = drain_limit(total);
     let started = Instant::now();
     let mut first: Option<Mark> = None;
     let last = loop {
         worker.check_alive()?;
-        let n = progress(&pool, total).await?;
+        let n = progress(pool, total, base, since).await?;
         let mut mark = Mark {
             at: Instant::now(),
             count: n,
@@ -181,6 +257,11 @@ pub async fn throughput(
         if first.is_none() && n > 0 {
             mark.services = service_cpu();
             first = Some(mark);
+        }
+        if n >= total / 2
+            && let Some(tx) = midway.take()
+        {
+            let _ = tx.send(());
         }
         if started.elapsed() > limit {
             bail!(
@@ -199,13 +280,14 @@ pub async fn throughput(
     });
     let stopped = worker.stop(Duration::from_secs(30)).await;
     let span: Option<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM max(diproses_pada) - min(diproses_pada))::float8 FROM pesan_diproses",
+        "SELECT extract(epoch FROM max(diproses_pada) - min(diproses_pada))::float8 FROM pesan_diproses
+         WHERE diproses_pada >= to_timestamp($1)",
     )
-    .fetch_one(&pool)
+    .bind(since)
+    .fetch_one(pool)
     .await?;
-    let mean_batch = mean_batch(&pool).await?;
-    let verified = verify(&pool, &env, total).await?;
-    pool.close().await;
+    let mean_batch = mean_batch(pool, since).await?;
+    let verified = verify(pool, d.env, total, since).await?;
     let drained = (total - first.count).max(1);
     let secs = (last.at - first.at).as_secs_f64();
     let cpu_s = (last.proc.cpu_ticks.saturating_sub(first.proc.cpu_ticks)) as f64 / clock_ticks();
@@ -222,9 +304,10 @@ pub async fn throughput(
             let worker = Some((first.proc.cpu_ticks, last.proc.cpu_ticks));
             CpuSplit::between(first.services, last.services, worker, drained)
         }),
-        publish_rate,
+        publish_rate: 0.0,
         verified,
         clean_stop: stopped.map(|s| s.success()).unwrap_or(false),
+        since_epoch: since,
     })
 }
 
@@ -459,7 +542,7 @@ pub async fn backlog(
                 scrapes += 1;
             }
         }
-        let n = progress(&pool, total).await?;
+        let n = progress(&pool, total, 0, 0.0).await?;
         let s = procfs::sample(worker.pid).unwrap_or_default();
         samples.push(RssSample {
             t_s: started.elapsed().as_secs_f64(),
@@ -486,7 +569,7 @@ pub async fn backlog(
     let (t0, c0, cpu0) = first_progress.unwrap_or((started, 0, 0));
     let drain_secs = t0.elapsed().as_secs_f64();
     let stopped = worker.stop(Duration::from_secs(30)).await;
-    let verified = verify(&pool, &env, total).await?;
+    let verified = verify(&pool, &env, total, 0.0).await?;
     pool.close().await;
     let drained = (total - c0).max(1) as f64;
     Ok(BacklogRun {
