@@ -178,7 +178,7 @@ EOF
         cp -r "$ROOT/patches" "$stub/"
         # Every crate's manifest must be copied by the deps stage.
         local manifest
-        for manifest in "$ROOT"/crates/*/Cargo.toml; do
+        for manifest in "$ROOT"/crates/*/Cargo.toml "$ROOT"/examples/*/Cargo.toml; do
             manifest=${manifest#"$ROOT/"}
             grep -q "^COPY $manifest " "$DEPLOY/Dockerfile" \
                 || { echo "Dockerfile: the deps stage does not copy $manifest"; return 1; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What CI runs beyond the machine's RabbitMQ 3.10 (deploy/local/test.sh):
 # the broker matrix's CI selection on RabbitMQ 4.0 and 4.3 side by side
+# (the fault suite on 4.3 only)
 # (deploy/brokers/matrix.sh --ci, each version on its own node and private
 # PostgreSQL cluster, one test at a time per version: two at once in all,
 # as in the machine's own run; their serial and fault-suite phases take
@@ -35,9 +36,15 @@ cargo test --test it --test faults --no-run >"$LOGDIR/build.log" 2>&1 || {
 }
 
 declare -A PG_PORT=([4.0]=5439 [4.3]=5440)
+# The fault suite runs on 3.10 (deploy/local/test.sh) and 4.3 here; on 4.0
+# it is left to the full matrix (deploy/brokers/matrix.sh 4.0): it was the
+# longest phase of CI (320 s of a run that came near its 60-minute budget),
+# and 4.0's broker restarts are still covered by its serial phase.
+declare -A SKIP_PHASES=([4.0]=faults [4.3]=)
 declare -A PID
 for v in 4.0 4.3; do
     MATRIX_PG_PORT=${PG_PORT[$v]} MATRIX_PG_CLUSTER=urutan-matrix-${v/./} MATRIX_TEST_THREADS=1 \
+        MATRIX_SKIP_PHASES=${SKIP_PHASES[$v]} \
         bash "$HERE/matrix.sh" --ci "$v" >"$LOGDIR/matrix-$v.log" 2>&1 &
     PID[$v]=$!
 done

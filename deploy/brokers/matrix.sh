@@ -54,7 +54,8 @@
 #
 # Environment (optional): MATRIX_PG_PORT (private PostgreSQL, default 5439),
 # MATRIX_PG_CLUSTER (its name, default urutan-matrix), MATRIX_SKIP (extra
-# `--skip` filters, space-separated), MATRIX_TEST_THREADS (tests at once in
+# `--skip` filters, space-separated), MATRIX_SKIP_PHASES (phase names left
+# out, space-separated, e.g. `faults`), MATRIX_TEST_THREADS (tests at once in
 # the parallel phases; default one per core), MATRIX_PHASE_SECS (most seconds
 # one phase may take before it is killed and counted as failed; 1200). Runs as root, from the repository (it
 # builds the test binaries first).
@@ -192,6 +193,11 @@ phase() {
     # serial phase (broker restarts over a backlog: a 4.3 probe not applied
     # within 30 s of a restart with a backlog while 4.0's ran). The heavy
     # phases (serial, faults) take turns on a machine; the others overlap.
+    if [[ " ${MATRIX_SKIP_PHASES:-} " == *" ${name} "* ]]; then
+        PHASES+=("${name} skipped")
+        log "${version} ${name}: skipped (MATRIX_SKIP_PHASES)"
+        return 0
+    fi
     local turn=()
     [[ $name == faults || $name == serial ]] && turn=(flock -w 1800 "$BROKERS_DIR/.matrix-heavy.lock")
     # Bounded: a test that hangs fails its phase instead of the whole run.

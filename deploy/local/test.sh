@@ -18,6 +18,13 @@ fi
 
 bash deploy/local/setup.sh
 
+# The console's browser test (tests/it/console.rs) drives Debian's chromium
+# headless through chromedriver: installed here if missing (said first).
+if [[ ! -x /usr/bin/chromium || ! -x /usr/bin/chromedriver ]]; then
+    echo "test: installing Debian's chromium and chromium-driver (apt-get) for the console's browser test"
+    apt-get update -q && apt-get install -y -q --no-install-recommends chromium chromium-driver
+fi
+
 # The deployment files (alert rules and their unit tests, dashboard queries,
 # Kubernetes manifests, Dockerfile, compose stack): offline checks.
 echo "test: deploy/validate.sh"

@@ -23,7 +23,8 @@
 --             access to the outbox.
 --   relay     `urutan relay`: reads, marks and purges outbox rows; opens
 --             epochs (on every broker connect). Nothing else.
---   producer  your application: may only add rows to the outbox.
+--   producer  your application: may only add rows to the outbox (INSERT or
+--             SELECT urutan_enqueue(...)).
 --   operator  `urutan dlq`: reads and resolves dead-letter records, records
 --             messages found in the DLQ without one, reads the state that
 --             says what a replayed message became, lists and replays
@@ -95,6 +96,10 @@ GRANT SELECT ON _sqlx_migrations TO :"worker_role", :"relay_role";
 GRANT SELECT, INSERT, UPDATE ON pesanan TO :"worker_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON pesan_diproses TO :"worker_role";
 GRANT SELECT, INSERT ON pesanan_riwayat TO :"worker_role";
+-- ... their day partitions: created ahead and expired by the pool's
+-- retention (SECURITY DEFINER functions of the owner; migration 0026) ...
+GRANT EXECUTE ON FUNCTION urutan_partisi_siapkan(INT), urutan_partisi_buang(TEXT, INTERVAL),
+    urutan_awal_pangkas(TEXT, INTERVAL, INT) TO :"worker_role";
 GRANT USAGE ON SEQUENCE pesanan_riwayat_seq_seq TO :"worker_role";
 -- ... and the ring-change bookkeeping (epochs, shard positions, parked
 -- messages, the recorded ring).
@@ -126,6 +131,18 @@ GRANT USAGE ON SEQUENCE urutan_dead_letter_id_seq TO :"worker_role";
 -- Held orders (a refused version holds its order; its replay ends the
 -- hold). UPDATE on urutan_parkir above: a set-aside message's attempts.
 GRANT SELECT, INSERT, DELETE ON urutan_tahan TO :"worker_role";
+-- With GAP_POLICY=wait the release reads the skips (a released hold lets
+-- the waiting versions past its gap).
+GRANT SELECT ON urutan_lewati TO :"worker_role";
+
+-- Stale arrivals, for `urutan explain`: written by the apply, purged after
+-- DEDUP_RETENTION (UPDATE: the purge locks the rows it deletes).
+GRANT SELECT, INSERT, UPDATE, DELETE ON urutan_basi TO :"worker_role";
+GRANT USAGE ON SEQUENCE urutan_basi_seq_seq TO :"worker_role";
+
+-- urutan_enqueue's defaults (entity, topology prefix, MAX_BODY_BYTES):
+-- `urutan run` writes its own settings when they differ.
+GRANT SELECT, UPDATE ON urutan_pengaturan TO :"worker_role";
 
 -- Messages handed back after a failure, until they are back (recorded
 -- before the requeue, deleted when applied or dead-lettered).
@@ -135,9 +152,13 @@ GRANT SELECT, INSERT, DELETE ON urutan_dikembalikan TO :"worker_role";
 -- DELETE: it purges sent rows).
 GRANT SELECT, UPDATE, DELETE ON outbox TO :"relay_role";
 
--- Producer: adds outbox rows, nothing else.
+-- Producer: adds outbox rows, nothing else: with INSERT, or with
+-- urutan_enqueue (SECURITY INVOKER: it inserts with the producer's own grant
+-- and reads the default routing key's prefix from urutan_pengaturan).
 GRANT INSERT, SELECT (id) ON outbox TO :"producer_role"; -- SELECT (id): RETURNING id
 GRANT USAGE ON SEQUENCE outbox_id_seq TO :"producer_role";
+GRANT SELECT ON urutan_pengaturan TO :"producer_role";
+GRANT EXECUTE ON FUNCTION urutan_enqueue(TEXT, TEXT, BIGINT, JSONB, TEXT) TO :"producer_role";
 
 -- Operator (`urutan dlq`), only if named.
 \if :{?operator_role}
@@ -169,6 +190,8 @@ GRANT SELECT, INSERT ON urutan_lewati TO :"operator_role";
 GRANT USAGE ON SEQUENCE urutan_lewati_seq_seq TO :"operator_role";
 -- What a replayed message became: applied, stale, duplicate or parked.
 GRANT SELECT ON pesanan, pesan_diproses, pesanan_riwayat, urutan_parkir TO :"operator_role";
+-- `urutan explain`: stale arrivals.
+GRANT SELECT ON urutan_basi TO :"operator_role";
 -- Dead-lettered effects: listed and set pending again (`dlq --effects`):
 -- their state, attempts and lease only, never what is sent (isi, message_id,
 -- pesanan_id, versi, tujuan). A table-wide UPDATE of an older run of this
@@ -178,6 +201,13 @@ REVOKE UPDATE ON urutan_efek FROM :"operator_role";
 GRANT UPDATE (keadaan, percobaan, coba_pada, sewa_sampai, sewa_oleh, selesai_pada)
     ON urutan_efek TO :"operator_role";
 GRANT SELECT ON urutan_efek_tujuan TO :"operator_role";
+-- `urutan hold release --effects`: a dead-lettered effect stops holding
+-- its order (recorded as a skip, above) and the order is scheduled again.
+GRANT UPDATE (ditahan_sejak) ON urutan_efek TO :"operator_role";
+GRANT SELECT, INSERT, UPDATE ON urutan_efek_kepala TO :"operator_role";
+-- `urutan console`: every action leaves an audit row (migration 0027).
+GRANT SELECT, INSERT ON urutan_audit TO :"operator_role";
+GRANT USAGE ON SEQUENCE urutan_audit_seq_seq TO :"operator_role";
 \endif
 
 -- Effects dispatcher (`urutan effects`), only if named.
@@ -203,7 +233,10 @@ GRANT SELECT, INSERT, DELETE ON urutan_efek_rute TO :"dispatcher_role";
 -- table-wide UPDATE of an older run of this script is taken back first.
 GRANT SELECT, DELETE ON urutan_efek TO :"dispatcher_role";
 REVOKE UPDATE ON urutan_efek FROM :"dispatcher_role";
-GRANT UPDATE (keadaan, percobaan, coba_pada, sewa_sampai, sewa_oleh, selesai_pada, kode, jawaban)
+-- ditahan_sejak: a dead letter that holds its order's later effects
+-- (EFFECTS_ON_DEAD=hold).
+GRANT UPDATE (keadaan, percobaan, coba_pada, sewa_sampai, sewa_oleh, selesai_pada, kode, jawaban,
+              ditahan_sejak)
     ON urutan_efek TO :"dispatcher_role";
 -- The schedule the claims and results keep (migration 0011): an order's
 -- row is locked, moved to its due time, and deleted once nothing is pending.
