@@ -47,7 +47,7 @@ use report::{DbKind, Key, LatencySet, Plan, Report, Sample, Scenario};
 const USAGE: &str = "usage: cargo bench --bench e2e -- [--quick] [--rounds N] [--messages N] \
 [--latency-secs S] [--only LABEL-PART]... [--out DIR]\n       cargo bench --bench e2e -- --backlog-1m [--messages N] \
 [--shards N] [--prefetch N] [--scrape-secs S] [--out DIR]\n       cargo bench --bench e2e -- --sustained [--quick] [--step-secs S] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --ab NAME=BIN --ab NAME=BIN... [--shards N] [--prefetch N] \
-[--messages N] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --scale LEVELS [--messages N] [--shards N] [--out DIR]\n       cargo bench --bench e2e -- --replot [--out DIR]";
+[--messages N] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --scale LEVELS [--messages N] [--shards N] [--rounds N] [--out DIR]\n       cargo bench --bench e2e -- --replot [--out DIR]";
 
 #[derive(Debug, Default)]
 struct Options {
@@ -432,7 +432,7 @@ async fn run(o: Options) -> anyhow::Result<bool> {
         return Ok(true);
     }
     let ok = if let Some(levels) = &o.scale {
-        let plan = scale::ScalePlan::new(levels.clone(), o.messages, o.shards);
+        let plan = scale::ScalePlan::new(levels.clone(), o.messages, o.shards, o.rounds);
         scale::run(&plan, &bin, &logs, &out).await?
     } else if !o.ab.is_empty() {
         let plan = ab::AbPlan {

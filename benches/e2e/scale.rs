@@ -12,11 +12,14 @@
 //! effect route, so urutan writes none (`urutan_efek` stays empty; it is
 //! still measured).
 //!
-//! Then three drains of the same backlog (new orders each time, 4 versions
-//! each, published like every other drain): strict (PREFETCH=1), batch
-//! (PREFETCH=128), and batch again with a retention purge half-way (the
-//! oldest prefilled day dropped from both partitioned tables through
-//! `urutan_partisi_buang`, the call timed). Results: `scale.{md,json}`.
+//! Then drains of the same backlog (new orders each time, 4 versions each,
+//! published like every other drain): `--rounds` rounds of a strict
+//! (PREFETCH=1) and a batch (PREFETCH=128) drain, then one batch drain with
+//! a retention purge half-way (the oldest prefilled day dropped from both
+//! partitioned tables through `urutan_partisi_buang`, the call timed). A
+//! mode's figure per level is its median over the rounds, so "× level 0"
+//! compares medians, not one noisy drain with another. Results:
+//! `scale.{md,json}`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -30,6 +33,7 @@ use crate::ceilings::prepare_backlog;
 use crate::env::BenchEnv;
 use crate::load::Workload;
 use crate::procfs::{self, CpuSplit, Machine};
+use crate::report;
 use crate::runs::{self, Drain, WorkerRun};
 
 /// Days before today that the prefill spreads its messages over.
@@ -56,6 +60,8 @@ const TABLES: [&str; 5] = [
 pub struct ScalePlan {
     pub levels: Vec<i64>,
     pub messages: usize,
+    /// Strict and batch drains per level (the purge drain runs once).
+    pub rounds: usize,
     pub shards: u16,
     pub batch_prefetch: u16,
     pub days: i64,
@@ -63,10 +69,16 @@ pub struct ScalePlan {
 }
 
 impl ScalePlan {
-    pub fn new(levels: Vec<i64>, messages: Option<usize>, shards: Option<u16>) -> Self {
+    pub fn new(
+        levels: Vec<i64>,
+        messages: Option<usize>,
+        shards: Option<u16>,
+        rounds: Option<usize>,
+    ) -> Self {
         Self {
             levels,
             messages: messages.unwrap_or(40_000),
+            rounds: rounds.unwrap_or(1).max(1),
             shards: shards.unwrap_or(4),
             batch_prefetch: 128,
             days: DAYS,
@@ -138,6 +150,8 @@ impl Purge {
 pub struct DrainResult {
     pub mode: String,
     pub prefetch: u16,
+    /// 1-based round of this mode at its level.
+    pub round: usize,
     pub run: Option<WorkerRun>,
     pub cpu: Option<CpuSplit>,
     /// rate × (broker + database + worker CPU s per message) ÷ cores.
@@ -246,15 +260,18 @@ async fn level_inner(
     let pool = env.pool(4).await?;
     result.sizes_prefilled = sizes(&pool).await?;
     let work = Workload::about(plan.messages);
-    let modes: [(&str, u16, bool); 3] = [
-        ("strict", 1, false),
-        ("batch", plan.batch_prefetch, false),
-        ("batch + purge", plan.batch_prefetch, true),
-    ];
-    for (k, (mode, prefetch, purge)) in modes.into_iter().enumerate() {
+    // Strict and batch alternate round by round (the machine's noise hits
+    // both alike); the purge drops a day once, last.
+    let mut modes: Vec<(&str, u16, bool, usize)> = Vec::new();
+    for round in 1..=plan.rounds {
+        modes.push(("strict", 1, false, round));
+        modes.push(("batch", plan.batch_prefetch, false, round));
+    }
+    modes.push(("batch + purge", plan.batch_prefetch, true, 1));
+    for (k, (mode, prefetch, purge, round)) in modes.into_iter().enumerate() {
         let work = work.starting_at(k * work.entities);
         eprintln!(
-            "e2e scale [{level}] {mode}: publishing {} messages",
+            "e2e scale [{level}] {mode} (round {round}): publishing {} messages",
             work.len()
         );
         let d = drain(
@@ -272,6 +289,7 @@ async fn level_inner(
         let d = DrainResult {
             mode: mode.into(),
             prefetch,
+            round,
             ..d
         };
         match (&d.run, &d.error) {
@@ -509,6 +527,7 @@ async fn drain(
     let mut d = DrainResult {
         mode: String::new(),
         prefetch,
+        round: 1,
         run: None,
         cpu: None,
         cpu_bound_fraction: None,
@@ -657,6 +676,37 @@ fn fmt(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "—".into(), |x| format!("{x:.digits$}"))
 }
 
+/// One mode's medians at one level, over the drains that ran.
+struct ModeMedians {
+    drains: usize,
+    rate: Option<f64>,
+    worker_us: Option<f64>,
+    broker_us: Option<f64>,
+    database_us: Option<f64>,
+    fraction: Option<f64>,
+}
+
+impl ModeMedians {
+    fn of(level: &LevelResult, mode: &str) -> Self {
+        let drains: Vec<&DrainResult> = level
+            .drains
+            .iter()
+            .filter(|d| d.mode == mode && d.run.is_some())
+            .collect();
+        let of = |f: &dyn Fn(&DrainResult) -> Option<f64>| {
+            report::median(drains.iter().filter_map(|d| f(d)).collect())
+        };
+        Self {
+            drains: drains.len(),
+            rate: of(&|d| d.run.as_ref().map(|r| r.rate)),
+            worker_us: of(&|d| d.cpu.map(|c| c.consumer_us)),
+            broker_us: of(&|d| d.cpu.map(|c| c.broker_us)),
+            database_us: of(&|d| d.cpu.map(|c| c.database_us)),
+            fraction: of(&|d| d.cpu_bound_fraction),
+        }
+    }
+}
+
 fn gib(bytes: f64) -> f64 {
     bytes / 1024.0 / 1024.0 / 1024.0
 }
@@ -666,8 +716,8 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
     let _ = writeln!(md, "# urutan at scale: drains on prefilled databases\n");
     let _ = writeln!(
         md,
-        "- Levels {:?} processed messages prefilled (spread over the {} UTC days before today); each level: a strict drain (PREFETCH=1), a batch drain (PREFETCH={}) and the batch drain with a retention purge half-way, {} messages each (new orders, 4 versions), {} shards; took {minutes:.1} min",
-        plan.levels, plan.days, plan.batch_prefetch, plan.messages, plan.shards
+        "- Levels {:?} processed messages prefilled (spread over the {} UTC days before today); each level: {} round(s) of a strict drain (PREFETCH=1) and a batch drain (PREFETCH={}), then one batch drain with a retention purge half-way, {} messages each (new orders, 4 versions), {} shards; took {minutes:.1} min",
+        plan.levels, plan.days, plan.rounds, plan.batch_prefetch, plan.messages, plan.shards
     );
     let _ = writeln!(
         md,
@@ -697,21 +747,55 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
         "- **fraction of the CPU bound** = rate × (worker + broker + database CPU s per message in that drain) ÷ {} cores. **apply gap**: per shard, the time between the starts of consecutive apply transactions (p99, max); a backlog drain has no meaningful publish→apply latency (every message waits in the queue), so the stall a purge could cause is read from these gaps.\n",
         m.nproc
     );
-    let _ = writeln!(md, "## Drains\n");
+    let _ = writeln!(md, "## Medians per level and mode\n");
     let _ = writeln!(
         md,
-        "| prefilled | mode | msg/s | × level 0 | worker µs/msg | broker µs/msg | database µs/msg | total µs/msg | fraction of CPU bound | apply gap p99 / max ms | batch | purge (drop calls) | check |"
+        "Each mode's median over its rounds; × level 0 = this median ÷ the level-0 median of the same mode.\n"
     );
     let _ = writeln!(
         md,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+        "| prefilled | mode | drains | median msg/s | × level 0 | median worker / broker / database µs/msg | median fraction of CPU bound |"
+    );
+    let _ = writeln!(md, "|---:|---|---:|---:|---:|---:|---:|");
+    let modes = ["strict", "batch", "batch + purge"];
+    for l in levels {
+        for mode in modes {
+            let m = ModeMedians::of(l, mode);
+            if m.drains == 0 {
+                continue;
+            }
+            let base = levels
+                .iter()
+                .find(|b| b.level == 0)
+                .and_then(|b| ModeMedians::of(b, mode).rate);
+            let _ = writeln!(
+                md,
+                "| {} | {mode} | {} | {} | {} | {} / {} / {} | {} |",
+                l.level,
+                m.drains,
+                fmt(m.rate, 0),
+                fmt(m.rate.zip(base).map(|(r, b)| r / b), 2),
+                fmt(m.worker_us, 0),
+                fmt(m.broker_us, 0),
+                fmt(m.database_us, 0),
+                fmt(m.fraction, 2),
+            );
+        }
+    }
+    let _ = writeln!(md, "\n## Drains\n");
+    let _ = writeln!(
+        md,
+        "| prefilled | mode | round | msg/s | × level 0 median | worker µs/msg | broker µs/msg | database µs/msg | total µs/msg | fraction of CPU bound | apply gap p99 / max ms | batch | purge (drop calls) | check |"
+    );
+    let _ = writeln!(
+        md,
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
     );
     let base_rate = |mode: &str| {
         levels
             .iter()
             .find(|l| l.level == 0)
-            .and_then(|l| l.drains.iter().find(|d| d.mode == mode))
-            .and_then(|d| d.run.as_ref().map(|r| r.rate))
+            .and_then(|l| ModeMedians::of(l, mode).rate)
     };
     for l in levels {
         for d in &l.drains {
@@ -744,10 +828,11 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
             };
             let _ = writeln!(
                 md,
-                "| {} | {} (PREFETCH={}) | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
+                "| {} | {} (PREFETCH={}) | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
                 l.level,
                 d.mode,
                 d.prefetch,
+                d.round,
                 fmt(rate, 0),
                 fmt(rate.zip(base_rate(&d.mode)).map(|(r, b)| r / b), 2),
                 fmt(d.cpu.map(|c| c.consumer_us), 0),
@@ -765,7 +850,7 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
         if let Some(e) = &l.error {
             let _ = writeln!(
                 md,
-                "| {} | level failed: {e} | | | | | | | | | | | |",
+                "| {} | level failed: {e} | | | | | | | | | | | | |",
                 l.level
             );
         }
@@ -796,7 +881,7 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
     let _ = writeln!(md, "\n## Table and index bytes\n");
     let _ = writeln!(
         md,
-        "At the end of each level (prefill + the three drains, one day dropped by the purge). bytes/row = `pg_total_relation_size` summed over the table's partitions ÷ its rows; bytes/message = the same ÷ messages processed (rows of `pesan_diproses`). *Drain growth* = what each table grew during the strict and during the batch drain (no purge) ÷ messages drained: the worker's own writes, index pages split by random inserts included (bulk-loaded rows pack tighter).\n"
+        "At the end of each level (prefill + the drains, one day dropped by the purge). bytes/row = `pg_total_relation_size` summed over the table's partitions ÷ its rows; bytes/message = the same ÷ messages processed (rows of `pesan_diproses`). *Drain growth* = what each table grew during the first strict and the first batch drain (no purge) ÷ messages drained: the worker's own writes, index pages split by random inserts included (bulk-loaded rows pack tighter).\n"
     );
     let _ = writeln!(
         md,
@@ -827,11 +912,13 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
             );
         }
     }
-    // The extrapolation to 100 M, from the largest level with rows.
+    // The extrapolation to 100 M, from the largest level with rows (when
+    // no level reached 100 M).
     if let Some(l) = levels
         .iter()
         .filter(|l| l.level > 0 && !l.sizes_end.is_empty())
         .max_by_key(|l| l.level)
+        .filter(|l| l.level < 100_000_000)
     {
         let per_msg: f64 = l.sizes_end.iter().filter_map(|s| s.bytes_per_message).sum();
         let _ = writeln!(
