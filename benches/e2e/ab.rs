@@ -259,24 +259,7 @@ fn markdown(
         "- {} rounds of {} messages per drain, variants in rotating order, took {minutes:.1} min",
         plan.rounds, plan.messages
     );
-    let _ = writeln!(
-        md,
-        "- Machine: {} cores ({}), {:.1} GiB RAM, Linux {}; RabbitMQ {}; PostgreSQL {}; {}; bench at commit {}{}; started {}",
-        m.nproc,
-        m.cpu_model,
-        m.memory_gib,
-        m.kernel,
-        m.rabbitmq,
-        m.postgresql,
-        m.rustc,
-        m.git_commit,
-        if m.git_dirty_files > 0 {
-            format!(" + {} uncommitted file change(s)", m.git_dirty_files)
-        } else {
-            String::new()
-        },
-        m.started_at
-    );
+    let _ = writeln!(md, "{}", m.markdown_line());
     for v in variants {
         let _ = writeln!(md, "- variant `{}`: `{}`", v.name, v.bin.display());
     }

@@ -225,6 +225,30 @@ pub struct Machine {
     pub started_at: String,
 }
 
+impl Machine {
+    /// The report line "- Machine: …" (cores, memory, versions, the commit
+    /// and any uncommitted changes, when the run started).
+    pub fn markdown_line(&self) -> String {
+        format!(
+            "- Machine: {} cores ({}), {:.1} GiB RAM, Linux {}; RabbitMQ {}; PostgreSQL {}; {}; bench at commit {}{}; started {}",
+            self.nproc,
+            self.cpu_model,
+            self.memory_gib,
+            self.kernel,
+            self.rabbitmq,
+            self.postgresql,
+            self.rustc,
+            self.git_commit,
+            if self.git_dirty_files > 0 {
+                format!(" + {} uncommitted file change(s)", self.git_dirty_files)
+            } else {
+                String::new()
+            },
+            self.started_at
+        )
+    }
+}
+
 fn first_line(program: &str, args: &[&str]) -> String {
     std::process::Command::new(program)
         .args(args)

@@ -719,24 +719,7 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
         "- Levels {:?} processed messages prefilled (spread over the {} UTC days before today); each level: {} round(s) of a strict drain (PREFETCH=1) and a batch drain (PREFETCH={}), then one batch drain with a retention purge half-way, {} messages each (new orders, 4 versions), {} shards; took {minutes:.1} min",
         plan.levels, plan.days, plan.rounds, plan.batch_prefetch, plan.messages, plan.shards
     );
-    let _ = writeln!(
-        md,
-        "- Machine: {} cores ({}), {:.1} GiB RAM, Linux {}; RabbitMQ {}; PostgreSQL {}; {}; bench at commit {}{}; started {}",
-        m.nproc,
-        m.cpu_model,
-        m.memory_gib,
-        m.kernel,
-        m.rabbitmq,
-        m.postgresql,
-        m.rustc,
-        m.git_commit,
-        if m.git_dirty_files > 0 {
-            format!(" + {} uncommitted file change(s)", m.git_dirty_files)
-        } else {
-            String::new()
-        },
-        m.started_at
-    );
+    let _ = writeln!(md, "{}", m.markdown_line());
     let _ = writeln!(
         md,
         "- Prefill per level N: N history and N dedup rows in their day partitions, N/10 orders at version 10, and the sent outbox rows of the last {} days only (OUTBOX_RETENTION=7d deletes older ones: 0.35 N rows); no effect rows (no route configured, as in every drain). Then VACUUM ANALYZE, CHECKPOINT.",
