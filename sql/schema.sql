@@ -44,6 +44,42 @@ COMMENT ON FUNCTION public.urutan_alasan_ulang(p_state text) IS 'The retry reaso
 
 
 --
+-- Name: urutan_awal_id_pangkas(text, interval, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_awal_id_pangkas(p_tabel text, p_simpan interval, p_batas integer) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_n BIGINT;
+BEGIN
+    IF p_tabel = 'outbox' THEN
+        DELETE FROM outbox_awal WHERE id IN (
+            SELECT id FROM outbox_awal WHERE dikirim_pada < now() - p_simpan
+            LIMIT p_batas FOR UPDATE SKIP LOCKED);
+    ELSIF p_tabel = 'urutan_efek' THEN
+        DELETE FROM urutan_efek_awal WHERE efek IN (
+            SELECT efek FROM urutan_efek_awal
+            WHERE keadaan = 'terkirim' AND selesai_pada < now() - p_simpan
+            LIMIT p_batas FOR UPDATE SKIP LOCKED);
+    ELSE
+        PERFORM urutan_partisi_id_kolom(p_tabel);
+    END IF;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_awal_id_pangkas(p_tabel text, p_simpan interval, p_batas integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_awal_id_pangkas(p_tabel text, p_simpan interval, p_batas integer) IS 'Trims (pangkas) up to p_batas settled rows older than p_simpan from the default partition of outbox or urutan_efek (rows from before partitioning). SECURITY DEFINER.';
+
+
+--
 -- Name: urutan_awal_pangkas(text, interval, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1053,6 +1089,237 @@ COMMENT ON FUNCTION public.urutan_partisi_buat(p_tabel text, p_hari date) IS 'Cr
 
 
 --
+-- Name: urutan_partisi_id_buang(text, interval); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_id_buang(p_tabel text, p_simpan interval) RETURNS TABLE(partisi text, baris bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET lock_timeout TO '1s'
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_kolom  TEXT;
+    v_urutan TEXT;
+    v_kini   BIGINT;
+    v_menunggu TEXT;   -- a row of the partition that still has work to do
+    v_terbaru TIMESTAMPTZ;
+    v_ada    BOOLEAN;
+    r RECORD;
+BEGIN
+    SELECT k.kolom, k.urutan INTO v_kolom, v_urutan FROM urutan_partisi_id_kolom(p_tabel) k;
+    v_menunggu := CASE p_tabel WHEN 'outbox' THEN 'dikirim_pada IS NULL'
+                               ELSE 'keadaan <> ''terkirim''' END;
+    EXECUTE format('SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM %I',
+                   v_urutan) INTO v_kini;
+    FOR r IN
+        SELECT d.partisi AS nama, d.ke, greatest(c.reltuples, 0)::bigint AS n
+        FROM urutan_partisi_id_daftar(p_tabel) d
+        JOIN pg_class c ON c.oid = to_regclass(format('%I.%I', current_schema(), d.partisi))
+        WHERE d.ke <= v_kini
+        ORDER BY d.dari
+    LOOP
+        -- Too recent: no lock needed to tell.
+        EXECUTE format('SELECT dibuat_pada FROM %I ORDER BY %I DESC LIMIT 1', r.nama, v_kolom)
+        INTO v_terbaru;
+        CONTINUE WHEN v_terbaru >= now() - p_simpan;
+        BEGIN
+            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', r.nama);
+        EXCEPTION WHEN lock_not_available THEN
+            CONTINUE;
+        END;
+        -- Under the lock: nothing waits, and no late row came in between.
+        EXECUTE format('SELECT dibuat_pada FROM %I ORDER BY %I DESC LIMIT 1', r.nama, v_kolom)
+        INTO v_terbaru;
+        CONTINUE WHEN v_terbaru >= now() - p_simpan;
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE %s)', r.nama, v_menunggu) INTO v_ada;
+        CONTINUE WHEN v_ada;
+        EXECUTE format('DROP TABLE %I', r.nama);
+        partisi := r.nama;
+        baris := r.n;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_id_buang(p_tabel text, p_simpan interval); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_id_buang(p_tabel text, p_simpan interval) IS 'Drops (buang) the partitions of outbox or urutan_efek whose ids are all handed out, whose newest row is older than p_simpan and that hold no unsent row (outbox) or no pending or dead-lettered effect (urutan_efek), checked under an exclusive lock: expiry without DELETE that never loses work. Waits at most 1 s for a lock. SECURITY DEFINER.';
+
+
+--
+-- Name: urutan_partisi_id_buat(text, bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_id_buat(p_tabel text, p_dari bigint, p_ke bigint) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_nama TEXT := p_tabel || '_p' || p_dari;
+BEGIN
+    PERFORM urutan_partisi_id_kolom(p_tabel);
+    EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%s) TO (%s)',
+                   v_nama, p_tabel, p_dari, p_ke);
+    IF p_tabel = 'urutan_efek' THEN
+        -- The old table's UNIQUE (pesanan_id, versi, tujuan), per partition.
+        EXECUTE format('CREATE UNIQUE INDEX %I ON %I (pesanan_id, versi, tujuan)',
+                       v_nama || '_pesanan_versi_tujuan', v_nama);
+    END IF;
+    EXECUTE format('COMMENT ON TABLE %I IS %L', v_nama,
+                   format('The %s rows with ids from %s to %s, a partition of %s.',
+                          p_tabel, p_dari, p_ke - 1, p_tabel));
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_id_buat(p_tabel text, p_dari bigint, p_ke bigint); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_id_buat(p_tabel text, p_dari bigint, p_ke bigint) IS 'Creates (buat) the partition of outbox or urutan_efek holding ids [p_dari, p_ke). SECURITY DEFINER.';
+
+
+--
+-- Name: urutan_partisi_id_daftar(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_id_daftar(p_tabel text) RETURNS TABLE(partisi text, dari bigint, ke bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.relname::text,
+           substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''?(-?[0-9]+)')::bigint,
+           substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''?(-?[0-9]+)')::bigint
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = to_regclass(format('%I.%I', current_schema(), p_tabel))
+      AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT'
+    ORDER BY 2
+$$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_id_daftar(p_tabel text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_id_daftar(p_tabel text) IS 'Lists (daftar) the id-range partitions of outbox or urutan_efek with their bounds [dari, ke), in id order.';
+
+
+--
+-- Name: urutan_partisi_id_kolom(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_id_kolom(p_tabel text, OUT kolom text, OUT urutan text) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    CASE p_tabel
+        WHEN 'outbox' THEN kolom := 'id'; urutan := 'outbox_id_seq';
+        WHEN 'urutan_efek' THEN kolom := 'efek'; urutan := 'urutan_efek_efek_seq';
+        ELSE RAISE EXCEPTION 'urutan: % is not a table of urutan partitioned by id', p_tabel;
+    END CASE;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_id_kolom(p_tabel text, OUT kolom text, OUT urutan text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_id_kolom(p_tabel text, OUT kolom text, OUT urutan text) IS 'The id column (kolom) and its sequence (urutan) of outbox or urutan_efek, the tables partitioned by id range; raises for any other table.';
+
+
+--
+-- Name: urutan_partisi_id_siapkan(boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_id_siapkan(p_validasi boolean DEFAULT true) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_tabel  TEXT;
+    v_kolom  TEXT;
+    v_urutan TEXT;
+    v_kini   BIGINT;       -- the last id handed out
+    v_atas   BIGINT;       -- the first id no partition holds
+    v_ukuran BIGINT;       -- ids per new partition
+    v_isi    TEXT;         -- the partition now being filled
+    v_pertama BOOLEAN;     -- no range partition yet
+    v_dari   BIGINT;
+    v_id0    BIGINT;
+    v_t0     TIMESTAMPTZ;
+    v_detik  FLOAT8;
+    v_dibuat INT := 0;
+BEGIN
+    FOREACH v_tabel IN ARRAY ARRAY['outbox', 'urutan_efek'] LOOP
+        CONTINUE WHEN (SELECT c.relkind FROM pg_class c
+                       WHERE c.oid = to_regclass(format('%I.%I', current_schema(), v_tabel))) <> 'p';
+        SELECT k.kolom, k.urutan INTO v_kolom, v_urutan FROM urutan_partisi_id_kolom(v_tabel) k;
+        IF EXISTS (SELECT 1 FROM pg_constraint
+                   WHERE conname = v_tabel || '_awal_batas' AND NOT convalidated
+                     AND conrelid = to_regclass(format('%I.%I', current_schema(), v_tabel || '_awal'))) THEN
+            -- Within the migration (p_validasi false) the scan would hold
+            -- the rename's exclusive lock: it waits for urutan migrate.
+            CONTINUE WHEN NOT p_validasi;
+            EXECUTE format('ALTER TABLE %I VALIDATE CONSTRAINT %I', v_tabel || '_awal',
+                           v_tabel || '_awal_batas');
+        END IF;
+        EXECUTE format('SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM %I',
+                       v_urutan) INTO v_kini;
+        SELECT max(d.ke), (array_agg(d.ke - d.dari ORDER BY d.dari DESC))[1]
+        INTO v_atas, v_ukuran
+        FROM urutan_partisi_id_daftar(v_tabel) d;
+        v_pertama := v_atas IS NULL;
+        IF v_pertama THEN
+            -- No range partition yet: they start at the default's bound.
+            SELECT substring(pg_get_constraintdef(oid) FROM '< \(?''?(-?[0-9]+)')::bigint
+            INTO v_atas
+            FROM pg_constraint
+            WHERE conname = v_tabel || '_awal_batas'
+              AND conrelid = to_regclass(format('%I.%I', current_schema(), v_tabel || '_awal'));
+            v_atas := coalesce(v_atas, v_kini + 1);
+            v_ukuran := 16777216;  -- 2^24 ids until a rate is known
+        ELSE
+            -- The partition now being filled, and when its first row came.
+            SELECT d.partisi, d.dari INTO v_isi, v_dari
+            FROM urutan_partisi_id_daftar(v_tabel) d
+            WHERE d.dari <= v_kini AND v_kini < d.ke;
+            IF FOUND THEN
+                EXECUTE format('SELECT %I, dibuat_pada FROM %I ORDER BY %I LIMIT 1',
+                               v_kolom, v_isi, v_kolom) INTO v_id0, v_t0;
+                v_detik := extract(epoch FROM now() - v_t0);
+                IF v_detik >= 3600 AND v_kini > v_id0 THEN
+                    -- A day of ids at the rate this partition filled.
+                    v_ukuran := ceil((v_kini - v_id0) / v_detik * 86400);
+                END IF;
+            END IF;
+        END IF;
+        -- A power of two from 2^22 to 2^34 ids.
+        v_ukuran := power(2, least(34, greatest(22, ceil(log(2, greatest(v_ukuran, 2)::numeric)))))::bigint;
+        -- The first range partition at once, then until the room ahead is
+        -- more than a partition.
+        WHILE v_pertama OR v_atas - v_kini <= v_ukuran LOOP
+            PERFORM urutan_partisi_id_buat(v_tabel, v_atas, v_atas + v_ukuran);
+            v_pertama := false;
+            v_atas := v_atas + v_ukuran;
+            v_dibuat := v_dibuat + 1;
+        END LOOP;
+    END LOOP;
+    RETURN v_dibuat;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_id_siapkan(p_validasi boolean); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_id_siapkan(p_validasi boolean) IS 'Prepares (siapkan) the id-range partitions of outbox and urutan_efek: validates the default partition''s bound (unless p_validasi is false: then a table whose bound is not validated is left for later), then creates partitions until about a day of ids lies ahead. Called by urutan migrate, every retention pass and the relay. SECURITY DEFINER.';
+
+
+--
 -- Name: urutan_partisi_siapkan(integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1711,14 +1978,15 @@ CREATE TABLE public.outbox (
     unroutable_at timestamp with time zone,
     unroutable_reason text,
     traceparent text DEFAULT public.urutan_traceparent_producer()
-);
+)
+PARTITION BY RANGE (id);
 
 
 --
 -- Name: TABLE outbox; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.outbox IS 'Transactional outbox (contract section 4): producers insert rows in their own transaction, `urutan relay` publishes each to the entry exchange (message id = id, header x-pesanan-id = agregat_id) and marks it sent.';
+COMMENT ON TABLE public.outbox IS 'Transactional outbox (contract section 4): producers insert rows in their own transaction, `urutan relay` publishes each to the entry exchange (message id = id, header x-pesanan-id = agregat_id) and marks it sent. Partitioned by RANGE (id), about a day of rows per partition (outbox_p<first id>); a partition whose rows are all sent and older than OUTBOX_RETENTION is dropped whole.';
 
 
 --
@@ -1759,6 +2027,78 @@ CREATE SEQUENCE public.outbox_id_seq
 --
 
 ALTER SEQUENCE public.outbox_id_seq OWNED BY public.outbox.id;
+
+
+--
+-- Name: outbox_awal; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.outbox_awal (
+    id bigint DEFAULT nextval('public.outbox_id_seq'::regclass) NOT NULL,
+    agregat_tipe text NOT NULL,
+    agregat_id text NOT NULL,
+    routing_key text NOT NULL,
+    payload jsonb NOT NULL,
+    dibuat_pada timestamp with time zone DEFAULT now() NOT NULL,
+    dikirim_pada timestamp with time zone,
+    unroutable_at timestamp with time zone,
+    unroutable_reason text,
+    traceparent text DEFAULT public.urutan_traceparent_producer(),
+    CONSTRAINT outbox_awal_batas CHECK ((id < 1))
+);
+
+
+--
+-- Name: TABLE outbox_awal; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.outbox_awal IS 'The DEFAULT partition of outbox: the rows from before partitioning (and those written until the first range partition existed); sent rows are trimmed in bounded batches (urutan_awal_id_pangkas).';
+
+
+--
+-- Name: COLUMN outbox_awal.dikirim_pada; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.outbox_awal.dikirim_pada IS 'When the relay published the row (confirmed by the broker); NULL while unsent. Sent rows are purged after a while.';
+
+
+--
+-- Name: COLUMN outbox_awal.unroutable_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.outbox_awal.unroutable_at IS 'Set by the relay when the broker returned the row as unroutable (its routing key is outside <prefix>.#): set aside, not retried, reported by `urutan status`. Clear it (and unroutable_reason) to retry.';
+
+
+--
+-- Name: COLUMN outbox_awal.traceparent; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.outbox_awal.traceparent IS 'The producer''s W3C trace context (00-<trace id>-<span id>-<flags>), continued by the relay''s publish span; NULL or invalid: a new trace. Defaults to the setting urutan.traceparent.';
+
+
+--
+-- Name: outbox_p1; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.outbox_p1 (
+    id bigint DEFAULT nextval('public.outbox_id_seq'::regclass) NOT NULL,
+    agregat_tipe text NOT NULL,
+    agregat_id text NOT NULL,
+    routing_key text NOT NULL,
+    payload jsonb NOT NULL,
+    dibuat_pada timestamp with time zone DEFAULT now() NOT NULL,
+    dikirim_pada timestamp with time zone,
+    unroutable_at timestamp with time zone,
+    unroutable_reason text,
+    traceparent text DEFAULT public.urutan_traceparent_producer()
+);
+
+
+--
+-- Name: TABLE outbox_p1; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.outbox_p1 IS 'The outbox rows with ids from 1 to 16777216, a partition of outbox.';
 
 
 --
@@ -2151,14 +2491,15 @@ CREATE TABLE public.urutan_efek (
     ditahan_sejak timestamp with time zone,
     traceparent text,
     CONSTRAINT urutan_efek_keadaan_check CHECK ((keadaan = ANY (ARRAY['menunggu'::text, 'terkirim'::text, 'gagal'::text])))
-);
+)
+PARTITION BY RANGE (efek);
 
 
 --
 -- Name: TABLE urutan_efek; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.urutan_efek IS 'Downstream effects: one webhook per applied version and matching endpoint, recorded in the apply transaction. Per order they go out in (versi, tujuan) order, one at a time.';
+COMMENT ON TABLE public.urutan_efek IS 'Downstream effects: one webhook per applied version and matching endpoint, recorded in the apply transaction. Per order they go out in (versi, tujuan) order, one at a time. Partitioned by RANGE (efek), about a day of rows per partition (urutan_efek_p<first id>, each UNIQUE on (pesanan_id, versi, tujuan)); a partition whose effects are all sent and older than EFFECTS_RETENTION is dropped whole.';
 
 
 --
@@ -2230,6 +2571,89 @@ ALTER SEQUENCE public.urutan_efek_efek_seq OWNED BY public.urutan_efek.efek;
 
 
 --
+-- Name: urutan_efek_awal; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.urutan_efek_awal (
+    efek bigint DEFAULT nextval('public.urutan_efek_efek_seq'::regclass) NOT NULL,
+    pesanan_id text NOT NULL,
+    versi bigint NOT NULL,
+    tujuan integer NOT NULL,
+    message_id text NOT NULL,
+    isi jsonb NOT NULL,
+    keadaan text DEFAULT 'menunggu'::text NOT NULL,
+    percobaan integer DEFAULT 0 NOT NULL,
+    coba_pada timestamp with time zone DEFAULT now() NOT NULL,
+    sewa_sampai timestamp with time zone,
+    sewa_oleh text,
+    dibuat_pada timestamp with time zone DEFAULT now() NOT NULL,
+    selesai_pada timestamp with time zone,
+    kode integer,
+    jawaban text,
+    ditahan_sejak timestamp with time zone,
+    traceparent text,
+    CONSTRAINT urutan_efek_awal_batas CHECK ((efek < 1)),
+    CONSTRAINT urutan_efek_keadaan_check CHECK ((keadaan = ANY (ARRAY['menunggu'::text, 'terkirim'::text, 'gagal'::text])))
+);
+
+
+--
+-- Name: TABLE urutan_efek_awal; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_efek_awal IS 'The DEFAULT partition of urutan_efek: the rows from before partitioning (and those written until the first range partition existed); sent effects are trimmed in bounded batches (urutan_awal_id_pangkas).';
+
+
+--
+-- Name: COLUMN urutan_efek_awal.message_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek_awal.message_id IS 'The applied message''s id: the webhook-id and Idempotency-Key of the request.';
+
+
+--
+-- Name: COLUMN urutan_efek_awal.isi; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek_awal.isi IS 'What is sent: the applied event as the contract''s body (id, status, versi, data).';
+
+
+--
+-- Name: COLUMN urutan_efek_awal.keadaan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek_awal.keadaan IS '''menunggu'' pending, ''terkirim'' sent (a 2xx answer), ''gagal'' dead-lettered (a 4xx other than 408/429, or retries exhausted).';
+
+
+--
+-- Name: COLUMN urutan_efek_awal.percobaan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek_awal.percobaan IS 'Attempts started (counted when claimed, so a crash mid-request counts).';
+
+
+--
+-- Name: COLUMN urutan_efek_awal.sewa_sampai; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek_awal.sewa_sampai IS 'The claiming dispatcher (sewa_oleh) holds the effect until then; an expired lease is claimed again, with the same key.';
+
+
+--
+-- Name: COLUMN urutan_efek_awal.ditahan_sejak; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek_awal.ditahan_sejak IS 'When this dead-lettered effect began to hold its order''s later effects (ditahan sejak: held since; EFFECTS_ON_DEAD=hold); NULL: it holds nothing. Kept while a replay sends it again; cleared when it is sent, released (`urutan hold release --effects`) or dead-lettered again under skip.';
+
+
+--
+-- Name: COLUMN urutan_efek_awal.traceparent; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_efek_awal.traceparent IS 'The apply span''s W3C traceparent of the version this effect belongs to: its webhook request continues that trace (NULL: a new trace).';
+
+
+--
 -- Name: urutan_efek_kepala; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -2251,6 +2675,39 @@ COMMENT ON TABLE public.urutan_efek_kepala IS 'The dispatcher''s schedule: one r
 --
 
 COMMENT ON COLUMN public.urutan_efek_kepala.siap_pada IS 'No later than the moment the order''s first pending effect may go (a claim that finds it not due moves it to the due time).';
+
+
+--
+-- Name: urutan_efek_p1; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.urutan_efek_p1 (
+    efek bigint DEFAULT nextval('public.urutan_efek_efek_seq'::regclass) NOT NULL,
+    pesanan_id text NOT NULL,
+    versi bigint NOT NULL,
+    tujuan integer NOT NULL,
+    message_id text NOT NULL,
+    isi jsonb NOT NULL,
+    keadaan text DEFAULT 'menunggu'::text NOT NULL,
+    percobaan integer DEFAULT 0 NOT NULL,
+    coba_pada timestamp with time zone DEFAULT now() NOT NULL,
+    sewa_sampai timestamp with time zone,
+    sewa_oleh text,
+    dibuat_pada timestamp with time zone DEFAULT now() NOT NULL,
+    selesai_pada timestamp with time zone,
+    kode integer,
+    jawaban text,
+    ditahan_sejak timestamp with time zone,
+    traceparent text,
+    CONSTRAINT urutan_efek_keadaan_check CHECK ((keadaan = ANY (ARRAY['menunggu'::text, 'terkirim'::text, 'gagal'::text])))
+);
+
+
+--
+-- Name: TABLE urutan_efek_p1; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_efek_p1 IS 'The urutan_efek rows with ids from 1 to 16777216, a partition of urutan_efek.';
 
 
 --
@@ -2682,6 +3139,20 @@ COMMENT ON TABLE public.urutan_tahan IS 'Held orders (tahan: hold): why (refused
 
 
 --
+-- Name: outbox_awal; Type: TABLE ATTACH; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox ATTACH PARTITION public.outbox_awal DEFAULT;
+
+
+--
+-- Name: outbox_p1; Type: TABLE ATTACH; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox ATTACH PARTITION public.outbox_p1 FOR VALUES FROM ('1') TO ('16777217');
+
+
+--
 -- Name: pesan_diproses_awal; Type: TABLE ATTACH; Schema: public; Owner: -
 --
 
@@ -2693,6 +3164,20 @@ ALTER TABLE ONLY public.pesan_diproses ATTACH PARTITION public.pesan_diproses_aw
 --
 
 ALTER TABLE ONLY public.pesanan_riwayat ATTACH PARTITION public.pesanan_riwayat_awal DEFAULT;
+
+
+--
+-- Name: urutan_efek_awal; Type: TABLE ATTACH; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_efek ATTACH PARTITION public.urutan_efek_awal DEFAULT;
+
+
+--
+-- Name: urutan_efek_p1; Type: TABLE ATTACH; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_efek ATTACH PARTITION public.urutan_efek_p1 FOR VALUES FROM ('1') TO ('16777217');
 
 
 --
@@ -2796,6 +3281,22 @@ ALTER TABLE ONLY public.outbox
 
 
 --
+-- Name: outbox_awal outbox_awal_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox_awal
+    ADD CONSTRAINT outbox_awal_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: outbox_p1 outbox_p1_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.outbox_p1
+    ADD CONSTRAINT outbox_p1_pkey PRIMARY KEY (id);
+
+
+--
 -- Name: pesan_diproses_awal pesan_diproses_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2860,19 +3361,11 @@ ALTER TABLE ONLY public.urutan_dikembalikan
 
 
 --
--- Name: urutan_efek_kepala urutan_efek_kepala_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+-- Name: urutan_efek_awal urutan_efek_awal_pesanan_versi_tujuan; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
-ALTER TABLE ONLY public.urutan_efek_kepala
-    ADD CONSTRAINT urutan_efek_kepala_pkey PRIMARY KEY (pesanan_id);
-
-
---
--- Name: urutan_efek urutan_efek_pesanan_id_versi_tujuan_key; Type: CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.urutan_efek
-    ADD CONSTRAINT urutan_efek_pesanan_id_versi_tujuan_key UNIQUE (pesanan_id, versi, tujuan);
+ALTER TABLE ONLY public.urutan_efek_awal
+    ADD CONSTRAINT urutan_efek_awal_pesanan_versi_tujuan UNIQUE (pesanan_id, versi, tujuan);
 
 
 --
@@ -2881,6 +3374,30 @@ ALTER TABLE ONLY public.urutan_efek
 
 ALTER TABLE ONLY public.urutan_efek
     ADD CONSTRAINT urutan_efek_pkey PRIMARY KEY (efek);
+
+
+--
+-- Name: urutan_efek_awal urutan_efek_awal_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_efek_awal
+    ADD CONSTRAINT urutan_efek_awal_pkey PRIMARY KEY (efek);
+
+
+--
+-- Name: urutan_efek_kepala urutan_efek_kepala_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_efek_kepala
+    ADD CONSTRAINT urutan_efek_kepala_pkey PRIMARY KEY (pesanan_id);
+
+
+--
+-- Name: urutan_efek_p1 urutan_efek_p1_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_efek_p1
+    ADD CONSTRAINT urutan_efek_p1_pkey PRIMARY KEY (efek);
 
 
 --
@@ -2983,14 +3500,56 @@ ALTER TABLE ONLY public.urutan_tahan
 -- Name: outbox_unroutable_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX outbox_unroutable_idx ON public.outbox USING btree (id) WHERE ((unroutable_at IS NOT NULL) AND (dikirim_pada IS NULL));
+CREATE INDEX outbox_unroutable_idx ON ONLY public.outbox USING btree (id) WHERE ((unroutable_at IS NOT NULL) AND (dikirim_pada IS NULL));
+
+
+--
+-- Name: INDEX outbox_unroutable_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.outbox_unroutable_idx IS 'Outbox rows set aside as unroutable and not sent: counted by urutan status and the relay''s gauge without a scan.';
+
+
+--
+-- Name: outbox_awal_unroutable_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX outbox_awal_unroutable_idx ON public.outbox_awal USING btree (id) WHERE ((unroutable_at IS NOT NULL) AND (dikirim_pada IS NULL));
 
 
 --
 -- Name: outbox_unsent_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX outbox_unsent_idx ON public.outbox USING btree (id) WHERE (dikirim_pada IS NULL);
+CREATE INDEX outbox_unsent_idx ON ONLY public.outbox USING btree (id) WHERE (dikirim_pada IS NULL);
+
+
+--
+-- Name: INDEX outbox_unsent_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.outbox_unsent_idx IS 'Unsent outbox rows in id order: what the relay publishes next (contract section 4).';
+
+
+--
+-- Name: outbox_awal_unsent_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX outbox_awal_unsent_idx ON public.outbox_awal USING btree (id) WHERE (dikirim_pada IS NULL);
+
+
+--
+-- Name: outbox_p1_id_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX outbox_p1_id_idx ON public.outbox_p1 USING btree (id) WHERE (dikirim_pada IS NULL);
+
+
+--
+-- Name: outbox_p1_id_idx1; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX outbox_p1_id_idx1 ON public.outbox_p1 USING btree (id) WHERE ((unroutable_at IS NOT NULL) AND (dikirim_pada IS NULL));
 
 
 --
@@ -3109,14 +3668,119 @@ CREATE INDEX urutan_dikembalikan_pesanan_idx ON public.urutan_dikembalikan USING
 -- Name: urutan_efek_ditahan_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX urutan_efek_ditahan_idx ON public.urutan_efek USING btree (pesanan_id, versi, tujuan) WHERE (ditahan_sejak IS NOT NULL);
+CREATE INDEX urutan_efek_ditahan_idx ON ONLY public.urutan_efek USING btree (pesanan_id, versi, tujuan) WHERE (ditahan_sejak IS NOT NULL);
 
 
 --
 -- Name: INDEX urutan_efek_ditahan_idx; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON INDEX public.urutan_efek_ditahan_idx IS 'The effects that hold their order (few): the claim''s hold check, `urutan hold list` and the held gauge.';
+COMMENT ON INDEX public.urutan_efek_ditahan_idx IS 'Dead-lettered effects that hold their order (EFFECTS_ON_DEAD=hold).';
+
+
+--
+-- Name: urutan_efek_awal_ditahan_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_awal_ditahan_idx ON public.urutan_efek_awal USING btree (pesanan_id, versi, tujuan) WHERE (ditahan_sejak IS NOT NULL);
+
+
+--
+-- Name: INDEX urutan_efek_awal_ditahan_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_efek_awal_ditahan_idx IS 'The effects that hold their order (few): the claim''s hold check, `urutan hold list` and the held gauge.';
+
+
+--
+-- Name: urutan_efek_menunggu_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_menunggu_idx ON ONLY public.urutan_efek USING btree (efek) WHERE (keadaan = 'menunggu'::text);
+
+
+--
+-- Name: INDEX urutan_efek_menunggu_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_efek_menunggu_idx IS 'Pending effects in id order.';
+
+
+--
+-- Name: urutan_efek_awal_menunggu_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_awal_menunggu_idx ON public.urutan_efek_awal USING btree (efek) WHERE (keadaan = 'menunggu'::text);
+
+
+--
+-- Name: urutan_efek_pesanan_menunggu_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_pesanan_menunggu_idx ON ONLY public.urutan_efek USING btree (pesanan_id, versi, tujuan) WHERE (keadaan = 'menunggu'::text);
+
+
+--
+-- Name: INDEX urutan_efek_pesanan_menunggu_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_efek_pesanan_menunggu_idx IS 'Pending effects of an order in (versi, tujuan) order: the order''s next effect.';
+
+
+--
+-- Name: urutan_efek_awal_pesanan_menunggu_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_awal_pesanan_menunggu_idx ON public.urutan_efek_awal USING btree (pesanan_id, versi, tujuan) WHERE (keadaan = 'menunggu'::text);
+
+
+--
+-- Name: urutan_efek_selesai_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_selesai_idx ON ONLY public.urutan_efek USING btree (selesai_pada) WHERE (keadaan = 'terkirim'::text);
+
+
+--
+-- Name: INDEX urutan_efek_selesai_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_efek_selesai_idx IS 'Sent effects by when they were sent: the trim of the default partition.';
+
+
+--
+-- Name: urutan_efek_awal_selesai_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_awal_selesai_idx ON public.urutan_efek_awal USING btree (selesai_pada) WHERE (keadaan = 'terkirim'::text);
+
+
+--
+-- Name: urutan_efek_terbuka; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_terbuka ON ONLY public.urutan_efek USING btree (keadaan, tujuan) WHERE (keadaan <> 'terkirim'::text);
+
+
+--
+-- Name: INDEX urutan_efek_terbuka; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_efek_terbuka IS 'Effects not sent (pending and dead-lettered) by state and endpoint: the effects by endpoint (the console) and the dead-lettered ones (urutan status, dlq list --effects), past the sent ones kept for EFFECTS_RETENTION.';
+
+
+--
+-- Name: urutan_efek_awal_terbuka; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_awal_terbuka ON public.urutan_efek_awal USING btree (keadaan, tujuan) WHERE (keadaan <> 'terkirim'::text);
+
+
+--
+-- Name: INDEX urutan_efek_awal_terbuka; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_efek_awal_terbuka IS 'Effects not sent (pending and dead-lettered) by state and endpoint: the effects by endpoint (the console) and the dead-lettered ones (urutan status, dlq list --effects), past the sent ones kept for EFFECTS_RETENTION.';
 
 
 --
@@ -3127,38 +3791,45 @@ CREATE INDEX urutan_efek_kepala_siap_idx ON public.urutan_efek_kepala USING btre
 
 
 --
--- Name: urutan_efek_menunggu_idx; Type: INDEX; Schema: public; Owner: -
+-- Name: urutan_efek_p1_efek_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX urutan_efek_menunggu_idx ON public.urutan_efek USING btree (efek) WHERE (keadaan = 'menunggu'::text);
-
-
---
--- Name: urutan_efek_pesanan_menunggu_idx; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX urutan_efek_pesanan_menunggu_idx ON public.urutan_efek USING btree (pesanan_id, versi, tujuan) WHERE (keadaan = 'menunggu'::text);
+CREATE INDEX urutan_efek_p1_efek_idx ON public.urutan_efek_p1 USING btree (efek) WHERE (keadaan = 'menunggu'::text);
 
 
 --
--- Name: urutan_efek_selesai_idx; Type: INDEX; Schema: public; Owner: -
+-- Name: urutan_efek_p1_keadaan_tujuan_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX urutan_efek_selesai_idx ON public.urutan_efek USING btree (selesai_pada) WHERE (keadaan = 'terkirim'::text);
-
-
---
--- Name: urutan_efek_terbuka; Type: INDEX; Schema: public; Owner: -
---
-
-CREATE INDEX urutan_efek_terbuka ON public.urutan_efek USING btree (keadaan, tujuan) WHERE (keadaan <> 'terkirim'::text);
+CREATE INDEX urutan_efek_p1_keadaan_tujuan_idx ON public.urutan_efek_p1 USING btree (keadaan, tujuan) WHERE (keadaan <> 'terkirim'::text);
 
 
 --
--- Name: INDEX urutan_efek_terbuka; Type: COMMENT; Schema: public; Owner: -
+-- Name: urutan_efek_p1_pesanan_id_versi_tujuan_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-COMMENT ON INDEX public.urutan_efek_terbuka IS 'Effects not sent (pending and dead-lettered) by state and endpoint: the effects by endpoint (the console) and the dead-lettered ones (urutan status, dlq list --effects), past the sent ones kept for EFFECTS_RETENTION.';
+CREATE INDEX urutan_efek_p1_pesanan_id_versi_tujuan_idx ON public.urutan_efek_p1 USING btree (pesanan_id, versi, tujuan) WHERE (keadaan = 'menunggu'::text);
+
+
+--
+-- Name: urutan_efek_p1_pesanan_id_versi_tujuan_idx1; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_p1_pesanan_id_versi_tujuan_idx1 ON public.urutan_efek_p1 USING btree (pesanan_id, versi, tujuan) WHERE (ditahan_sejak IS NOT NULL);
+
+
+--
+-- Name: urutan_efek_p1_pesanan_versi_tujuan; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX urutan_efek_p1_pesanan_versi_tujuan ON public.urutan_efek_p1 USING btree (pesanan_id, versi, tujuan);
+
+
+--
+-- Name: urutan_efek_p1_selesai_pada_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_efek_p1_selesai_pada_idx ON public.urutan_efek_p1 USING btree (selesai_pada) WHERE (keadaan = 'terkirim'::text);
 
 
 --
@@ -3239,6 +3910,132 @@ COMMENT ON INDEX public.urutan_tahan_sejak IS 'Holds, oldest first (urutan hold 
 
 
 --
+-- Name: outbox_awal_pkey; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.outbox_pkey ATTACH PARTITION public.outbox_awal_pkey;
+
+
+--
+-- Name: outbox_awal_unroutable_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.outbox_unroutable_idx ATTACH PARTITION public.outbox_awal_unroutable_idx;
+
+
+--
+-- Name: outbox_awal_unsent_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.outbox_unsent_idx ATTACH PARTITION public.outbox_awal_unsent_idx;
+
+
+--
+-- Name: outbox_p1_id_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.outbox_unsent_idx ATTACH PARTITION public.outbox_p1_id_idx;
+
+
+--
+-- Name: outbox_p1_id_idx1; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.outbox_unroutable_idx ATTACH PARTITION public.outbox_p1_id_idx1;
+
+
+--
+-- Name: outbox_p1_pkey; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.outbox_pkey ATTACH PARTITION public.outbox_p1_pkey;
+
+
+--
+-- Name: urutan_efek_awal_ditahan_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_ditahan_idx ATTACH PARTITION public.urutan_efek_awal_ditahan_idx;
+
+
+--
+-- Name: urutan_efek_awal_menunggu_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_menunggu_idx ATTACH PARTITION public.urutan_efek_awal_menunggu_idx;
+
+
+--
+-- Name: urutan_efek_awal_pesanan_menunggu_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_pesanan_menunggu_idx ATTACH PARTITION public.urutan_efek_awal_pesanan_menunggu_idx;
+
+
+--
+-- Name: urutan_efek_awal_pkey; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_pkey ATTACH PARTITION public.urutan_efek_awal_pkey;
+
+
+--
+-- Name: urutan_efek_awal_selesai_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_selesai_idx ATTACH PARTITION public.urutan_efek_awal_selesai_idx;
+
+
+--
+-- Name: urutan_efek_awal_terbuka; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_terbuka ATTACH PARTITION public.urutan_efek_awal_terbuka;
+
+
+--
+-- Name: urutan_efek_p1_efek_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_menunggu_idx ATTACH PARTITION public.urutan_efek_p1_efek_idx;
+
+
+--
+-- Name: urutan_efek_p1_keadaan_tujuan_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_terbuka ATTACH PARTITION public.urutan_efek_p1_keadaan_tujuan_idx;
+
+
+--
+-- Name: urutan_efek_p1_pesanan_id_versi_tujuan_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_pesanan_menunggu_idx ATTACH PARTITION public.urutan_efek_p1_pesanan_id_versi_tujuan_idx;
+
+
+--
+-- Name: urutan_efek_p1_pesanan_id_versi_tujuan_idx1; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_ditahan_idx ATTACH PARTITION public.urutan_efek_p1_pesanan_id_versi_tujuan_idx1;
+
+
+--
+-- Name: urutan_efek_p1_pkey; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_pkey ATTACH PARTITION public.urutan_efek_p1_pkey;
+
+
+--
+-- Name: urutan_efek_p1_selesai_pada_idx; Type: INDEX ATTACH; Schema: public; Owner: -
+--
+
+ALTER INDEX public.urutan_efek_selesai_idx ATTACH PARTITION public.urutan_efek_p1_selesai_pada_idx;
+
+
+--
 -- Name: urutan_dead_letter urutan_dikembalikan_mati; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -3285,7 +4082,7 @@ ALTER TABLE ONLY public.urutan_efek_rute
 -- Name: urutan_efek urutan_efek_tujuan_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
-ALTER TABLE ONLY public.urutan_efek
+ALTER TABLE public.urutan_efek
     ADD CONSTRAINT urutan_efek_tujuan_fkey FOREIGN KEY (tujuan) REFERENCES public.urutan_efek_tujuan(tujuan);
 
 

@@ -36,7 +36,7 @@ for f in migrations/*.sql; do psql "$PGURL/$db" -q -v ON_ERROR_STOP=1 -f "$f"; d
 
 psql "$PGURL/$db" -q -v ON_ERROR_STOP=1 <<'SQL'
 INSERT INTO urutan_efek_tujuan (url) VALUES ('http://127.0.0.1:9/pay');
-ALTER TABLE urutan_efek SET (autovacuum_enabled = false);
+ALTER TABLE urutan_efek_p1 SET (autovacuum_enabled = false);  -- the first id-range partition (migration 0033)
 ALTER TABLE urutan_efek_kepala SET (autovacuum_enabled = false);
 ANALYZE urutan_efek; ANALYZE urutan_efek_kepala;
 -- The dispatcher's slots: effects claimed and not yet recorded, oldest first.

@@ -100,6 +100,9 @@ GRANT SELECT, INSERT ON pesanan_riwayat TO :"worker_role";
 -- retention (SECURITY DEFINER functions of the owner; migration 0026) ...
 GRANT EXECUTE ON FUNCTION urutan_partisi_siapkan(INT), urutan_partisi_buang(TEXT, INTERVAL),
     urutan_awal_pangkas(TEXT, INTERVAL, INT) TO :"worker_role";
+-- (the pool's retention pass also creates the id-range partitions of the
+-- outbox and the effects ahead: migration 0033)
+GRANT EXECUTE ON FUNCTION urutan_partisi_id_siapkan(BOOLEAN) TO :"worker_role";
 GRANT USAGE ON SEQUENCE pesanan_riwayat_seq_seq TO :"worker_role";
 -- ... and the ring-change bookkeeping (epochs, shard positions, parked
 -- messages, the recorded ring).
@@ -151,6 +154,11 @@ GRANT SELECT, INSERT, DELETE ON urutan_dikembalikan TO :"worker_role";
 -- Relay: the outbox (UPDATE: it locks rows FOR UPDATE and marks them sent;
 -- DELETE: it purges sent rows).
 GRANT SELECT, UPDATE, DELETE ON outbox TO :"relay_role";
+-- Its id-range partitions (migration 0033): created ahead, dropped whole once
+-- every row is sent and older than OUTBOX_RETENTION, the rows from before
+-- partitioning trimmed (SECURITY DEFINER functions of the owner).
+GRANT EXECUTE ON FUNCTION urutan_partisi_id_siapkan(BOOLEAN), urutan_partisi_id_buang(TEXT, INTERVAL),
+    urutan_awal_id_pangkas(TEXT, INTERVAL, INT) TO :"relay_role";
 
 -- Producer: adds outbox rows, nothing else: with INSERT, or with
 -- urutan_enqueue (SECURITY INVOKER: it inserts with the producer's own grant
@@ -233,6 +241,9 @@ GRANT SELECT, INSERT, DELETE ON urutan_efek_rute TO :"dispatcher_role";
 -- table-wide UPDATE of an older run of this script is taken back first.
 GRANT SELECT, DELETE ON urutan_efek TO :"dispatcher_role";
 REVOKE UPDATE ON urutan_efek FROM :"dispatcher_role";
+-- Its id-range partitions (migration 0033), as for the relay's outbox.
+GRANT EXECUTE ON FUNCTION urutan_partisi_id_siapkan(BOOLEAN), urutan_partisi_id_buang(TEXT, INTERVAL),
+    urutan_awal_id_pangkas(TEXT, INTERVAL, INT) TO :"dispatcher_role";
 -- ditahan_sejak: a dead letter that holds its order's later effects
 -- (EFFECTS_ON_DEAD=hold).
 GRANT UPDATE (keadaan, percobaan, coba_pada, sewa_sampai, sewa_oleh, selesai_pada, kode, jawaban,

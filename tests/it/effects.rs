@@ -1198,8 +1198,8 @@ async fn each_endpoint_gets_its_own_idempotency_key() {
     pool.stop().await;
 }
 
-/// A deep backlog (300 orders × 200 pending effects, the statistics taken
-/// while the tables were empty, as when a backlog builds up faster than
+/// A deep backlog (300 orders × 200 pending effects in the first id-range
+/// partition, the statistics taken while the tables were empty, as when a backlog builds up faster than
 /// autovacuum analyzes): each claim takes the heads of the orders due
 /// soonest (version 1 of orders no other claim holds, in due order), and
 /// reads only what it needs. Once every head is held, a claim finds nothing
@@ -1213,7 +1213,7 @@ async fn a_deep_backlog_is_claimed_head_first_without_reading_all_of_it() {
     let env = TestEnv::new("effects_claim_backlog").await;
     let db = env.db().await;
     sqlx::raw_sql(
-        "ALTER TABLE urutan_efek SET (autovacuum_enabled = false);
+        "ALTER TABLE urutan_efek_p1 SET (autovacuum_enabled = false);
          ALTER TABLE urutan_efek_kepala SET (autovacuum_enabled = false);
          ANALYZE urutan_efek; ANALYZE urutan_efek_kepala;",
     )

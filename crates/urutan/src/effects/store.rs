@@ -289,19 +289,14 @@ pub async fn backlog(pool: &PgPool) -> Result<Vec<(String, i64, f64, i64)>, sqlx
     .await
 }
 
-/// Deletes sent effects older than `retention`, a bounded slice at a time;
-/// returns how many went.
+/// Expires sent effects older than `retention`: whole id-range partitions
+/// once every effect in them is sent (created ahead here too), and the
+/// effects from before partitioning in bounded batches
+/// ([`crate::store::expire_id_ranges`]). Returns how many went (estimated
+/// for a dropped partition).
 pub async fn purge_sent(pool: &PgPool, retention: Duration) -> Result<u64, sqlx::Error> {
-    let done = sqlx::query(
-        "DELETE FROM urutan_efek WHERE efek IN (
-             SELECT efek FROM urutan_efek
-             WHERE keadaan = 'terkirim' AND selesai_pada < now() - make_interval(secs => $1)
-             LIMIT 10000)",
-    )
-    .bind(retention.as_secs_f64())
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected())
+    let mut db = pool.acquire().await?;
+    crate::store::expire_id_ranges(&mut db, crate::store::IdPartitioned::Effects, retention).await
 }
 
 /// One dead-lettered effect (`keadaan = 'gagal'`: the dispatcher gave up

@@ -42,7 +42,7 @@ use crate::health::Health;
 use crate::metrics as m;
 use crate::reshard::handoff;
 use crate::retry;
-use crate::store::Expiring;
+use crate::store::IdPartitioned;
 use crate::trace::{self, TraceParent, Traces};
 
 /// Pause between two purges of sent rows.
@@ -505,15 +505,12 @@ async fn update_backlog(db: &mut PgConnection) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
-/// Deletes sent rows older than `retention`, 5,000 per statement, on the
-/// relay's own connection, without a pause between statements.
+/// Expires sent rows older than `retention` on the relay's own connection:
+/// whole id-range partitions once every row in them is sent (created ahead
+/// here too), and the rows from before partitioning 5,000 per statement
+/// ([`crate::store::expire_id_ranges`]).
 pub async fn purge_sent(db: &mut PgConnection, retention: Duration) -> Result<u64, sqlx::Error> {
-    const SENT: Expiring = Expiring::new(
-        "outbox",
-        "id",
-        "dikirim_pada < now() - make_interval(secs => $1)",
-    );
-    let total = crate::store::purge_batches_on(db, &SENT, retention, Duration::ZERO).await?;
+    let total = crate::store::expire_id_ranges(db, IdPartitioned::Outbox, retention).await?;
     if total > 0 {
         info!(rows = total, "purged sent outbox rows");
     }

@@ -33,9 +33,9 @@ pub use read::{
     standing_by_id, stored_version,
 };
 pub use retention::{
-    DAYS_AHEAD, Retention, prepare_partitions, purge_expired, purge_expired_history, run_retention,
+    DAYS_AHEAD, IdPartitioned, Retention, expire_id_ranges, prepare_id_partitions,
+    prepare_partitions, purge_expired, purge_expired_history, run_retention,
 };
-pub(crate) use retention::{Expiring, purge_batches_on};
 
 /// The embedded migrations of `migrations/`.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");

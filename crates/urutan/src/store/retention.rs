@@ -8,7 +8,9 @@
 //! recorded longer than `DEAD_LETTER_UNRESOLVED_RETENTION` ago and stale
 //! arrivals are deleted in bounded batches ([`purge_in_batches`]), so the
 //! workers never wait on a long delete. Every pass first creates the day
-//! partitions of the coming week ([`prepare_partitions`]).
+//! partitions of the coming week ([`prepare_partitions`]). The outbox and
+//! the effects are partitioned by id range (migration 0033): the relay and
+//! the dispatcher drop their settled partitions ([`expire_id_ranges`]).
 
 use std::time::Duration;
 
@@ -64,11 +66,88 @@ pub const DAYS_AHEAD: i32 = 7;
 /// from today to [`DAYS_AHEAD`] days ahead (and validates the default
 /// partitions' bound the first time, without blocking writes). Returns how
 /// many were created.
+///
+/// It also creates the id-range partitions of the outbox and the effects
+/// ahead ([`prepare_id_partitions`]).
 pub async fn prepare_partitions<'c>(db: impl sqlx::PgExecutor<'c>) -> Result<i32, sqlx::Error> {
-    sqlx::query_scalar("SELECT urutan_partisi_siapkan($1)")
+    sqlx::query_scalar("SELECT urutan_partisi_siapkan($1) + urutan_partisi_id_siapkan()")
         .bind(DAYS_AHEAD)
         .fetch_one(db)
         .await
+}
+
+/// Creates the id-range partitions of `outbox` and `urutan_efek` until
+/// about a day of ids lies ahead (migration 0033; the first time, it
+/// validates the default partition's bound without blocking writes).
+/// Returns how many were created. The relay and the effects dispatcher
+/// call it before they expire rows, so they keep their table ready where
+/// no pool runs.
+pub async fn prepare_id_partitions<'c>(db: impl sqlx::PgExecutor<'c>) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar("SELECT urutan_partisi_id_siapkan()")
+        .fetch_one(db)
+        .await
+}
+
+/// A table partitioned by id range (migration 0033).
+#[derive(Debug, Clone, Copy)]
+pub enum IdPartitioned {
+    /// `outbox` (`OUTBOX_RETENTION`): a partition goes once every row is sent.
+    Outbox,
+    /// `urutan_efek` (`EFFECTS_RETENTION`): a partition goes once every
+    /// effect is sent (none pending nor dead-lettered).
+    Effects,
+}
+
+impl IdPartitioned {
+    fn table(self) -> &'static str {
+        match self {
+            Self::Outbox => "outbox",
+            Self::Effects => "urutan_efek",
+        }
+    }
+}
+
+/// Expires the settled rows of `table` older than `retention`: creates the
+/// partitions ahead, drops every partition whose ids are all handed out,
+/// whose newest row is older and that holds nothing waiting (each logged
+/// with its estimated rows), then trims the default partition (rows from
+/// before partitioning) [`BATCH`] rows at a time, without a pause. Returns
+/// the rows deleted plus the estimated rows of the partitions dropped.
+pub async fn expire_id_ranges(
+    db: &mut PgConnection,
+    table: IdPartitioned,
+    retention: Duration,
+) -> Result<u64, sqlx::Error> {
+    let created = prepare_id_partitions(&mut *db).await?;
+    if created > 0 {
+        info!(partitions = created, "created id-range partitions ahead");
+    }
+    let secs = retention.as_secs_f64();
+    let dropped: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT partisi, baris FROM urutan_partisi_id_buang($1, make_interval(secs => $2))",
+    )
+    .bind(table.table())
+    .bind(secs)
+    .fetch_all(&mut *db)
+    .await?;
+    let mut total = 0;
+    for (partition, rows) in dropped {
+        info!(%partition, rows, "dropped an expired id-range partition");
+        total += u64::try_from(rows).unwrap_or(0);
+    }
+    loop {
+        let deleted: i64 =
+            sqlx::query_scalar("SELECT urutan_awal_id_pangkas($1, make_interval(secs => $2), $3)")
+                .bind(table.table())
+                .bind(secs)
+                .bind(BATCH as i32)
+                .fetch_one(&mut *db)
+                .await?;
+        total += u64::try_from(deleted).unwrap_or(0);
+        if deleted < BATCH {
+            return Ok(total);
+        }
+    }
 }
 
 /// A table partitioned by UTC day (migration 0026).
@@ -165,8 +244,7 @@ pub(super) async fn purge_in_batches(
     purge_batches_on(pool, rows, retention, PAUSE).await
 }
 
-/// Where a purge runs its batches: a pool (a connection per batch) or one
-/// connection of its own (the outbox relay's).
+/// Where a purge runs its batches (a pool: a connection per batch).
 pub(crate) trait PurgeOn {
     /// Runs one batch of `rows`; how many rows went.
     async fn delete_batch(&mut self, rows: &Expiring, secs: f64) -> Result<u64, sqlx::Error>;
@@ -183,21 +261,10 @@ impl PurgeOn for &PgPool {
     }
 }
 
-impl PurgeOn for &mut PgConnection {
-    async fn delete_batch(&mut self, rows: &Expiring, secs: f64) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(rows.delete_batch())
-            .bind(secs)
-            .bind(BATCH)
-            .execute(&mut **self)
-            .await?;
-        Ok(done.rows_affected())
-    }
-}
-
 /// The one purge loop: deletes the `rows` expired under `retention` on
 /// `db`, [`BATCH`] at a time, until fewer than `BATCH` go, sleeping `pause`
 /// between batches (none if zero). Returns how many rows went.
-pub(crate) async fn purge_batches_on(
+async fn purge_batches_on(
     mut db: impl PurgeOn,
     rows: &Expiring,
     retention: Duration,
