@@ -18,4 +18,4 @@ echo "--- delete of the same rows (refill, then DELETE in batches of 5000 as bef
 $P -d $db -c "select urutan_partisi_id_buat('outbox', 1, (1<<24)+1)" -c "insert into outbox (id, agregat_tipe, agregat_id, routing_key, payload, dibuat_pada, dikirim_pada) select g, 'pesanan', 'O'||g, 'pesanan.jakarta.bench', jsonb_build_object('id','O'||g,'status','dibayar','versi',g,'data',jsonb_build_object('total', g, 'kota','jakarta')), now()-interval '8 days', now()-interval '8 days' from generate_series(1,5000000) g" -c "vacuum analyze outbox" -c "checkpoint"
 s=$(date +%s.%N)
 while :; do n=$($P -d $db -At -c "with d as (DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE dikirim_pada < now() - interval '7 days' LIMIT 5000 FOR UPDATE SKIP LOCKED) returning 1) select count(*) from d"); [ "$n" -lt 5000 ] && break; done
-e=$(date +%s.%N); echo "delete loop: $(echo "$e - $s" | bc) s"
+e=$(date +%s.%N); awk -v s="$s" -v e="$e" 'BEGIN { printf "delete loop: %.1f s\n", e - s }'
