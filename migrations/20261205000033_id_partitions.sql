@@ -55,7 +55,7 @@ END
 $$;
 
 -- The bound of the old table, now the default partition: ids from p_batas
--- on go to range partitions. A small table (under 64 MB: a scan of a few
+-- (or past the highest id in it) on go to range partitions. A small table (under 64 MB: a scan of a few
 -- hundred milliseconds at most) is checked here and now. A larger one
 -- gets 2^24 ids of room and a CHECK added NOT VALID, which
 -- urutan_partisi_id_siapkan validates later, while writes go on
@@ -65,7 +65,12 @@ RETURNS VOID LANGUAGE plpgsql AS $$
 DECLARE
     v_kecil BOOLEAN := pg_relation_size(p_tabel) < 64 * 1024 * 1024;
     v_nama TEXT := (SELECT relname FROM pg_class WHERE oid = p_tabel) || '_batas';
+    v_maks BIGINT;
 BEGIN
+    -- Past the highest id too: a row may have been written with an id of
+    -- its own, ahead of the sequence (a read of the primary key's end).
+    EXECUTE format('SELECT max(%I) FROM %s', p_kolom, p_tabel) INTO v_maks;
+    p_batas := greatest(p_batas, coalesce(v_maks, 0) + 1);
     IF NOT v_kecil THEN
         p_batas := p_batas + 16777216;
     END IF;
