@@ -196,41 +196,44 @@ COMMENT ON FUNCTION public.urutan_efek_aktif() IS 'Are effects configured (any r
 
 
 --
--- Name: urutan_efek_catat(); Type: FUNCTION; Schema: public; Owner: -
+-- Name: urutan_efek_catat_pernyataan(); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.urutan_efek_catat() RETURNS trigger
+CREATE FUNCTION public.urutan_efek_catat_pernyataan() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
 DECLARE
-    v_versi BIGINT;
-    v_data  JSONB;
-    v_jejak TEXT;
+    v_salah RECORD;  -- a new history row whose stored state is another version's
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM urutan_efek_rute WHERE status IN (NEW.status, '*')) THEN
+    IF NOT EXISTS (SELECT 1 FROM urutan_efek_rute) THEN
         RETURN NULL;
     END IF;
-    SELECT versi, data INTO v_versi, v_data FROM pesanan WHERE id = NEW.pesanan_id;
-    -- Every apply path writes the state before its history row; anything
-    -- else would send another version's data: refuse loudly.
-    IF v_versi IS DISTINCT FROM NEW.versi THEN
+    SELECT b.pesanan_id, b.versi, p.versi AS tersimpan INTO v_salah
+    FROM baru b LEFT JOIN pesanan p ON p.id = b.pesanan_id
+    WHERE p.versi IS DISTINCT FROM b.versi
+      AND EXISTS (SELECT 1 FROM urutan_efek_rute r WHERE r.status IN (b.status, '*'))
+    LIMIT 1;
+    IF FOUND THEN
         RAISE EXCEPTION 'urutan: the effect of % version % cannot see its data (stored version %)',
-            NEW.pesanan_id, NEW.versi, v_versi;
+            v_salah.pesanan_id, v_salah.versi, v_salah.tersimpan;
     END IF;
-    v_jejak := coalesce(urutan_traceparent_applied(NEW.message_id),
-                        (SELECT u.traceparent FROM urutan_parkir u
-                         WHERE u.pesanan_id = NEW.pesanan_id AND u.message_id = NEW.message_id
-                           AND u.traceparent IS NOT NULL
-                         LIMIT 1));
     INSERT INTO urutan_efek (pesanan_id, versi, tujuan, message_id, isi, traceparent)
-    SELECT DISTINCT NEW.pesanan_id, NEW.versi, r.tujuan, NEW.message_id,
-           jsonb_build_object('id', NEW.pesanan_id, 'status', NEW.status, 'versi', NEW.versi)
-           || CASE WHEN v_data IS NULL THEN '{}'::jsonb
-                   ELSE jsonb_build_object('data', v_data) END,
-           v_jejak
-    FROM urutan_efek_rute r
-    WHERE r.status IN (NEW.status, '*')
+    SELECT e.pesanan_id, e.versi, e.tujuan, e.message_id, e.isi,
+           coalesce(urutan_traceparent_applied(e.message_id),
+                    (SELECT u.traceparent FROM urutan_parkir u
+                     WHERE u.pesanan_id = e.pesanan_id AND u.message_id = e.message_id
+                       AND u.traceparent IS NOT NULL
+                     LIMIT 1))
+    FROM (SELECT DISTINCT ON (b.seq, r.tujuan) b.seq, b.pesanan_id, b.versi, r.tujuan, b.message_id,
+                 jsonb_build_object('id', b.pesanan_id, 'status', b.status, 'versi', b.versi)
+                 || CASE WHEN p.data IS NULL THEN '{}'::jsonb
+                         ELSE jsonb_build_object('data', p.data) END AS isi
+          FROM baru b
+          JOIN urutan_efek_rute r ON r.status IN (b.status, '*')
+          LEFT JOIN pesanan p ON p.id = b.pesanan_id
+          ORDER BY b.seq, r.tujuan) e
+    ORDER BY e.seq, e.tujuan
     ON CONFLICT DO NOTHING;
     RETURN NULL;
 END
@@ -238,10 +241,10 @@ $$;
 
 
 --
--- Name: FUNCTION urutan_efek_catat(); Type: COMMENT; Schema: public; Owner: -
+-- Name: FUNCTION urutan_efek_catat_pernyataan(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_efek_catat() IS 'Trigger on pesanan_riwayat: records the applied version''s effects (catat: record), one per matching endpoint, with the state the version wrote and the apply span''s traceparent (the parked row''s, for a version applied later from urutan_parkir). SECURITY DEFINER.';
+COMMENT ON FUNCTION public.urutan_efek_catat_pernyataan() IS 'Statement trigger on pesanan_riwayat (catat: record; pernyataan: statement): records the effects of the statement''s new history rows (transition table baru), one per matching endpoint, with the state each version wrote and the apply span''s traceparent (the parked row''s, for a version applied later from urutan_parkir). One call per statement: with no route it reads urutan_efek_rute once. SECURITY DEFINER.';
 
 
 --
@@ -4043,10 +4046,17 @@ CREATE TRIGGER urutan_dikembalikan_mati AFTER INSERT ON public.urutan_dead_lette
 
 
 --
--- Name: pesanan_riwayat urutan_efek_catat; Type: TRIGGER; Schema: public; Owner: -
+-- Name: pesanan_riwayat urutan_efek_catat_pernyataan; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER urutan_efek_catat AFTER INSERT ON public.pesanan_riwayat FOR EACH ROW EXECUTE FUNCTION public.urutan_efek_catat();
+CREATE TRIGGER urutan_efek_catat_pernyataan AFTER INSERT ON public.pesanan_riwayat REFERENCING NEW TABLE AS baru FOR EACH STATEMENT EXECUTE FUNCTION public.urutan_efek_catat_pernyataan();
+
+
+--
+-- Name: TRIGGER urutan_efek_catat_pernyataan ON pesanan_riwayat; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER urutan_efek_catat_pernyataan ON public.pesanan_riwayat IS 'Records the effects of the applied versions, once per INSERT statement (urutan_efek_catat_pernyataan).';
 
 
 --
