@@ -71,6 +71,10 @@ struct Summary {
     vs_broker: Option<f64>,
     vs_database: Option<f64>,
     cpu_us_per_msg: Option<f64>,
+    /// PostgreSQL's CPU per message over the drain (all its processes).
+    db_us_per_msg: Option<f64>,
+    /// The broker's CPU per message over the drain.
+    broker_us_per_msg: Option<f64>,
     peak_rss_mib: Option<f64>,
     checks: Vec<String>,
 }
@@ -213,6 +217,14 @@ fn summarize(variants: &[Variant], rounds: &[Round]) -> Vec<Summary> {
                         .collect(),
                 )
             };
+            let split = |f: fn(&crate::procfs::CpuSplit) -> f64| {
+                median(
+                    rounds
+                        .iter()
+                        .filter_map(|r| r.runs[v].as_ref()?.cpu.as_ref().map(f))
+                        .collect(),
+                )
+            };
             Summary {
                 name: variant.name.clone(),
                 rate: median(rates.clone()),
@@ -222,6 +234,8 @@ fn summarize(variants: &[Variant], rounds: &[Round]) -> Vec<Summary> {
                 vs_broker: per_round(&|r| r.broker),
                 vs_database: per_round(&|r| r.database),
                 cpu_us_per_msg: of(|w| w.cpu_us_per_msg),
+                db_us_per_msg: split(|c| c.database_us),
+                broker_us_per_msg: split(|c| c.broker_us),
                 peak_rss_mib: of(|w| w.peak_rss_mib),
                 checks: rounds
                     .iter()
@@ -265,14 +279,14 @@ fn markdown(
     }
     let _ = writeln!(
         md,
-        "\n| variant | msg/s (median) | range | × `{}` (median of per-round ratios) | × broker ceiling | × DB ceiling | worker CPU µs/msg | peak RSS MiB | checks |",
+        "\n| variant | msg/s (median) | range | × `{}` (median of per-round ratios) | × broker ceiling | × DB ceiling | worker CPU µs/msg | database CPU µs/msg | broker CPU µs/msg | peak RSS MiB | checks |",
         variants[0].name
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     for s in summary {
         let _ = writeln!(
             md,
-            "| {} | {} | {}–{} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {}–{} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s.name,
             fmt(s.rate, 0),
             fmt(s.rate_min, 0),
@@ -281,6 +295,8 @@ fn markdown(
             fmt(s.vs_broker, 2),
             fmt(s.vs_database, 2),
             fmt(s.cpu_us_per_msg, 0),
+            fmt(s.db_us_per_msg, 1),
+            fmt(s.broker_us_per_msg, 1),
             fmt(s.peak_rss_mib, 1),
             s.checks.join("; ")
         );

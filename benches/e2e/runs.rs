@@ -189,7 +189,10 @@ pub async fn throughput(
     let tag = format!("worker_s{shards}_p{prefetch}{batch}{suffix}");
     let mut env = BenchEnv::bench(&tag).await?;
     env.use_unix_socket(unix_db);
-    let pool = env.pool(2).await?;
+    // The schema of the binary under test (`urutan migrate`), not the
+    // bench's own: under --ab, each variant drains on its own migrations.
+    migrate_with(bin, &env).await?;
+    let pool = urutan::store::connect(&env.database_url(), 2).await?;
     let publish_rate = prepare_backlog(&env, shards, work).await?;
     let log = logs.join(format!("{tag}.log"));
     let drain = Drain {
@@ -206,6 +209,26 @@ pub async fn throughput(
     pool.close().await;
     run.publish_rate = publish_rate;
     Ok(run)
+}
+
+/// Runs `bin migrate` on `env`'s database (bounded to 5 minutes).
+async fn migrate_with(bin: &Path, env: &BenchEnv) -> anyhow::Result<()> {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg("migrate")
+        .env("DATABASE_URL", env.database_url().expose())
+        .env("AMQP_URL", env.amqp_url().expose())
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(300), cmd.output())
+        .await
+        .context("`urutan migrate` took over 5 minutes")??;
+    anyhow::ensure!(
+        out.status.success(),
+        "`{} migrate` failed: {}",
+        bin.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
 }
 
 /// A drain of a backlog already published into `env`'s vhost, by
