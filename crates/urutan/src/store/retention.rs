@@ -24,7 +24,7 @@ const BATCH: i64 = 5_000;
 const EVERY: Duration = Duration::from_secs(300);
 
 /// Rows of one table that expire, deleted [`BATCH`] at a time by the one
-/// purge loop ([`purge_batches_on`]).
+/// purge loop ([`purge_in_batches`]).
 pub(crate) struct Expiring {
     table: &'static str,
     /// The key the batch's rows are picked by.
@@ -233,53 +233,27 @@ pub async fn purge_expired_history(pool: &PgPool, retention: Duration) -> Result
 /// workers.
 const PAUSE: Duration = Duration::from_millis(50);
 
-/// Deletes the `rows` expired under `retention` on the pool until fewer than
-/// `BATCH` go, pausing between batches; every retention of the store goes
-/// through here. Returns how many rows went.
+/// The one purge loop of the store: deletes the `rows` expired under
+/// `retention` on the pool, [`BATCH`] at a time, until fewer than `BATCH`
+/// go, pausing [`PAUSE`] between batches. Returns how many rows went.
 pub(super) async fn purge_in_batches(
     pool: &PgPool,
     rows: &Expiring,
     retention: Duration,
 ) -> Result<u64, sqlx::Error> {
-    purge_batches_on(pool, rows, retention, PAUSE).await
-}
-
-/// Where a purge runs its batches (a pool: a connection per batch).
-pub(crate) trait PurgeOn {
-    /// Runs one batch of `rows`; how many rows went.
-    async fn delete_batch(&mut self, rows: &Expiring, secs: f64) -> Result<u64, sqlx::Error>;
-}
-
-impl PurgeOn for &PgPool {
-    async fn delete_batch(&mut self, rows: &Expiring, secs: f64) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(rows.delete_batch())
-            .bind(secs)
-            .bind(BATCH)
-            .execute(*self)
-            .await?;
-        Ok(done.rows_affected())
-    }
-}
-
-/// The one purge loop: deletes the `rows` expired under `retention` on
-/// `db`, [`BATCH`] at a time, until fewer than `BATCH` go, sleeping `pause`
-/// between batches (none if zero). Returns how many rows went.
-async fn purge_batches_on(
-    mut db: impl PurgeOn,
-    rows: &Expiring,
-    retention: Duration,
-    pause: Duration,
-) -> Result<u64, sqlx::Error> {
     let mut total = 0;
     loop {
-        let deleted = db.delete_batch(rows, retention.as_secs_f64()).await?;
+        let deleted = sqlx::query(rows.delete_batch())
+            .bind(retention.as_secs_f64())
+            .bind(BATCH)
+            .execute(pool)
+            .await?
+            .rows_affected();
         total += deleted;
         if deleted < BATCH as u64 {
             return Ok(total);
         }
-        if !pause.is_zero() {
-            tokio::time::sleep(pause).await;
-        }
+        tokio::time::sleep(PAUSE).await;
     }
 }
 
