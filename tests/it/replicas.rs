@@ -227,3 +227,103 @@ async fn graceful_handovers_spend_no_delivery() {
     assert_gapless_in_order(&history(&db).await, 1, n);
     pool.stop().await;
 }
+
+/// A replica that stops gracefully cancels its consumer once it has handled
+/// what arrived, and the standby becomes active at that cancel. A delivery
+/// the broker had already sent the stopping replica, still on its way (a
+/// slow link; a busy broker), must not be overtaken by the standby: before
+/// the fix, it came back to the queue only when the stopping replica closed
+/// its channel, behind the next versions the standby had already applied
+/// (seen once in CI's fault suite as a lost version after
+/// `close_all_connections`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_still_on_its_way_at_a_graceful_handover_is_not_overtaken() {
+    let env = TestEnv::new("late_handover").await;
+    let (entities, versions) = (4_usize, 50_i64);
+    let mut settings = env.settings(1);
+    // Pipelined strict mode: while one delivery is handled, the next ones
+    // are already on their way.
+    settings.prefetch = 4;
+    settings.batch_max = Some(1);
+    let conn = urutan::broker::connect(&env.amqp_url().into(), "t")
+        .await
+        .expect("connect");
+    let names = urutan::broker::Names::new("pesanan");
+    urutan::broker::topology::declare(&conn, &names, 1, settings.delivery_limit, false)
+        .await
+        .expect("declare");
+    let ids: Vec<String> = (0..entities).map(|e| format!("L{e}")).collect();
+    let msgs: Vec<Msg> = (1..=versions)
+        .flat_map(|v| ids.iter().map(move |id| Msg::event(id, v)))
+        .collect();
+    env.publisher().await.send_all(&msgs).await;
+
+    // The stopping replica reaches the broker through a link that, once it
+    // consumes, delays every byte 400 ms each way: whatever the broker sends
+    // it after an ack is still on its way when it stops. It stops itself at
+    // its sixth message after that.
+    let link = crate::proxy::Proxy::start(amqp_addr().parse().expect("addr")).await;
+    let mut slow = settings.clone();
+    slow.amqp_url = env
+        .amqp_url()
+        .with(|u| {
+            let _ = u.set_port(Some(link.addr.port()));
+        })
+        .into();
+    let token: Arc<OnceLock<CancellationToken>> = Arc::new(OnceLock::new());
+    let handled = Arc::new(AtomicUsize::new(0));
+    let slow_since = Arc::new(OnceLock::new());
+    let hooks = {
+        let (token, handled, slow_since) = (token.clone(), handled.clone(), slow_since.clone());
+        before_apply(move |_: &Event| {
+            let n = handled.fetch_add(1, Ordering::SeqCst) + 1;
+            if slow_since
+                .get()
+                .is_some_and(|&since: &usize| n == since + 6)
+                && let Some(token) = token.get()
+            {
+                token.cancel();
+            }
+        })
+    };
+    let stopping = RunningPool::start_with(slow, hooks).await;
+    token
+        .set(stopping.shutdown.clone())
+        .expect("token set once");
+    // The standby registers once the slow replica consumes.
+    wait_for("the slow replica consumes", Duration::from_secs(60), || {
+        let handled = handled.clone();
+        async move { handled.load(Ordering::SeqCst) > 0 }
+    })
+    .await;
+    link.delay(Duration::from_millis(400), Duration::ZERO);
+    slow_since
+        .set(handled.load(Ordering::SeqCst))
+        .expect("set once");
+    let standby = RunningPool::start(settings).await;
+    tokio::time::timeout(Duration::from_secs(60), stopping.shutdown.cancelled())
+        .await
+        .expect("the slow replica handled 6 more messages within 60 s");
+    stopping.stop().await;
+
+    let db = env.db().await;
+    wait_for(
+        "every order at its last version",
+        Duration::from_secs(60),
+        || {
+            let db = db.clone();
+            async move {
+                count(&db, "SELECT count(*) FROM pesanan WHERE versi = 50").await == 4
+                    && count(&db, "SELECT count(*) FROM urutan_parkir").await == 0
+            }
+        },
+    )
+    .await;
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM urutan_basi").await,
+        0,
+        "a version reached a worker after a newer one (recorded as stale)"
+    );
+    standby.stop().await;
+}

@@ -9,7 +9,9 @@
 //!   jittered backoff) so nothing behind it overtakes it;
 //! - on shutdown the in-flight message is finished and acked, and the
 //!   consumer is cancelled *before* that ack, so no further delivery is
-//!   pushed to this worker while a standby takes over;
+//!   pushed to this worker while a standby takes over; the standby applies
+//!   nothing until this worker has also handled what the broker sent it
+//!   before the cancel ([`handover`]);
 //! - epoch markers move the shard's position (see [`crate::reshard::handoff`]); a
 //!   message whose entity is being handed over is parked, and the worker
 //!   releases its parked messages as soon as they may go.
@@ -32,6 +34,7 @@
 
 mod batch;
 mod decode;
+mod handover;
 mod hooks;
 mod lease;
 mod link;
@@ -246,6 +249,9 @@ impl<'w> Context<'w> {
         let gap_timeout = self.worker.retry.gap_timeout;
         let mut gap_check = tokio::time::interval(GAP_CHECK_EVERY);
         gap_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first delivery comes once this consumer is active: a replica
+        // that stopped may still be handing the shard over (`handover`).
+        let mut first = true;
         loop {
             let due = self.session.due();
             let next = tokio::select! {
@@ -277,6 +283,10 @@ impl<'w> Context<'w> {
                 Some(Some(Err(e))) => return Err(e.into()),
                 Some(None) => return Err(BrokerError::ConsumerCancelled),
             };
+            if std::mem::take(&mut first) {
+                self.session.give_back();
+                handover::wait(&self.worker.pool, self.worker.shard).await;
+            }
             let (in_hand, may_release) = self.handle(delivery).await?;
             parked |= may_release;
             if self.shutdown.is_cancelled() {
@@ -306,12 +316,43 @@ impl<'w> Context<'w> {
     /// Shutdown without spending a delivery or breaking order. Acks are held
     /// back, so the prefetch window cannot grow: every delivery the broker
     /// already pushed is processed (waiting `SHUTDOWN_LINGER` for one still
-    /// in flight); then the consumer is cancelled — a standby may start now,
-    /// everything of ours is committed — and only then is everything acked.
-    /// Idle, the channel is just closed: a delivery racing in is returned to
-    /// the front of the queue before any standby starts.
+    /// in flight). Then, holding the shard's handover lock, the consumer is
+    /// cancelled — a standby may start now, and waits for the lock — and
+    /// whatever the broker had sent before the cancel-ok is processed too;
+    /// only then is everything acked and the lock let go (see `handover`).
+    /// Idle, the channel is just closed: a delivery racing in is returned
+    /// to the front of the queue before any standby starts.
     async fn finish(&mut self, mut unsettled: Vec<InHand>) -> Result<(), BrokerError> {
         // `shutdown` is cancelled here: a held message gets the shutdown grace.
+        self.process_until_quiet(&mut unsettled).await?;
+        if !unsettled.is_empty() {
+            self.session.give_back();
+            let limit = self.worker.database_timeout;
+            match handover::Held::take(&self.worker.pool, self.worker.shard, limit).await {
+                Some(lock) => {
+                    let tag = self.tag.as_str().into();
+                    let cancel = self.ch.basic_cancel(tag, BasicCancelOptions::default());
+                    call("basic.cancel", cancel).await?;
+                    // Everything sent before the cancel-ok is in hand now.
+                    self.process_until_quiet(&mut unsettled).await?;
+                    settle::settle_all(&unsettled, &self.metrics).await?;
+                    lock.release().await;
+                }
+                // No cancel: acked and closed at once, so a delivery racing
+                // in goes back to the front before any standby starts.
+                None => settle::settle_all(&unsettled, &self.metrics).await?,
+            }
+        }
+        let _ = call("channel.close", self.ch.close(200, "shutting down".into())).await;
+        Ok(())
+    }
+
+    /// Processes deliveries until none arrives for `SHUTDOWN_LINGER`,
+    /// adding them to `unsettled`.
+    async fn process_until_quiet(
+        &mut self,
+        unsettled: &mut Vec<InHand>,
+    ) -> Result<(), BrokerError> {
         while let Ok(Some(next)) = tokio::time::timeout(SHUTDOWN_LINGER, self.consumer.next()).await
         {
             let delivery = next?;
@@ -319,13 +360,6 @@ impl<'w> Context<'w> {
             let (settles, _) = self.process(&delivery).await?;
             unsettled.extend(in_hand(vec![delivery], settles, received));
         }
-        if !unsettled.is_empty() {
-            let tag = self.tag.as_str().into();
-            let cancel = self.ch.basic_cancel(tag, BasicCancelOptions::default());
-            call("basic.cancel", cancel).await?;
-            settle::settle_all(&unsettled, &self.metrics).await?;
-        }
-        let _ = call("channel.close", self.ch.close(200, "shutting down".into())).await;
         Ok(())
     }
 
