@@ -1762,14 +1762,15 @@ BEGIN
     ),
     baru AS (
         SELECT DISTINCT ON (message_id) *
-        FROM masuk WHERE message_id = ANY (v_klaim)
+        FROM masuk WHERE message_id IN (SELECT unnest(v_klaim))
         ORDER BY message_id, i
     ),
     nilai AS (
         SELECT b.*,
-               coalesce(b.versi > greatest(p.versi, max(b.versi) OVER sebelumnya), true)
+               coalesce(b.versi > greatest((SELECT p.versi FROM pesanan p WHERE p.id = b.id),
+                                           max(b.versi) OVER sebelumnya), true)
                    AS diterapkan
-        FROM baru b LEFT JOIN pesanan p ON p.id = b.id
+        FROM baru b
         WINDOW sebelumnya AS (PARTITION BY b.id ORDER BY b.i
                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
     ),
@@ -1818,7 +1819,7 @@ $$;
 -- Name: FUNCTION urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer) IS 'The set-based body of the batch (himpun: gathered): one dedup claim, one versioned upsert per order, one history insert, stale arrivals recorded. Hands the batch to the per-message loop when a marker is in it or any message could park.';
+COMMENT ON FUNCTION public.urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer) IS 'The set-based body of the batch (himpun: gathered): one dedup claim, one versioned upsert per order (its stored version read by primary key), one history insert, stale arrivals recorded. Hands the batch to the per-message loop when a marker is in it or any message could park.';
 
 
 --

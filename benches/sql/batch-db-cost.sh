@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Database time per message of the set-based batch, inside PostgreSQL:
-# BATCHES calls of urutan_terapkan_batch with 128 new messages each (2,000
-# orders, every message the next version of its order, no order twice in a
+# BATCHES calls of urutan_terapkan_batch with 128 new messages each (ORDERS
+# orders, default 2,000, every message the next version of its order, no order twice in a
 # batch), a COMMIT after each, synchronous_commit off. Two scratch
 # databases side by side: `before` migrated up to BEFORE (default: every
 # migration but the newest), `after` with all of them. Rounds alternate
@@ -15,7 +15,7 @@ shopt -s inherit_errexit
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432}
 export PGOPTIONS="-c client_min_messages=warning"
-ROUNDS=${ROUNDS:-7} BATCHES=${BATCHES:-400} EFFECTS=${EFFECTS:-0}
+ROUNDS=${ROUNDS:-7} BATCHES=${BATCHES:-400} EFFECTS=${EFFECTS:-0} ORDERS=${ORDERS:-2000}
 mapfile -t all < <(ls migrations/*.sql)
 BEFORE=${BEFORE:-$(basename "${all[-2]}" .sql)}
 before=urutan_batchcost_a_$$ after=urutan_batchcost_b_$$
@@ -31,8 +31,8 @@ for db in $before $after; do
     # The batches, built once (their building is not timed).
     psql "$PGURL/$db" -q -v ON_ERROR_STOP=1 -c "
 CREATE TABLE bench_batch AS
-SELECT b, (SELECT jsonb_agg(jsonb_build_object('message_id', 'm' || i, 'id', 'E' || (i % 2000),
-                                              'status', 'dibayar', 'versi', i / 2000 + 1,
+SELECT b, (SELECT jsonb_agg(jsonb_build_object('message_id', 'm' || i, 'id', 'E' || (i % $ORDERS),
+                                              'status', 'dibayar', 'versi', i / $ORDERS + 1,
                                               'data', '{\"catatan\": \"xxxxxxxxxxxxxxxxxxxx\"}'::jsonb)
                            ORDER BY i)
           FROM generate_series(b * 128, b * 128 + 127) i) AS pesan
@@ -46,7 +46,7 @@ done
 run() { # database -> "ms history_rows effect_rows"
     psql "$PGURL/$1" -qAt -v ON_ERROR_STOP=1 \
         -c "TRUNCATE pesanan, pesan_diproses, pesanan_riwayat, urutan_efek, urutan_efek_kepala" \
-        -c "INSERT INTO pesanan (id, status, versi) SELECT 'E' || g, 'dibuat', 0 FROM generate_series(0, 1999) g" \
+        -c "INSERT INTO pesanan (id, status, versi) SELECT 'E' || g, 'dibuat', 0 FROM generate_series(0, $ORDERS - 1) g" \
         -c "VACUUM ANALYZE" -c "CHECKPOINT" -c "SET synchronous_commit = off" -c '\timing on' -c "
 DO \$\$
 DECLARE
@@ -64,7 +64,7 @@ END \$\$;" -c '\timing off' \
 }
 
 messages=$((BATCHES * 128))
-echo "set-based batch: $BATCHES batches of 128 ($messages messages) per run, $ROUNDS rounds, effects route: $EFFECTS"
+echo "set-based batch: $BATCHES batches of 128 ($messages messages) per run over $ORDERS orders, $ROUNDS rounds, effects route: $EFFECTS"
 echo "before: migrations up to $BEFORE; after: all ($(basename "${all[-1]}" .sql))"
 printf '%-6s %-7s %10s %9s %9s %9s\n' round variant ms us/msg applied effects
 declare -a a_us b_us
