@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +46,16 @@ fn consumers(env: &TestEnv) -> BTreeMap<String, (usize, usize)> {
         }
     }
     per_queue
+}
+
+/// How many orders are stored at version `versi`.
+async fn orders_at_version(db: &sqlx::PgPool, versi: i64) -> usize {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM pesanan WHERE versi = $1")
+        .bind(versi)
+        .fetch_one(db)
+        .await
+        .expect("count orders at a version");
+    usize::try_from(n).expect("a count")
 }
 
 fn every_shard(shards: u16, consumers: usize) -> BTreeMap<String, (usize, usize)> {
@@ -313,7 +323,173 @@ async fn a_delivery_still_on_its_way_at_a_graceful_handover_is_not_overtaken() {
         || {
             let db = db.clone();
             async move {
-                count(&db, "SELECT count(*) FROM pesanan WHERE versi = 50").await == 4
+                orders_at_version(&db, versions).await == entities
+                    && count(&db, "SELECT count(*) FROM urutan_parkir").await == 0
+            }
+        },
+    )
+    .await;
+    assert_gapless_in_order(&history(&db).await, entities, versions);
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM urutan_basi").await,
+        0,
+        "a version reached a worker after a newer one (recorded as stale)"
+    );
+    standby.stop().await;
+}
+
+/// The handover lock of shard 0, as a stopping replica takes it (see
+/// `urutan::shard::handover`).
+const HOLD_SHARD_0: &str = "SELECT pg_advisory_lock(hashtext('urutan-shard-handover'), 0)";
+
+/// A consumer handles nothing while a stopping replica holds the shard's
+/// handover lock, and waits for it at most 30 s: a replica whose database
+/// link went silent in the middle of its handover (its lock lives until
+/// PostgreSQL notices) does not stop the shard for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_waits_for_a_handover_under_way_but_not_forever() {
+    let env = TestEnv::new("handover_wait").await;
+    let db = env.db().await;
+    let mut holder = db.acquire().await.expect("a connection");
+    sqlx::query(HOLD_SHARD_0)
+        .execute(&mut *holder)
+        .await
+        .expect("hold the handover lock");
+    let started = Instant::now();
+    let pool = RunningPool::ready(env.settings(1)).await;
+    env.publisher().await.send_all(&[Msg::event("W", 1)]).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM pesanan").await,
+        0,
+        "applied while another replica held the shard's handover lock"
+    );
+    wait_for(
+        "the message applied once the wait gave up",
+        Duration::from_secs(60),
+        || {
+            let db = db.clone();
+            async move { count(&db, "SELECT count(*) FROM pesanan_riwayat").await == 1 }
+        },
+    )
+    .await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(29),
+        "applied after {waited:?}, before the 30 s wait ended, with the lock still held"
+    );
+    let held: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+                        AND pid = pg_backend_pid())",
+    )
+    .fetch_one(&mut *holder)
+    .await
+    .expect("look at the lock");
+    assert!(held, "the lock was still held when the consumer went on");
+    holder.close().await.expect("let the lock go");
+    pool.stop().await;
+}
+
+/// A replica that stops gracefully but cannot take the shard's handover
+/// lock (new database connections fail: the database is going away, its
+/// pooled connections still work) does not cancel its consumer: it acks what
+/// it handled and closes its channel, so a delivery still on its way goes
+/// back to the front of the queue before the standby becomes active. No
+/// version is overtaken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_cannot_take_the_handover_lock_still_hands_over_in_order() {
+    let env = TestEnv::new("handover_nolock").await;
+    let (entities, versions) = (4_usize, 40_i64);
+    let mut settings = env.settings(1);
+    settings.prefetch = 4;
+    settings.batch_max = Some(1);
+    let conn = urutan::broker::connect(&env.amqp_url().into(), "t")
+        .await
+        .expect("connect");
+    let names = urutan::broker::Names::new("pesanan");
+    urutan::broker::topology::declare(&conn, &names, 1, settings.delivery_limit, false)
+        .await
+        .expect("declare");
+    let ids: Vec<String> = (0..entities).map(|e| format!("N{e}")).collect();
+    let msgs: Vec<Msg> = (1..=versions)
+        .flat_map(|v| ids.iter().map(move |id| Msg::event(id, v)))
+        .collect();
+    env.publisher().await.send_all(&msgs).await;
+
+    // The stopping replica reaches the broker and the database through
+    // proxies. Once it consumes, the broker's bytes take 400 ms; at its
+    // sixth message after that, new database connections start failing
+    // (its handover lock needs one) and it stops itself.
+    let broker_link = crate::proxy::Proxy::start(amqp_addr().parse().expect("addr")).await;
+    let db_link =
+        Arc::new(crate::proxy::Proxy::start("127.0.0.1:5432".parse().expect("addr")).await);
+    let mut stopping_settings = settings.clone();
+    stopping_settings.amqp_url = env
+        .amqp_url()
+        .with(|u| {
+            let _ = u.set_port(Some(broker_link.addr.port()));
+        })
+        .into();
+    stopping_settings.database_url = settings.database_url.with(|u| {
+        let _ = u.set_port(Some(db_link.addr.port()));
+    });
+    let token: Arc<OnceLock<CancellationToken>> = Arc::new(OnceLock::new());
+    let handled = Arc::new(AtomicUsize::new(0));
+    let slow_since = Arc::new(OnceLock::new());
+    let hooks = {
+        let (token, handled, slow_since, db_link) = (
+            token.clone(),
+            handled.clone(),
+            slow_since.clone(),
+            db_link.clone(),
+        );
+        before_apply(move |_: &Event| {
+            let n = handled.fetch_add(1, Ordering::SeqCst) + 1;
+            if slow_since
+                .get()
+                .is_some_and(|&since: &usize| n == since + 6)
+                && let Some(token) = token.get()
+            {
+                db_link.retarget("127.0.0.1:1".parse().expect("addr"));
+                token.cancel();
+            }
+        })
+    };
+    let stopping = RunningPool::start_with(stopping_settings, hooks).await;
+    token
+        .set(stopping.shutdown.clone())
+        .expect("token set once");
+    wait_for(
+        "the stopping replica consumes",
+        Duration::from_secs(60),
+        || {
+            let handled = handled.clone();
+            async move { handled.load(Ordering::SeqCst) > 0 }
+        },
+    )
+    .await;
+    broker_link.delay(Duration::from_millis(400), Duration::ZERO);
+    slow_since
+        .set(handled.load(Ordering::SeqCst))
+        .expect("set once");
+    let standby = RunningPool::start(settings).await;
+    tokio::time::timeout(Duration::from_secs(60), stopping.shutdown.cancelled())
+        .await
+        .expect("the stopping replica handled 6 more messages within 60 s");
+    stopping.stop().await;
+    assert!(
+        db_link.unreachable() > 0,
+        "the stopping replica never asked for a new database connection (its handover lock)"
+    );
+
+    let db = env.db().await;
+    wait_for(
+        "every order at its last version",
+        Duration::from_secs(60),
+        || {
+            let db = db.clone();
+            async move {
+                orders_at_version(&db, versions).await == entities
                     && count(&db, "SELECT count(*) FROM urutan_parkir").await == 0
             }
         },

@@ -52,6 +52,8 @@ struct Shared {
     /// Cancelled by `cut_open`: the connections open then are closed.
     cut: std::sync::Mutex<CancellationToken>,
     accepted: AtomicUsize,
+    /// Connections accepted whose upstream could not be reached (closed at once).
+    unreachable: AtomicUsize,
     /// Chunks forwarded (each about one write of a peer: a round trip's half).
     chunks: AtomicUsize,
     /// Cancelled by `reset`: ends the listener and every connection.
@@ -73,6 +75,7 @@ impl Proxy {
             cut: Default::default(),
             open: AtomicUsize::new(0),
             accepted: AtomicUsize::new(0),
+            unreachable: AtomicUsize::new(0),
             chunks: AtomicUsize::new(0),
             dead: CancellationToken::new(),
         });
@@ -86,6 +89,7 @@ impl Proxy {
                 let Ok((client, _)) = client else { continue };
                 let upstream = *accept.upstream.lock().expect("lock");
                 let Ok(server) = TcpStream::connect(upstream).await else {
+                    accept.unreachable.fetch_add(1, Ordering::SeqCst);
                     continue;
                 };
                 accept.accepted.fetch_add(1, Ordering::SeqCst);
@@ -153,6 +157,12 @@ impl Proxy {
     /// Connections accepted since the start.
     pub fn accepted(&self) -> usize {
         self.shared.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Connections closed at once since the start because their upstream
+    /// could not be reached (after `retarget` to an address nobody listens on).
+    pub fn unreachable(&self) -> usize {
+        self.shared.unreachable.load(Ordering::SeqCst)
     }
 }
 
