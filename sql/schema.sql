@@ -1092,6 +1092,46 @@ COMMENT ON FUNCTION public.urutan_partisi_buat(p_tabel text, p_hari date) IS 'Cr
 
 
 --
+-- Name: urutan_partisi_hapus(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_hapus(p_tabel text) RETURNS TABLE(partisi text, baris bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET lock_timeout TO '1s'
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+DECLARE
+    r RECORD;
+BEGIN
+    IF p_tabel NOT IN ('pesan_diproses', 'pesanan_riwayat') THEN
+        RAISE EXCEPTION 'urutan_partisi_hapus: % is not a partitioned table of urutan', p_tabel;
+    END IF;
+    FOR r IN
+        SELECT c.relname::text AS nama, greatest(c.reltuples, 0)::bigint AS n
+        FROM pg_class c
+        WHERE c.relnamespace = current_schema()::regnamespace
+          AND c.relkind = 'r' AND NOT c.relispartition
+          AND c.relname ~ ('^' || p_tabel || '_h[0-9]{8}$')
+          AND obj_description(c.oid, 'pg_class') LIKE 'urutan: an expired day of %'
+        ORDER BY 1
+    LOOP
+        EXECUTE format('DROP TABLE %I', r.nama);
+        partisi := r.nama;
+        baris := r.n;
+        RETURN NEXT;
+    END LOOP;
+END
+$_$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_hapus(p_tabel text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_hapus(p_tabel text) IS 'Drops (hapus) the expired days of pesan_diproses or pesanan_riwayat that urutan_partisi_lepas detached (a crash between the two leaves them for the next pass); only tables it marked. SECURITY DEFINER.';
+
+
+--
 -- Name: urutan_partisi_id_buang(text, interval); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1320,6 +1360,49 @@ $$;
 --
 
 COMMENT ON FUNCTION public.urutan_partisi_id_siapkan(p_validasi boolean) IS 'Prepares (siapkan) the id-range partitions of outbox and urutan_efek: validates the default partition''s bound (unless p_validasi is false: then a table whose bound is not validated is left for later), then creates partitions until about a day of ids lies ahead. Called by urutan migrate, every retention pass and the relay. SECURITY DEFINER.';
+
+
+--
+-- Name: urutan_partisi_lepas(text, interval); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_lepas(p_tabel text, p_simpan interval) RETURNS TABLE(partisi text, baris bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET lock_timeout TO '1s'
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+DECLARE
+    r RECORD;
+BEGIN
+    IF p_tabel NOT IN ('pesan_diproses', 'pesanan_riwayat') THEN
+        RAISE EXCEPTION 'urutan_partisi_lepas: % is not a partitioned table of urutan', p_tabel;
+    END IF;
+    FOR r IN
+        SELECT c.relname::text AS nama, greatest(c.reltuples, 0)::bigint AS n,
+               to_date(right(c.relname, 8), 'YYYYMMDD') AS hari
+        FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = to_regclass(format('%I.%I', current_schema(), p_tabel))
+          AND c.relname ~ ('^' || p_tabel || '_h[0-9]{8}$')
+        ORDER BY 3
+    LOOP
+        EXIT WHEN ((r.hari + 1)::timestamp AT TIME ZONE 'UTC') > now() - p_simpan;
+        EXECUTE format('ALTER TABLE %I DETACH PARTITION %I', p_tabel, r.nama);
+        EXECUTE format('COMMENT ON TABLE %I IS %L', r.nama,
+                       format('urutan: an expired day of %s, detached; urutan_partisi_hapus drops it.',
+                              p_tabel));
+        partisi := r.nama;
+        baris := r.n;
+        RETURN NEXT;
+    END LOOP;
+END
+$_$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_lepas(p_tabel text, p_simpan interval); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_lepas(p_tabel text, p_simpan interval) IS 'Detaches (lepas) the day partitions of pesan_diproses or pesanan_riwayat whose whole UTC day is older than p_simpan, marking each by its comment; urutan_partisi_hapus then drops them in a transaction of its own, so removing their files never holds the parent''s lock. Waits at most 1 s for the lock. SECURITY DEFINER.';
 
 
 --

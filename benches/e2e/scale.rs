@@ -16,7 +16,8 @@
 //! published like every other drain): `--rounds` rounds of a strict
 //! (PREFETCH=1) and a batch (PREFETCH=128) drain, then one batch drain with
 //! a retention purge half-way (the oldest prefilled day dropped from both
-//! partitioned tables through `urutan_partisi_buang`, the call timed). A
+//! partitioned tables as the pool does it, detached by `urutan_partisi_lepas`
+//! then dropped by `urutan_partisi_hapus`, both calls timed together). A
 //! mode's figure per level is its median over the rounds, so "× level 0"
 //! compares medians, not one noisy drain with another. Results:
 //! `scale.{md,json}`.
@@ -602,9 +603,11 @@ async fn drain_inner(
                 for table in ["pesan_diproses", "pesanan_riwayat"] {
                     // Keep everything but the oldest prefilled day: now() −
                     // retention = 1 minute past the end of that day.
+                    // The pool's two steps (migration 0036): detach, then
+                    // drop what was detached; timed together.
                     let t = Instant::now();
-                    let dropped: Vec<(String, i64)> = sqlx::query_as(
-                        "SELECT partisi, baris FROM urutan_partisi_buang($1,
+                    sqlx::query(
+                        "SELECT partisi FROM urutan_partisi_lepas($1,
                            now() - ((((now() AT TIME ZONE 'UTC')::date - $2::int + 1)::timestamp
                                      AT TIME ZONE 'UTC') + interval '1 minute'))",
                     )
@@ -612,6 +615,11 @@ async fn drain_inner(
                     .bind(i32::try_from(DAYS).unwrap_or(20))
                     .fetch_all(&mut c)
                     .await?;
+                    let dropped: Vec<(String, i64)> =
+                        sqlx::query_as("SELECT partisi, baris FROM urutan_partisi_hapus($1)")
+                            .bind(table)
+                            .fetch_all(&mut c)
+                            .await?;
                     p.calls.push(PurgeCall {
                         table: table.into(),
                         ms: t.elapsed().as_secs_f64() * 1e3,

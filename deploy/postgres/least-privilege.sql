@@ -97,8 +97,10 @@ GRANT SELECT, INSERT, UPDATE ON pesanan TO :"worker_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON pesan_diproses TO :"worker_role";
 GRANT SELECT, INSERT ON pesanan_riwayat TO :"worker_role";
 -- ... their day partitions: created ahead and expired by the pool's
--- retention (SECURITY DEFINER functions of the owner; migration 0026) ...
+-- retention (SECURITY DEFINER functions of the owner; migration 0026;
+-- expired days detached, then dropped: migration 0036) ...
 GRANT EXECUTE ON FUNCTION urutan_partisi_siapkan(INT), urutan_partisi_buang(TEXT, INTERVAL),
+    urutan_partisi_lepas(TEXT, INTERVAL), urutan_partisi_hapus(TEXT),
     urutan_awal_pangkas(TEXT, INTERVAL, INT) TO :"worker_role";
 -- (the pool's retention pass also creates the id-range partitions of the
 -- outbox and the effects ahead: migration 0033)

@@ -1,8 +1,8 @@
 //! Retention. The two tables that grow by a row per message are partitioned
 //! by UTC day (migration 0026): processed message ids older than
 //! `DEDUP_RETENTION` and history rows older than `HISTORY_RETENTION` go by
-//! dropping whole day partitions ([`expire_days`]), which costs the same
-//! whatever a day holds; their default partitions (rows from before
+//! whole day partitions, detached then dropped ([`expire_days`]): the
+//! workers wait milliseconds whatever a day holds; their default partitions (rows from before
 //! partitioning) are trimmed in bounded batches. Dead-letter records
 //! resolved longer than `DEAD_LETTER_RETENTION` ago, unresolved ones
 //! recorded longer than `DEAD_LETTER_UNRESOLVED_RETENTION` ago and stale
@@ -168,24 +168,36 @@ impl DayPartitioned {
     }
 }
 
-/// Expires the rows of `table` older than `retention`: drops every day
-/// partition whose whole UTC day is older (one catalog change each, logged
-/// with its estimated rows), then trims the default partition [`BATCH`]
-/// rows at a time. Returns the rows deleted plus the estimated rows of the
-/// partitions dropped.
+/// Expires the rows of `table` older than `retention`: detaches every day
+/// partition whose whole UTC day is older (a catalog change; the parent's
+/// lock is held for milliseconds), then drops the detached tables in a
+/// transaction of their own (removing their files, which can take seconds
+/// for a busy day, locks nothing the workers use; migration 0036), each
+/// logged with its estimated rows; then trims the default partition
+/// [`BATCH`] rows at a time. Returns the rows deleted plus the estimated
+/// rows of the partitions dropped.
 async fn expire_days(
     pool: &PgPool,
     table: DayPartitioned,
     retention: Duration,
 ) -> Result<u64, sqlx::Error> {
     let secs = retention.as_secs_f64();
-    let dropped: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT partisi, baris FROM urutan_partisi_buang($1, make_interval(secs => $2))",
+    let detached: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT partisi, baris FROM urutan_partisi_lepas($1, make_interval(secs => $2))",
     )
     .bind(table.table())
     .bind(secs)
     .fetch_all(pool)
     .await?;
+    for (partition, rows) in &detached {
+        info!(%partition, rows, "detached an expired day partition");
+    }
+    // Also what an earlier pass detached and could not drop (a crash).
+    let dropped: Vec<(String, i64)> =
+        sqlx::query_as("SELECT partisi, baris FROM urutan_partisi_hapus($1)")
+            .bind(table.table())
+            .fetch_all(pool)
+            .await?;
     let mut total = 0;
     for (partition, rows) in dropped {
         info!(%partition, rows, "dropped an expired day partition");
