@@ -1101,9 +1101,12 @@ CREATE FUNCTION public.urutan_partisi_hapus(p_tabel text) RETURNS TABLE(partisi 
     SET search_path TO 'public', 'pg_temp'
     AS $_$
 DECLARE
+    v_nama TEXT;  -- how the names of p_tabel's partitions end
     r RECORD;
 BEGIN
-    IF p_tabel NOT IN ('pesan_diproses', 'pesanan_riwayat') THEN
+    v_nama := CASE WHEN p_tabel IN ('pesan_diproses', 'pesanan_riwayat') THEN '_h[0-9]{8}$'
+                   WHEN p_tabel IN ('outbox', 'urutan_efek') THEN '_p[0-9]+$' END;
+    IF v_nama IS NULL THEN
         RAISE EXCEPTION 'urutan_partisi_hapus: % is not a partitioned table of urutan', p_tabel;
     END IF;
     FOR r IN
@@ -1111,8 +1114,8 @@ BEGIN
         FROM pg_class c
         WHERE c.relnamespace = current_schema()::regnamespace
           AND c.relkind = 'r' AND NOT c.relispartition
-          AND c.relname ~ ('^' || p_tabel || '_h[0-9]{8}$')
-          AND obj_description(c.oid, 'pg_class') LIKE 'urutan: an expired day of %'
+          AND c.relname ~ ('^' || p_tabel || v_nama)
+          AND obj_description(c.oid, 'pg_class') LIKE 'urutan: detached, expired:%'
         ORDER BY 1
     LOOP
         EXECUTE format('DROP TABLE %I', r.nama);
@@ -1128,7 +1131,7 @@ $_$;
 -- Name: FUNCTION urutan_partisi_hapus(p_tabel text); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_partisi_hapus(p_tabel text) IS 'Drops (hapus) the expired days of pesan_diproses or pesanan_riwayat that urutan_partisi_lepas detached (a crash between the two leaves them for the next pass); only tables it marked. SECURITY DEFINER.';
+COMMENT ON FUNCTION public.urutan_partisi_hapus(p_tabel text) IS 'Drops (hapus) the expired partitions of pesan_diproses, pesanan_riwayat, outbox or urutan_efek that urutan_partisi_lepas or urutan_partisi_id_lepas detached (a crash between the two leaves them for the next pass); only tables they marked. SECURITY DEFINER.';
 
 
 --
@@ -1274,6 +1277,70 @@ COMMENT ON FUNCTION public.urutan_partisi_id_kolom(p_tabel text, OUT kolom text,
 
 
 --
+-- Name: urutan_partisi_id_lepas(text, interval); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_partisi_id_lepas(p_tabel text, p_simpan interval) RETURNS TABLE(partisi text, baris bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET lock_timeout TO '1s'
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_kolom  TEXT;
+    v_urutan TEXT;
+    v_kini   BIGINT;
+    v_menunggu TEXT;   -- a row of the partition that still has work to do
+    v_terbaru TIMESTAMPTZ;
+    v_ada    BOOLEAN;
+    r RECORD;
+BEGIN
+    SELECT k.kolom, k.urutan INTO v_kolom, v_urutan FROM urutan_partisi_id_kolom(p_tabel) k;
+    v_menunggu := CASE p_tabel WHEN 'outbox' THEN 'dikirim_pada IS NULL'
+                               ELSE 'keadaan <> ''terkirim''' END;
+    EXECUTE format('SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM %I',
+                   v_urutan) INTO v_kini;
+    FOR r IN
+        SELECT d.partisi AS nama, d.ke, greatest(c.reltuples, 0)::bigint AS n
+        FROM urutan_partisi_id_daftar(p_tabel) d
+        JOIN pg_class c ON c.oid = to_regclass(format('%I.%I', current_schema(), d.partisi))
+        WHERE d.ke <= v_kini
+        ORDER BY d.dari
+    LOOP
+        -- Too recent: no lock needed to tell.
+        EXECUTE format('SELECT dibuat_pada FROM %I ORDER BY %I DESC LIMIT 1', r.nama, v_kolom)
+        INTO v_terbaru;
+        CONTINUE WHEN v_terbaru >= now() - p_simpan;
+        BEGIN
+            EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', r.nama);
+        EXCEPTION WHEN lock_not_available THEN
+            CONTINUE;
+        END;
+        -- Under the lock: nothing waits, and no late row came in between.
+        EXECUTE format('SELECT dibuat_pada FROM %I ORDER BY %I DESC LIMIT 1', r.nama, v_kolom)
+        INTO v_terbaru;
+        CONTINUE WHEN v_terbaru >= now() - p_simpan;
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I WHERE %s)', r.nama, v_menunggu) INTO v_ada;
+        CONTINUE WHEN v_ada;
+        EXECUTE format('ALTER TABLE %I DETACH PARTITION %I', p_tabel, r.nama);
+        EXECUTE format('COMMENT ON TABLE %I IS %L', r.nama,
+                       format('urutan: detached, expired: ids of %s, every row settled; urutan_partisi_hapus drops it.',
+                              p_tabel));
+        partisi := r.nama;
+        baris := r.n;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_partisi_id_lepas(p_tabel text, p_simpan interval); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_partisi_id_lepas(p_tabel text, p_simpan interval) IS 'Detaches (lepas) the partitions of outbox or urutan_efek whose ids are all handed out, whose newest row is older than p_simpan and that hold no unsent row (outbox) or no pending or dead-lettered effect (urutan_efek), checked under an exclusive lock as urutan_partisi_id_buang did, marking each by its comment; urutan_partisi_hapus then drops them in a transaction of its own. Waits at most 1 s for a lock. SECURITY DEFINER.';
+
+
+--
 -- Name: urutan_partisi_id_siapkan(boolean); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1388,7 +1455,7 @@ BEGIN
         EXIT WHEN ((r.hari + 1)::timestamp AT TIME ZONE 'UTC') > now() - p_simpan;
         EXECUTE format('ALTER TABLE %I DETACH PARTITION %I', p_tabel, r.nama);
         EXECUTE format('COMMENT ON TABLE %I IS %L', r.nama,
-                       format('urutan: an expired day of %s, detached; urutan_partisi_hapus drops it.',
+                       format('urutan: detached, expired: a day of %s; urutan_partisi_hapus drops it.',
                               p_tabel));
         partisi := r.nama;
         baris := r.n;

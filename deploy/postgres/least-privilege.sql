@@ -156,10 +156,12 @@ GRANT SELECT, INSERT, DELETE ON urutan_dikembalikan TO :"worker_role";
 -- Relay: the outbox (UPDATE: it locks rows FOR UPDATE and marks them sent;
 -- DELETE: it purges sent rows).
 GRANT SELECT, UPDATE, DELETE ON outbox TO :"relay_role";
--- Its id-range partitions (migration 0033): created ahead, dropped whole once
--- every row is sent and older than OUTBOX_RETENTION, the rows from before
--- partitioning trimmed (SECURITY DEFINER functions of the owner).
+-- Its id-range partitions (migration 0033): created ahead, detached and then
+-- dropped whole (migration 0036) once every row is sent and older than
+-- OUTBOX_RETENTION, the rows from before partitioning trimmed (SECURITY
+-- DEFINER functions of the owner).
 GRANT EXECUTE ON FUNCTION urutan_partisi_id_siapkan(BOOLEAN), urutan_partisi_id_buang(TEXT, INTERVAL),
+    urutan_partisi_id_lepas(TEXT, INTERVAL), urutan_partisi_hapus(TEXT),
     urutan_awal_id_pangkas(TEXT, INTERVAL, INT) TO :"relay_role";
 
 -- Producer: adds outbox rows, nothing else: with INSERT, or with
@@ -245,6 +247,7 @@ GRANT SELECT, DELETE ON urutan_efek TO :"dispatcher_role";
 REVOKE UPDATE ON urutan_efek FROM :"dispatcher_role";
 -- Its id-range partitions (migration 0033), as for the relay's outbox.
 GRANT EXECUTE ON FUNCTION urutan_partisi_id_siapkan(BOOLEAN), urutan_partisi_id_buang(TEXT, INTERVAL),
+    urutan_partisi_id_lepas(TEXT, INTERVAL), urutan_partisi_hapus(TEXT),
     urutan_awal_id_pangkas(TEXT, INTERVAL, INT) TO :"dispatcher_role";
 -- ditahan_sejak: a dead letter that holds its order's later effects
 -- (EFFECTS_ON_DEAD=hold).

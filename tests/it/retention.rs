@@ -1,6 +1,6 @@
 //! The outbox's and the effects' retention (migration 0033, issue 33): both
-//! tables are partitioned by id range; the relay and the dispatcher drop a
-//! partition whole once all its ids are handed out, its newest row is past
+//! tables are partitioned by id range; the relay and the dispatcher detach a
+//! partition, then drop it (migration 0036), once all its ids are handed out, its newest row is past
 //! the retention and nothing in it waits (an unsent outbox row, a pending or
 //! dead-lettered effect keeps it). Partitions are created ahead, sized to
 //! about a day of ids; a database filled by the old schema converts without
@@ -36,6 +36,14 @@ async fn purge_outbox(db: &PgPool) -> u64 {
     .await
     .expect("purge within 60 s")
     .expect("purge")
+}
+
+/// `sql` in the open transaction `tx`, which must not wait (see its lock_timeout).
+async fn exec_in(tx: &mut sqlx::PgTransaction<'_>, sql: &'static str) {
+    sqlx::query(sql)
+        .execute(&mut **tx)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
 async fn exec(db: &PgPool, sql: &'static str) -> u64 {
@@ -99,13 +107,48 @@ async fn a_sent_outbox_partition_is_dropped_whole_and_an_unsent_row_keeps_it() {
         "UPDATE outbox SET dikirim_pada = now() - interval '8 days' WHERE dikirim_pada IS NULL",
     )
     .await;
-    purge_outbox(&db).await;
+    // The settled partition is detached first (migration 0036); while it
+    // is dropped (its files removed: seconds for a big one), a producer's
+    // INSERT does not wait.
+    let detached: Vec<String> =
+        sqlx::query_scalar("SELECT partisi FROM urutan_partisi_id_lepas('outbox', '7 days')")
+            .fetch_all(&db)
+            .await
+            .expect("detach");
+    assert_eq!(detached, ["outbox_p1"]);
+    let mut dropping = db.begin().await.expect("begin");
+    let dropped: Vec<String> =
+        sqlx::query_scalar("SELECT partisi FROM urutan_partisi_hapus('outbox')")
+            .fetch_all(&mut *dropping)
+            .await
+            .expect("drop");
+    assert_eq!(dropped, ["outbox_p1"]);
+    let mut producer = db.begin().await.expect("begin");
+    exec_in(&mut producer, "SET LOCAL lock_timeout = '500ms'").await;
+    exec_in(
+        &mut producer,
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'during-the-drop', 'pesanan.x', '{}')",
+    )
+    .await;
+    producer.rollback().await.expect("rollback");
+    dropping.commit().await.expect("commit the drop");
+    assert_eq!(purge_outbox(&db).await, 0, "nothing else to expire");
     assert!(
         !ranges(&db, "outbox")
             .await
             .iter()
             .any(|r| r.0 == "outbox_p1"),
         "the settled partition is dropped"
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM pg_class WHERE relname = 'outbox_p1'"
+        )
+        .await,
+        0,
+        "dropped, not only detached"
     );
     assert_eq!(
         count(&db, "SELECT count(*) FROM outbox").await,

@@ -108,9 +108,9 @@ impl IdPartitioned {
 }
 
 /// Expires the settled rows of `table` older than `retention`: creates the
-/// partitions ahead, drops every partition whose ids are all handed out,
-/// whose newest row is older and that holds nothing waiting (each logged
-/// with its estimated rows), then trims the default partition (rows from
+/// partitions ahead, detaches every partition whose ids are all handed out,
+/// whose newest row is older and that holds nothing waiting, then drops it
+/// in a transaction of its own (each logged with its estimated rows), then trims the default partition (rows from
 /// before partitioning) [`BATCH`] rows at a time, without a pause. Returns
 /// the rows deleted plus the estimated rows of the partitions dropped.
 pub async fn expire_id_ranges(
@@ -123,13 +123,23 @@ pub async fn expire_id_ranges(
         info!(partitions = created, "created id-range partitions ahead");
     }
     let secs = retention.as_secs_f64();
-    let dropped: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT partisi, baris FROM urutan_partisi_id_buang($1, make_interval(secs => $2))",
+    let detached: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT partisi, baris FROM urutan_partisi_id_lepas($1, make_interval(secs => $2))",
     )
     .bind(table.table())
     .bind(secs)
     .fetch_all(&mut *db)
     .await?;
+    for (partition, rows) in &detached {
+        info!(%partition, rows, "detached a settled id-range partition");
+    }
+    // Dropped in a transaction of its own (see `expire_days`), with what an
+    // earlier pass detached and could not drop.
+    let dropped: Vec<(String, i64)> =
+        sqlx::query_as("SELECT partisi, baris FROM urutan_partisi_hapus($1)")
+            .bind(table.table())
+            .fetch_all(&mut *db)
+            .await?;
     let mut total = 0;
     for (partition, rows) in dropped {
         info!(%partition, rows, "dropped an expired id-range partition");
