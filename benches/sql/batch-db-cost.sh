@@ -10,11 +10,7 @@
 #
 #   bash benches/sql/batch-db-cost.sh          # ROUNDS=7 BATCHES=400
 #   EFFECTS=1 bash benches/sql/batch-db-cost.sh  # with a route '*' (effects on)
-set -euo pipefail
-shopt -s inherit_errexit
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432}
-export PGOPTIONS="-c client_min_messages=warning"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROUNDS=${ROUNDS:-7} BATCHES=${BATCHES:-400} EFFECTS=${EFFECTS:-0} ORDERS=${ORDERS:-2000}
 mapfile -t all < <(ls migrations/*.sql)
 BEFORE=${BEFORE:-$(basename "${all[-2]}" .sql)}

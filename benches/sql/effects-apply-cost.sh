@@ -8,11 +8,7 @@
 #   scheduled: the same with it (the order's row inserted or locked)
 #
 #   bash benches/sql/effects-apply-cost.sh     # ROUNDS=5 APPLIES=20000
-set -euo pipefail
-shopt -s inherit_errexit
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432}
-export PGOPTIONS="-c client_min_messages=warning"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROUNDS=${ROUNDS:-5} APPLIES=${APPLIES:-20000}
 db=urutan_effectcost_$$
 psql "$PGURL/postgres" -qc "CREATE DATABASE $db"

@@ -22,11 +22,7 @@
 #   bash benches/sql/effects-claim.sh        # ROUNDS=3 ORDERS=300 VERSIONS=120 STEPS=1000 EMPTY=20 SLOTS=1
 #   SLOTS=4 bash benches/sql/effects-claim.sh
 #   PGURL=postgres://postgres@127.0.0.1:5432 bash benches/sql/effects-claim.sh
-set -euo pipefail
-shopt -s inherit_errexit
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432}
-export PGOPTIONS="-c client_min_messages=warning"
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROUNDS=${ROUNDS:-3} ORDERS=${ORDERS:-300} VERSIONS=${VERSIONS:-120}
 STEPS=${STEPS:-1000} EMPTY=${EMPTY:-20} SLOTS=${SLOTS:-1}
 db=urutan_effectsql_$$
