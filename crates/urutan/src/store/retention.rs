@@ -1,16 +1,18 @@
 //! Retention. The two tables that grow by a row per message are partitioned
 //! by UTC day (migration 0026): processed message ids older than
 //! `DEDUP_RETENTION` and history rows older than `HISTORY_RETENTION` go by
-//! whole day partitions, detached then dropped ([`expire_days`]): the
-//! workers wait milliseconds whatever a day holds; their default partitions (rows from before
-//! partitioning) are trimmed in bounded batches. Dead-letter records
+//! whole day partitions, detached then dropped ([`expire_days`]): no worker
+//! waits on a lock while a day's files are removed, whatever the day holds;
+//! their default partitions (rows from before partitioning) are trimmed in
+//! bounded batches. Dead-letter records
 //! resolved longer than `DEAD_LETTER_RETENTION` ago, unresolved ones
 //! recorded longer than `DEAD_LETTER_UNRESOLVED_RETENTION` ago and stale
 //! arrivals are deleted in bounded batches ([`purge_in_batches`]), so the
 //! workers never wait on a long delete. Every pass first creates the day
 //! partitions of the coming week ([`prepare_partitions`]). The outbox and
 //! the effects are partitioned by id range (migration 0033): the relay and
-//! the dispatcher drop their settled partitions ([`expire_id_ranges`]).
+//! the dispatcher detach, then drop, their settled partitions
+//! ([`expire_id_ranges`]).
 
 use std::time::Duration;
 
@@ -110,9 +112,10 @@ impl IdPartitioned {
 /// Expires the settled rows of `table` older than `retention`: creates the
 /// partitions ahead, detaches every partition whose ids are all handed out,
 /// whose newest row is older and that holds nothing waiting, then drops it
-/// in a transaction of its own (each logged with its estimated rows), then trims the default partition (rows from
-/// before partitioning) [`BATCH`] rows at a time, without a pause. Returns
-/// the rows deleted plus the estimated rows of the partitions dropped.
+/// in a transaction of its own (each logged with its estimated rows), then
+/// trims the default partition (rows from before partitioning) [`BATCH`]
+/// rows at a time, without a pause. Returns the rows deleted plus the
+/// estimated rows of the partitions dropped.
 pub async fn expire_id_ranges(
     db: &mut PgConnection,
     table: IdPartitioned,
