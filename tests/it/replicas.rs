@@ -238,21 +238,25 @@ async fn graceful_handovers_spend_no_delivery() {
     pool.stop().await;
 }
 
-/// A replica that stops gracefully cancels its consumer once it has handled
-/// what arrived, and the standby becomes active at that cancel. A delivery
-/// the broker had already sent the stopping replica, still on its way (a
-/// slow link; a busy broker), must not be overtaken by the standby: before
-/// the fix, it came back to the queue only when the stopping replica closed
-/// its channel, behind the next versions the standby had already applied
-/// (seen once in CI's fault suite as a lost version after
-/// `close_all_connections`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delivery_still_on_its_way_at_a_graceful_handover_is_not_overtaken() {
-    let env = TestEnv::new("late_handover").await;
-    let (entities, versions) = (4_usize, 50_i64);
+/// A replica stopping gracefully while a delivery is still on its way to
+/// it: `versions` versions of 4 orders (`<prefix>0`…) queued on one shard,
+/// pipelined strict mode (PREFETCH=4, BATCH_MAX=1: while one delivery is
+/// handled, the next ones are on their way). The stopping replica reaches
+/// the broker through a link that, once it consumes, delays every byte
+/// 400 ms each way, so whatever the broker sends it after an ack is still on
+/// its way when it stops; it stops itself at its sixth message after that,
+/// with a standby waiting. With `db_link`, it reaches the database through
+/// that proxy too, which turns away new connections as it stops (its pooled
+/// ones keep working; the handover lock needs a new one). Every version must
+/// be applied once, in order, none recorded as stale.
+async fn hand_over_with_a_delivery_on_its_way(
+    env: &TestEnv,
+    prefix: &str,
+    versions: i64,
+    db_link: Option<Arc<crate::proxy::Proxy>>,
+) {
+    let entities = 4_usize;
     let mut settings = env.settings(1);
-    // Pipelined strict mode: while one delivery is handled, the next ones
-    // are already on their way.
     settings.prefetch = 4;
     settings.batch_max = Some(1);
     let conn = urutan::broker::connect(&env.amqp_url().into(), "t")
@@ -262,29 +266,35 @@ async fn a_delivery_still_on_its_way_at_a_graceful_handover_is_not_overtaken() {
     urutan::broker::topology::declare(&conn, &names, 1, settings.delivery_limit, false)
         .await
         .expect("declare");
-    let ids: Vec<String> = (0..entities).map(|e| format!("L{e}")).collect();
+    let ids: Vec<String> = (0..entities).map(|e| format!("{prefix}{e}")).collect();
     let msgs: Vec<Msg> = (1..=versions)
         .flat_map(|v| ids.iter().map(move |id| Msg::event(id, v)))
         .collect();
     env.publisher().await.send_all(&msgs).await;
 
-    // The stopping replica reaches the broker through a link that, once it
-    // consumes, delays every byte 400 ms each way: whatever the broker sends
-    // it after an ack is still on its way when it stops. It stops itself at
-    // its sixth message after that.
-    let link = crate::proxy::Proxy::start(amqp_addr().parse().expect("addr")).await;
-    let mut slow = settings.clone();
-    slow.amqp_url = env
+    let broker_link = crate::proxy::Proxy::start(amqp_addr().parse().expect("addr")).await;
+    let mut stopping_settings = settings.clone();
+    stopping_settings.amqp_url = env
         .amqp_url()
         .with(|u| {
-            let _ = u.set_port(Some(link.addr.port()));
+            let _ = u.set_port(Some(broker_link.addr.port()));
         })
         .into();
+    if let Some(db_link) = &db_link {
+        stopping_settings.database_url = settings.database_url.with(|u| {
+            let _ = u.set_port(Some(db_link.addr.port()));
+        });
+    }
     let token: Arc<OnceLock<CancellationToken>> = Arc::new(OnceLock::new());
     let handled = Arc::new(AtomicUsize::new(0));
     let slow_since = Arc::new(OnceLock::new());
     let hooks = {
-        let (token, handled, slow_since) = (token.clone(), handled.clone(), slow_since.clone());
+        let (token, handled, slow_since, db_link) = (
+            token.clone(),
+            handled.clone(),
+            slow_since.clone(),
+            db_link.clone(),
+        );
         before_apply(move |_: &Event| {
             let n = handled.fetch_add(1, Ordering::SeqCst) + 1;
             if slow_since
@@ -292,29 +302,42 @@ async fn a_delivery_still_on_its_way_at_a_graceful_handover_is_not_overtaken() {
                 .is_some_and(|&since: &usize| n == since + 6)
                 && let Some(token) = token.get()
             {
+                if let Some(db_link) = &db_link {
+                    db_link.retarget("127.0.0.1:1".parse().expect("addr"));
+                }
                 token.cancel();
             }
         })
     };
-    let stopping = RunningPool::start_with(slow, hooks).await;
+    let stopping = RunningPool::start_with(stopping_settings, hooks).await;
     token
         .set(stopping.shutdown.clone())
         .expect("token set once");
-    // The standby registers once the slow replica consumes.
-    wait_for("the slow replica consumes", Duration::from_secs(60), || {
-        let handled = handled.clone();
-        async move { handled.load(Ordering::SeqCst) > 0 }
-    })
+    // The standby registers once the stopping replica consumes.
+    wait_for(
+        "the stopping replica consumes",
+        Duration::from_secs(60),
+        || {
+            let handled = handled.clone();
+            async move { handled.load(Ordering::SeqCst) > 0 }
+        },
+    )
     .await;
-    link.delay(Duration::from_millis(400), Duration::ZERO);
+    broker_link.delay(Duration::from_millis(400), Duration::ZERO);
     slow_since
         .set(handled.load(Ordering::SeqCst))
         .expect("set once");
     let standby = RunningPool::start(settings).await;
     tokio::time::timeout(Duration::from_secs(60), stopping.shutdown.cancelled())
         .await
-        .expect("the slow replica handled 6 more messages within 60 s");
+        .expect("the stopping replica handled 6 more messages within 60 s");
     stopping.stop().await;
+    if let Some(db_link) = &db_link {
+        assert!(
+            db_link.unreachable() > 0,
+            "the stopping replica never asked for a new database connection (its handover lock)"
+        );
+    }
 
     let db = env.db().await;
     wait_for(
@@ -336,6 +359,20 @@ async fn a_delivery_still_on_its_way_at_a_graceful_handover_is_not_overtaken() {
         "a version reached a worker after a newer one (recorded as stale)"
     );
     standby.stop().await;
+}
+
+/// A replica that stops gracefully cancels its consumer once it has handled
+/// what arrived, and the standby becomes active at that cancel. A delivery
+/// the broker had already sent the stopping replica, still on its way (a
+/// slow link; a busy broker), must not be overtaken by the standby: before
+/// the fix, it came back to the queue only when the stopping replica closed
+/// its channel, behind the next versions the standby had already applied
+/// (seen once in CI's fault suite as a lost version after
+/// `close_all_connections`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_still_on_its_way_at_a_graceful_handover_is_not_overtaken() {
+    let env = TestEnv::new("late_handover").await;
+    hand_over_with_a_delivery_on_its_way(&env, "L", 50, None).await;
 }
 
 /// The handover lock of shard 0, as a stopping replica takes it (see
@@ -399,107 +436,6 @@ async fn a_consumer_waits_for_a_handover_under_way_but_not_forever() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_cannot_take_the_handover_lock_still_hands_over_in_order() {
     let env = TestEnv::new("handover_nolock").await;
-    let (entities, versions) = (4_usize, 40_i64);
-    let mut settings = env.settings(1);
-    settings.prefetch = 4;
-    settings.batch_max = Some(1);
-    let conn = urutan::broker::connect(&env.amqp_url().into(), "t")
-        .await
-        .expect("connect");
-    let names = urutan::broker::Names::new("pesanan");
-    urutan::broker::topology::declare(&conn, &names, 1, settings.delivery_limit, false)
-        .await
-        .expect("declare");
-    let ids: Vec<String> = (0..entities).map(|e| format!("N{e}")).collect();
-    let msgs: Vec<Msg> = (1..=versions)
-        .flat_map(|v| ids.iter().map(move |id| Msg::event(id, v)))
-        .collect();
-    env.publisher().await.send_all(&msgs).await;
-
-    // The stopping replica reaches the broker and the database through
-    // proxies. Once it consumes, the broker's bytes take 400 ms; at its
-    // sixth message after that, new database connections start failing
-    // (its handover lock needs one) and it stops itself.
-    let broker_link = crate::proxy::Proxy::start(amqp_addr().parse().expect("addr")).await;
-    let db_link =
-        Arc::new(crate::proxy::Proxy::start("127.0.0.1:5432".parse().expect("addr")).await);
-    let mut stopping_settings = settings.clone();
-    stopping_settings.amqp_url = env
-        .amqp_url()
-        .with(|u| {
-            let _ = u.set_port(Some(broker_link.addr.port()));
-        })
-        .into();
-    stopping_settings.database_url = settings.database_url.with(|u| {
-        let _ = u.set_port(Some(db_link.addr.port()));
-    });
-    let token: Arc<OnceLock<CancellationToken>> = Arc::new(OnceLock::new());
-    let handled = Arc::new(AtomicUsize::new(0));
-    let slow_since = Arc::new(OnceLock::new());
-    let hooks = {
-        let (token, handled, slow_since, db_link) = (
-            token.clone(),
-            handled.clone(),
-            slow_since.clone(),
-            db_link.clone(),
-        );
-        before_apply(move |_: &Event| {
-            let n = handled.fetch_add(1, Ordering::SeqCst) + 1;
-            if slow_since
-                .get()
-                .is_some_and(|&since: &usize| n == since + 6)
-                && let Some(token) = token.get()
-            {
-                db_link.retarget("127.0.0.1:1".parse().expect("addr"));
-                token.cancel();
-            }
-        })
-    };
-    let stopping = RunningPool::start_with(stopping_settings, hooks).await;
-    token
-        .set(stopping.shutdown.clone())
-        .expect("token set once");
-    wait_for(
-        "the stopping replica consumes",
-        Duration::from_secs(60),
-        || {
-            let handled = handled.clone();
-            async move { handled.load(Ordering::SeqCst) > 0 }
-        },
-    )
-    .await;
-    broker_link.delay(Duration::from_millis(400), Duration::ZERO);
-    slow_since
-        .set(handled.load(Ordering::SeqCst))
-        .expect("set once");
-    let standby = RunningPool::start(settings).await;
-    tokio::time::timeout(Duration::from_secs(60), stopping.shutdown.cancelled())
-        .await
-        .expect("the stopping replica handled 6 more messages within 60 s");
-    stopping.stop().await;
-    assert!(
-        db_link.unreachable() > 0,
-        "the stopping replica never asked for a new database connection (its handover lock)"
-    );
-
-    let db = env.db().await;
-    wait_for(
-        "every order at its last version",
-        Duration::from_secs(60),
-        || {
-            let db = db.clone();
-            async move {
-                orders_at_version(&db, versions).await == entities
-                    && count(&db, "SELECT count(*) FROM urutan_parkir").await == 0
-            }
-        },
-    )
-    .await;
-    assert_gapless_in_order(&history(&db).await, entities, versions);
-    assert_eq!(
-        count(&db, "SELECT count(*) FROM urutan_basi").await,
-        0,
-        "a version reached a worker after a newer one (recorded as stale)"
-    );
-    standby.stop().await;
+    let db_link = crate::proxy::Proxy::start("127.0.0.1:5432".parse().expect("addr")).await;
+    hand_over_with_a_delivery_on_its_way(&env, "N", 40, Some(Arc::new(db_link))).await;
 }
