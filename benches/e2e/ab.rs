@@ -75,6 +75,11 @@ struct Summary {
     db_us_per_msg: Option<f64>,
     /// The broker's CPU per message over the drain.
     broker_us_per_msg: Option<f64>,
+    /// Rate × (worker + broker + database CPU s per message) ÷ cores, per
+    /// round, median: 1.0 means no core was ever idle during the drain.
+    cpu_bound_fraction: Option<f64>,
+    /// WAL bytes per message over the drain.
+    wal_bytes_per_msg: Option<f64>,
     peak_rss_mib: Option<f64>,
     checks: Vec<String>,
 }
@@ -159,7 +164,7 @@ pub async fn run(
             order: order.iter().map(|&v| variants[v].name.clone()).collect(),
         });
     }
-    let summary = summarize(variants, &rounds);
+    let summary = summarize(variants, &rounds, machine.nproc);
     let minutes = began.elapsed().as_secs_f64() / 60.0;
     let md = markdown(&machine, plan, variants, &rounds, &summary, minutes);
     print!("{md}");
@@ -194,7 +199,7 @@ fn report_ceiling(round: usize, what: &str, rate: anyhow::Result<f64>) -> Option
     }
 }
 
-fn summarize(variants: &[Variant], rounds: &[Round]) -> Vec<Summary> {
+fn summarize(variants: &[Variant], rounds: &[Round], cores: usize) -> Vec<Summary> {
     let rate = |r: &Round, v: usize| r.runs[v].as_ref().map(|w| w.rate);
     variants
         .iter()
@@ -236,6 +241,21 @@ fn summarize(variants: &[Variant], rounds: &[Round]) -> Vec<Summary> {
                 cpu_us_per_msg: of(|w| w.cpu_us_per_msg),
                 db_us_per_msg: split(|c| c.database_us),
                 broker_us_per_msg: split(|c| c.broker_us),
+                cpu_bound_fraction: median(
+                    rounds
+                        .iter()
+                        .filter_map(|r| {
+                            let w = r.runs[v].as_ref()?;
+                            Some(w.rate * w.cpu.as_ref()?.total_us() * 1e-6 / cores.max(1) as f64)
+                        })
+                        .collect(),
+                ),
+                wal_bytes_per_msg: median(
+                    rounds
+                        .iter()
+                        .filter_map(|r| r.runs[v].as_ref()?.wal_bytes_per_msg)
+                        .collect(),
+                ),
                 peak_rss_mib: of(|w| w.peak_rss_mib),
                 checks: rounds
                     .iter()
@@ -279,14 +299,17 @@ fn markdown(
     }
     let _ = writeln!(
         md,
-        "\n| variant | msg/s (median) | range | × `{}` (median of per-round ratios) | × broker ceiling | × DB ceiling | worker CPU µs/msg | database CPU µs/msg | broker CPU µs/msg | peak RSS MiB | checks |",
+        "\n| variant | msg/s (median) | range | × `{}` (median of per-round ratios) | × broker ceiling | × DB ceiling | worker CPU µs/msg | database CPU µs/msg | broker CPU µs/msg | fraction of the CPU bound | WAL B/msg | peak RSS MiB | checks |",
         variants[0].name
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(
+        md,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    );
     for s in summary {
         let _ = writeln!(
             md,
-            "| {} | {} | {}–{} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {}–{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s.name,
             fmt(s.rate, 0),
             fmt(s.rate_min, 0),
@@ -297,6 +320,8 @@ fn markdown(
             fmt(s.cpu_us_per_msg, 0),
             fmt(s.db_us_per_msg, 1),
             fmt(s.broker_us_per_msg, 1),
+            fmt(s.cpu_bound_fraction, 2),
+            fmt(s.wal_bytes_per_msg, 0),
             fmt(s.peak_rss_mib, 1),
             s.checks.join("; ")
         );

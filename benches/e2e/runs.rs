@@ -41,6 +41,11 @@ pub struct WorkerRun {
     /// start time, `pesan_diproses.diproses_pada`).
     #[serde(default)]
     pub mean_batch: Option<f64>,
+    /// WAL written per message over the drain (the whole server's
+    /// `pg_current_wal_lsn()` at the first and the last mark; nothing else
+    /// writes during a drain but the bench's polls, which write none).
+    #[serde(default)]
+    pub wal_bytes_per_msg: Option<f64>,
     /// CPU per message over the drain: the worker, the broker, the database
     /// (in the JSON through the sample, `Sample::cpu`).
     #[serde(skip)]
@@ -63,6 +68,16 @@ struct Mark {
     host: Option<(u64, u64)>,
     /// Read only for the first and the last mark (it scans `/proc`).
     services: ServiceCpu,
+    /// The WAL position, read with `services`.
+    wal: Option<i64>,
+}
+
+/// The server's WAL position in bytes.
+async fn wal_position(pool: &PgPool) -> Option<i64> {
+    sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8")
+        .fetch_one(pool)
+        .await
+        .ok()
 }
 
 async fn count(pool: &PgPool, sql: &'static str) -> anyhow::Result<usize> {
@@ -272,13 +287,16 @@ pub async fn drain_published(
             proc: procfs::sample(worker.pid).unwrap_or_default(),
             host: host_cpu(),
             services: ServiceCpu::default(),
+            wal: None,
         };
         if n >= total {
             mark.services = service_cpu();
+            mark.wal = wal_position(pool).await;
             break mark;
         }
         if first.is_none() && n > 0 {
             mark.services = service_cpu();
+            mark.wal = wal_position(pool).await;
             first = Some(mark);
         }
         if n >= total / 2
@@ -300,6 +318,7 @@ pub async fn drain_published(
         proc: ProcSample::default(),
         host: None,
         services: ServiceCpu::default(),
+        wal: None,
     });
     let stopped = worker.stop(Duration::from_secs(30)).await;
     let span: Option<f64> = sqlx::query_scalar(
@@ -323,6 +342,10 @@ pub async fn drain_published(
         peak_rss_mib: mib(last.proc.hwm_kib),
         host_cpu_busy: busy_share(first.host, last.host),
         mean_batch,
+        wal_bytes_per_msg: first
+            .wal
+            .zip(last.wal)
+            .map(|(a, b)| (b - a) as f64 / drained as f64),
         cpu: (first.count > 0).then(|| {
             let worker = Some((first.proc.cpu_ticks, last.proc.cpu_ticks));
             CpuSplit::between(first.services, last.services, worker, drained)

@@ -783,11 +783,11 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
     let _ = writeln!(md, "\n## Drains\n");
     let _ = writeln!(
         md,
-        "| prefilled | mode | round | msg/s | × level 0 median | worker µs/msg | broker µs/msg | database µs/msg | total µs/msg | fraction of CPU bound | apply gap p99 / max ms | batch | purge (drop calls) | check |"
+        "| prefilled | mode | round | msg/s | × level 0 median | worker µs/msg | broker µs/msg | database µs/msg | total µs/msg | fraction of CPU bound | apply gap p99 / max ms | batch | WAL B/msg | purge (drop calls) | check |"
     );
     let _ = writeln!(
         md,
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
     );
     let base_rate = |mode: &str| {
         levels
@@ -826,7 +826,7 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
             };
             let _ = writeln!(
                 md,
-                "| {} | {} (PREFETCH={}) | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
+                "| {} | {} (PREFETCH={}) | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} |",
                 l.level,
                 d.mode,
                 d.prefetch,
@@ -841,6 +841,7 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
                 fmt(d.apply_gap_p99_ms, 1),
                 fmt(d.apply_gap_max_ms, 1),
                 fmt(d.run.as_ref().and_then(|r| r.mean_batch), 1),
+                fmt(d.run.as_ref().and_then(|r| r.wal_bytes_per_msg), 0),
                 purge,
                 check
             );
@@ -848,7 +849,7 @@ fn markdown(m: &Machine, plan: &ScalePlan, levels: &[LevelResult], minutes: f64)
         if let Some(e) = &l.error {
             let _ = writeln!(
                 md,
-                "| {} | level failed: {e} | | | | | | | | | | | | |",
+                "| {} | level failed: {e} | | | | | | | | | | | | | |",
                 l.level
             );
         }
