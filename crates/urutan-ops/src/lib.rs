@@ -8,10 +8,10 @@
 //! And what an operator asks every day, answered from PostgreSQL and the
 //! broker without changing either:
 //!
-//! - [`status`]: `urutan status [--json]`, is the pool healthy right now?
+//! - `status`: `urutan status [--json]`, is the pool healthy right now?
 //!   (ring, windows, shards, dead letters, outbox, relay, replicas); its exit
 //!   code makes it a check;
-//! - [`explain`]: `urutan explain ORDER_ID`, why is this order in this
+//! - `explain`: `urutan explain ORDER_ID`, why is this order in this
 //!   state? (its versions, where each went, what still waits).
 //!
 //! Both only read: no migration, no database created, no object declared;

@@ -15,7 +15,7 @@ pub struct Check {
     pub name: &'static str,
     /// Number of entities (or rows) that violate it.
     pub violations: i64,
-    /// Up to [`LIST_AT_MOST`] offenders.
+    /// Up to `LIST_AT_MOST` offenders.
     pub examples: Vec<String>,
 }
 

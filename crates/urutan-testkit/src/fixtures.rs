@@ -1152,7 +1152,7 @@ pub async fn urutan(env: &TestEnv, vars: &[(&str, &str)], args: &[&str]) -> Ran 
     run_binary(&crate::cargo_binary(), env, vars, args).await
 }
 
-/// [`urutan`] with another binary that has urutan's commands (a team's
+/// `urutan` with another binary that has urutan's commands (a team's
 /// own, built with `urutan_cli::main_with`).
 pub async fn run_binary(
     binary: &std::path::Path,

@@ -35,7 +35,7 @@
 //! for the (order, versi) pairs listed in `model_fail` it asks to retry
 //! (SQLSTATE `URTRY`) on its first K calls, or refuses (a plain error) until
 //! the operator fixes it. The model counts the failing calls itself
-//! ([`Sim::failed_call`]): a decrement inside the handler would roll back
+//! (`Sim::failed_call`): a decrement inside the handler would roll back
 //! with the failed transaction. About 40 % of the cases draw such faults (with
 //! `RETRY_MAX_ATTEMPTS` 2-4, K up to one more than that, `ON_REFUSED=hold`,
 //! `GAP_POLICY=apply`) from a second random stream of the seed, so a case
@@ -60,7 +60,7 @@
 //! Dead-letter records (`urutan_dead_letter`) are not written: they take
 //! part in no apply or release decision. Time is the model's: the backoff is
 //! an hour, and a clock step makes one set-aside message due, or all of
-//! them ([`Sim::clock`]). The operator ([`Sim::operator`]) takes a dead
+//! them (`Sim::clock`). The operator (`Sim::operator`) takes a dead
 //! letter now and then: it purges one whose version it skipped; it releases
 //! the order held by it (`store::hold::release_hold`, `urutan hold
 //! release`, recorded as a skip) or, more often, fixes the handler for that

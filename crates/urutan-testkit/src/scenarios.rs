@@ -6,7 +6,7 @@ use crate::fixtures::{command, sh};
 
 /// Runs a command line off the async runtime (rabbitmqctl and pg_ctlcluster
 /// take seconds) and panics with its output if it fails (see
-/// [`sh`](crate::fixtures::sh)).
+/// [`sh`]).
 pub async fn sh_blocking(program: &'static str, args: &[&str]) -> String {
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     tokio::task::spawn_blocking(move || {

@@ -2,13 +2,13 @@
 //! Spans carry shard, message id, entity id and redelivered; never a payload or secret.
 //!
 //! Two rules hold whatever `RUST_LOG` says:
-//! - nothing that could print a payload or a password (see [`may_leak`]);
+//! - nothing that could print a payload or a password (see `may_leak`);
 //! - no ERROR for an answer urutan asked for: lapin logs every channel the
 //!   broker closes at ERROR, including the ones closed by a passive probe of
 //!   an object that does not exist yet (the shard queues, the restart
 //!   sentinel) and by a declare this user may not make. urutan gets the same
 //!   answer back from the call and decides what it means (a probe's "no",
-//!   or a refusal it reports itself, see [`is_answered_declare`]). Every
+//!   or a refusal it reports itself, see `is_answered_declare`). Every
 //!   other lapin error still shows.
 //!
 //! Where lines go: standard error, one whole line at a time. While a

@@ -5,7 +5,7 @@
 //! Sources of truth: the DLQ holds the messages; `urutan_dead_letter` holds
 //! why each is there (a worker records it before it rejects, see
 //! [`urutan::dead_letter`]). `list` and `show` read the records, so looking never puts a
-//! message at risk. Only a [`walk`] takes messages out of the DLQ, and it
+//! message at risk. Only a `walk` takes messages out of the DLQ, and it
 //! never hands one back (why: see its module doc); it also records any
 //! message it finds without a record (dead-lettered by the broker itself)
 //! and the broker's `x-death` header.

@@ -59,12 +59,12 @@ pub fn properties_json(props: &BasicProperties) -> Value {
 /// the copy recurses at most this deep.
 const DEPTH_KEPT: usize = message::MAX_HEADERS_DEPTH;
 
-/// What stands in for a table or array nested deeper than [`DEPTH_KEPT`].
+/// What stands in for a table or array nested deeper than `DEPTH_KEPT`.
 pub const TOO_DEEP: &str = "x-urutan-truncated: nested too deep, not kept";
 
-/// A header table as JSON; a table larger than [`HEADERS_KEPT`] once
+/// A header table as JSON; a table larger than `HEADERS_KEPT` once
 /// converted is replaced by a summary (its size and names), and tables or
-/// arrays nested deeper than [`DEPTH_KEPT`] by [`TOO_DEEP`].
+/// arrays nested deeper than `DEPTH_KEPT` by `TOO_DEEP`.
 pub fn headers_json(table: &FieldTable) -> Value {
     let full = table_json(table, 1);
     let size = full.to_string().len();

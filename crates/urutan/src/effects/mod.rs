@@ -232,7 +232,7 @@ impl EffectsSettings {
 }
 
 /// Metric names of the dispatcher (labels bounded: `endpoint` is a
-/// configured host[:port] and first path segment, `reason` a fixed list;
+/// configured `host[:port]` and first path segment, `reason` a fixed list;
 /// never an order or message id).
 pub mod metric {
     use crate::metrics as names;

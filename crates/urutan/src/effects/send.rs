@@ -110,7 +110,7 @@ pub fn client(
 }
 
 /// Sends `effect` once, signed now, with `traceparent` (the webhook span),
-/// and reads at most [`ANSWER_BYTES`] of the answer.
+/// and reads at most `ANSWER_BYTES` of the answer.
 pub async fn attempt(
     client: &reqwest::Client,
     secret: &Secret,

@@ -370,7 +370,7 @@ pub async fn release(
 /// aside again (`retry`), one refused (or out of attempts) is returned as
 /// `refused`, its order held if `policy` says so. `conn` is inside the
 /// caller's transaction: the caller dead-letters the refused ones before
-/// it commits. With a Rust `handler`, see [`release_one_by_one`].
+/// it commits. With a Rust `handler`, see `release_one_by_one`.
 pub async fn release_with(
     conn: &mut sqlx::PgConnection,
     shard: u16,

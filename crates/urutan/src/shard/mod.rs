@@ -11,7 +11,7 @@
 //!   consumer is cancelled *before* that ack, so no further delivery is
 //!   pushed to this worker while a standby takes over; the standby applies
 //!   nothing until this worker has also handled what the broker sent it
-//!   before the cancel ([`handover`]);
+//!   before the cancel (`handover`);
 //! - epoch markers move the shard's position (see [`crate::reshard::handoff`]); a
 //!   message whose entity is being handed over is parked, and the worker
 //!   releases its parked messages as soon as they may go.
@@ -20,7 +20,7 @@
 //!
 //! [`ShardWorker`] is the shard's settings; it keeps a broker connection
 //! (`link`) and reopens a failed channel. Each channel life is one
-//! [`Context`] (as mini-redis's per-connection `Handler`): it owns the
+//! `Context` (as mini-redis's per-connection `Handler`): it owns the
 //! channel and its consumer, the kept database connection (`lease`), the
 //! shutdown token and the shard's metrics, runs the consume loop, and its
 //! methods take only a delivery or a batch of them. A delivery goes through
@@ -29,7 +29,7 @@
 //! `batch` (several in one transaction); both end in `steps`' one
 //! conclusion (dead-letter records, then each outcome recorded and counted
 //! in one place), then `settle` (the one place that acks or rejects). The
-//! before-apply hook is called only through [`Hooks::run_before_apply`].
+//! before-apply hook is called only through `Hooks::run_before_apply`.
 //! This file runs the consume loop and the clean stop.
 
 mod batch;

@@ -198,7 +198,7 @@ const RELEASE_CHECK: Duration = Duration::from_secs(5);
 /// each since 0.9.1). Acquiring waits at most 5 s, so a
 /// database outage surfaces as a transient error instead of a hang. A
 /// connection going back to the pool must answer a ping within
-/// [`RELEASE_CHECK`] or is closed: sqlx's own release ping has no bound, and a
+/// `RELEASE_CHECK` or is closed: sqlx's own release ping has no bound, and a
 /// connection whose link went silent (no FIN, no RST) would keep its pool
 /// slot forever (and `PgPool::close` would wait for it).
 pub async fn connect(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> {

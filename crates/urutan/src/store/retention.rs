@@ -113,7 +113,7 @@ impl IdPartitioned {
 /// partitions ahead, detaches every partition whose ids are all handed out,
 /// whose newest row is older and that holds nothing waiting, then drops it
 /// in a transaction of its own (each logged with its estimated rows), then
-/// trims the default partition (rows from before partitioning) [`BATCH`]
+/// trims the default partition (rows from before partitioning) `BATCH`
 /// rows at a time, without a pause. Returns the rows deleted plus the
 /// estimated rows of the partitions dropped.
 pub async fn expire_id_ranges(
