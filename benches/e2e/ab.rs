@@ -307,22 +307,27 @@ fn markdown(
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     );
     for s in summary {
+        // (value, decimals) of each numeric column after the range.
+        let columns = [
+            (s.vs_first, 2),
+            (s.vs_broker, 2),
+            (s.vs_database, 2),
+            (s.cpu_us_per_msg, 0),
+            (s.db_us_per_msg, 1),
+            (s.broker_us_per_msg, 1),
+            (s.cpu_bound_fraction, 2),
+            (s.wal_bytes_per_msg, 0),
+            (s.peak_rss_mib, 1),
+        ];
+        let cells: Vec<String> = columns.iter().map(|&(x, d)| fmt(x, d)).collect();
         let _ = writeln!(
             md,
-            "| {} | {} | {}–{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {}–{} | {} | {} |",
             s.name,
             fmt(s.rate, 0),
             fmt(s.rate_min, 0),
             fmt(s.rate_max, 0),
-            fmt(s.vs_first, 2),
-            fmt(s.vs_broker, 2),
-            fmt(s.vs_database, 2),
-            fmt(s.cpu_us_per_msg, 0),
-            fmt(s.db_us_per_msg, 1),
-            fmt(s.broker_us_per_msg, 1),
-            fmt(s.cpu_bound_fraction, 2),
-            fmt(s.wal_bytes_per_msg, 0),
-            fmt(s.peak_rss_mib, 1),
+            cells.join(" | "),
             s.checks.join("; ")
         );
     }
