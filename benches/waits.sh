@@ -30,8 +30,10 @@ timeout "$SECS" psql "$PGURL" -qAt -f "$out/waits.sql" >"$out/waits.txt" 2>/dev/
 wait "$perf_pid" || { echo "perf sched record failed (run as root?)" >&2; exit 1; }
 
 echo "## PostgreSQL backends running a statement: what they wait for (share of samples)"
-grep -v '^$' "$out/waits.txt" | sort | uniq -c | sort -rn |
-    awk '{ n[NR] = $1; $1 = ""; w[NR] = $0; t += n[NR] } END { for (i = 1; i <= NR && i <= 12; i++) printf "%6.1f %%  %s\n", 100 * n[i] / t, w[i]; printf "(%d samples)\n", t }'
+awk 'NF' "$out/waits.txt" | sort | uniq -c | sort -rn |
+    awk '{ n[NR] = $1; $1 = ""; w[NR] = $0; t += n[NR] }
+         END { for (i = 1; i <= NR && i <= 12; i++) printf "%6.1f %%  %s\n", 100 * n[i] / t, w[i]
+               printf "(%d samples%s)\n", t, t ? "" : ": no backend ran a statement; is a drain running?" }'
 
 echo
 echo "## The cores over $SECS s"
@@ -55,9 +57,10 @@ per_cpu = {c: [r for r in rows if r[2] == c] for c in cpus}
 span = max(r[1] for r in rows) - min(r[0] for r in rows)
 idle = {c: sum(e - s for s, e, _, t in per_cpu[c] if t == "<idle>") for c in cpus}
 print("idle: " + ", ".join(f"core {c.strip('[]').lstrip('0') or '0'} {idle[c] / span:.0%}" for c in cpus))
-beside = collections.Counter()
-if len(cpus) == 2:
-    both = 0.0
+if len(cpus) != 2:
+    print("(what ran beside an idle core: worked out for 2 cores only)")
+else:
+    beside = collections.Counter()  # task on the other core -> seconds
     for x, y in ((cpus[0], cpus[1]), (cpus[1], cpus[0])):
         others = per_cpu[y]
         j = 0
@@ -74,7 +77,7 @@ if len(cpus) == 2:
                 k += 1
     both = beside.pop("<idle>", 0.0) / 2
     print(f"both cores idle at once: {both / span:.1%} of the time")
-    total = sum(beside.values())
+    total = sum(beside.values()) or 1e-9
     print(f"one core idle while the other ran: {total / span:.1%} of the time; the other ran (share):")
     for task, t in beside.most_common(8):
         print(f"  {t / total:6.1%}  {task}")

@@ -214,19 +214,12 @@ fn summarize(variants: &[Variant], rounds: &[Round], cores: usize) -> Vec<Summar
                         .collect(),
                 )
             };
-            let of = |f: fn(&WorkerRun) -> f64| {
+            // The median over rounds of one figure of this variant's drains.
+            let of = |f: &dyn Fn(&WorkerRun) -> Option<f64>| {
                 median(
                     rounds
                         .iter()
-                        .filter_map(|r| r.runs[v].as_ref().map(f))
-                        .collect(),
-                )
-            };
-            let split = |f: fn(&crate::procfs::CpuSplit) -> f64| {
-                median(
-                    rounds
-                        .iter()
-                        .filter_map(|r| r.runs[v].as_ref()?.cpu.as_ref().map(f))
+                        .filter_map(|r| f(r.runs[v].as_ref()?))
                         .collect(),
                 )
             };
@@ -238,25 +231,12 @@ fn summarize(variants: &[Variant], rounds: &[Round], cores: usize) -> Vec<Summar
                 vs_first: per_round(&|r| rate(r, 0)),
                 vs_broker: per_round(&|r| r.broker),
                 vs_database: per_round(&|r| r.database),
-                cpu_us_per_msg: of(|w| w.cpu_us_per_msg),
-                db_us_per_msg: split(|c| c.database_us),
-                broker_us_per_msg: split(|c| c.broker_us),
-                cpu_bound_fraction: median(
-                    rounds
-                        .iter()
-                        .filter_map(|r| {
-                            let w = r.runs[v].as_ref()?;
-                            Some(w.rate * w.cpu.as_ref()?.total_us() * 1e-6 / cores.max(1) as f64)
-                        })
-                        .collect(),
-                ),
-                wal_bytes_per_msg: median(
-                    rounds
-                        .iter()
-                        .filter_map(|r| r.runs[v].as_ref()?.wal_bytes_per_msg)
-                        .collect(),
-                ),
-                peak_rss_mib: of(|w| w.peak_rss_mib),
+                cpu_us_per_msg: of(&|w| Some(w.cpu_us_per_msg)),
+                db_us_per_msg: of(&|w| w.cpu.map(|c| c.database_us)),
+                broker_us_per_msg: of(&|w| w.cpu.map(|c| c.broker_us)),
+                cpu_bound_fraction: of(&|w| w.cpu_bound_fraction(cores)),
+                wal_bytes_per_msg: of(&|w| w.wal_bytes_per_msg),
+                peak_rss_mib: of(&|w| Some(w.peak_rss_mib)),
                 checks: rounds
                     .iter()
                     .filter_map(|r| r.runs[v].as_ref())

@@ -61,6 +61,16 @@ pub struct WorkerRun {
     pub since_epoch: f64,
 }
 
+impl WorkerRun {
+    /// The **fraction of the CPU bound**: rate × (worker + broker +
+    /// database CPU s per message) ÷ `cores`; 1.0 = no core was ever idle
+    /// during the drain. `None` without the CPU split.
+    pub fn cpu_bound_fraction(&self, cores: usize) -> Option<f64> {
+        self.cpu
+            .map(|c| self.rate * c.total_us() * 1e-6 / cores.max(1) as f64)
+    }
+}
+
 struct Mark {
     at: Instant,
     count: usize,

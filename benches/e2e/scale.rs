@@ -680,9 +680,7 @@ async fn drain_inner(
     .await?;
     (d.apply_gap_p99_ms, d.apply_gap_max_ms) = gaps;
     d.cpu = run.cpu;
-    d.cpu_bound_fraction = run
-        .cpu
-        .map(|c| run.rate * c.total_us() * 1e-6 / cores.max(1) as f64);
+    d.cpu_bound_fraction = run.cpu_bound_fraction(cores);
     d.run = Some(run);
     Ok(())
 }
