@@ -110,6 +110,12 @@ GRANT USAGE ON SEQUENCE pesanan_riwayat_seq_seq TO :"worker_role";
 -- messages, the recorded ring).
 GRANT SELECT, INSERT ON urutan_epoch TO :"worker_role", :"relay_role";
 GRANT USAGE ON SEQUENCE urutan_epoch_epoch_seq TO :"worker_role", :"relay_role";
+-- Opening an epoch prunes the oldest ones (SECURITY DEFINER, not PUBLIC's:
+-- migration 0039).
+GRANT EXECUTE ON FUNCTION urutan_epoch_pangkas(INT) TO :"worker_role", :"relay_role";
+-- The apply asks whether effects are configured (SECURITY DEFINER: the
+-- worker needs no rights on the effect tables).
+GRANT EXECUTE ON FUNCTION urutan_efek_aktif() TO :"worker_role";
 GRANT SELECT, INSERT, UPDATE ON urutan_shard TO :"worker_role";
 GRANT SELECT ON urutan_shard TO :"relay_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON urutan_parkir TO :"worker_role";

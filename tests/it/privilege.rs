@@ -217,6 +217,71 @@ async fn public_has_no_connect_or_temp_and_definer_functions_ignore_pg_temp() {
     );
 }
 
+/// No SECURITY DEFINER function is PUBLIC's to run (issue 43: a producer
+/// deleted 59 of 60 epochs through `urutan_epoch_pangkas`): every one, read
+/// from the catalog, has EXECUTE revoked from PUBLIC, and the least-privilege
+/// producer is refused the ones the worker and the relay are granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_definer_function_is_publics_to_run() {
+    let env = TestEnv::new("privilege_definer").await;
+    let admin = env.db().await;
+    let roles = PgRoles::create(&env, &["operator"]);
+    let definers: i64 = count(
+        &admin,
+        "SELECT count(*) FROM pg_proc p
+         WHERE p.prosecdef AND p.pronamespace = current_schema()::regnamespace",
+    )
+    .await;
+    assert!(definers >= 10, "only {definers} definer functions found");
+    let public: Vec<String> = sqlx::query_scalar(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p
+         WHERE p.prosecdef AND p.pronamespace = current_schema()::regnamespace
+           AND (p.proacl IS NULL OR EXISTS (
+                SELECT 1 FROM aclexplode(p.proacl) a
+                WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'))
+         ORDER BY 1",
+    )
+    .fetch_all(&admin)
+    .await
+    .expect("definer functions");
+    assert!(public.is_empty(), "PUBLIC may run {public:?}");
+    sqlx::query("INSERT INTO urutan_epoch (alasan) SELECT 'test' FROM generate_series(1, 5)")
+        .execute(&admin)
+        .await
+        .expect("epochs");
+    let epochs = count(&admin, "SELECT count(*) FROM urutan_epoch").await;
+    for (role, sql) in [
+        ("producer", "SELECT urutan_epoch_pangkas(0)"),
+        ("producer", "SELECT urutan_efek_aktif()"),
+        ("operator", "SELECT urutan_epoch_pangkas(0)"),
+        ("producer", "SELECT urutan_partisi_id_siapkan()"),
+    ] {
+        assert_eq!(
+            refusal(&roles.secret_url(role), sql).await.as_deref(),
+            Some("42501"),
+            "{role} may run {sql}"
+        );
+    }
+    assert_eq!(
+        count(&admin, "SELECT count(*) FROM urutan_epoch").await,
+        epochs,
+        "epochs were pruned"
+    );
+    // The roles that need them still may.
+    for (role, sql) in [
+        ("worker", "SELECT urutan_epoch_pangkas(1000)"),
+        ("relay", "SELECT urutan_epoch_pangkas(1000)"),
+        ("worker", "SELECT urutan_efek_aktif()"),
+    ] {
+        assert_eq!(
+            refusal(&roles.secret_url(role), sql).await,
+            None,
+            "{role} may not run {sql}"
+        );
+    }
+    admin.close().await;
+}
+
 /// The dispatcher and the operator update only the columns their code
 /// does (issue 29): neither can rewrite what a webhook sends nor what a
 /// dead-letter record says about its message, also where an older run of
