@@ -10,8 +10,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 use urutan::config::{OnRefused, Settings};
 use urutan_testkit::fixtures::{
-    Msg, RunningPool, TestEnv, count, http_get, metric_sum, queue_len, stored, urutan, wait_count,
-    wait_for, wait_stored,
+    Msg, RunningPool, TestEnv, count, drain_dlq, http_get, metric_sum, queue_len, stored, urutan,
+    wait_count, wait_for, wait_stored,
 };
 
 /// A handler that asks to retry while `gagal` holds the order's id with
@@ -373,5 +373,94 @@ async fn on_refused_skip_lets_the_order_go_on() {
     wait_stored(&s.db, "K", 3).await;
     assert_eq!(calls(&s.db, "K").await, [1, 3]);
     assert_eq!(count(&s.db, "SELECT count(*) FROM urutan_tahan").await, 0);
+    s.pool.stop().await;
+}
+
+/// A full DLQ stops only the order whose refusal it will not take (issue
+/// 43): before, the release step rolled back every 200 ms and another
+/// order's set-aside version stayed stuck until the DLQ was purged. Here
+/// order A's version is refused while the DLQ (capped at 1) is full; order
+/// B, released in the same pass, goes on at once; A's refusal waits, set
+/// aside with the reason, and reaches the DLQ (and holds A) once it has room.
+#[tokio::test]
+async fn a_full_dlq_holds_only_the_order_it_refuses() {
+    let s = scene("holds_dlq_full", 1, 1, |s| s.dlq_max_length = 1).await;
+    let conn = s.env.broker().await;
+    // Fill the DLQ (3.10 takes one past the cap).
+    let poison: Vec<Msg> = (0..3)
+        .map(|i| {
+            let mut m = Msg::event(&format!("poison-{i}"), 1);
+            m.body = b"not json".to_vec();
+            m
+        })
+        .collect();
+    s.env.publisher().await.send_all(&poison).await;
+    wait_for("a full DLQ", Duration::from_secs(20), || async {
+        queue_len(&conn, "pesanan.dlq").await >= 1
+    })
+    .await;
+    // A and B set aside; then A is refused and B may go.
+    fail(&s.db, "A", "coba").await;
+    fail(&s.db, "B", "coba").await;
+    s.env
+        .publisher()
+        .await
+        .send_all(&interleaved(&["A", "B"], 2))
+        .await;
+    wait_count(
+        &s.db,
+        "SELECT count(DISTINCT pesanan_id) FROM urutan_parkir WHERE percobaan >= 1",
+        2,
+        Duration::from_secs(20),
+    )
+    .await;
+    sqlx::query("UPDATE gagal SET cara = 'tolak' WHERE pesanan_id = 'A'")
+        .execute(&s.db)
+        .await
+        .expect("refuse A");
+    sqlx::query("DELETE FROM gagal WHERE pesanan_id = 'B'")
+        .execute(&s.db)
+        .await
+        .expect("mend B");
+    tokio::time::timeout(Duration::from_secs(10), wait_stored(&s.db, "B", 2))
+        .await
+        .expect("B waited for the full DLQ");
+    assert_eq!(calls(&s.db, "B").await, [1, 2]);
+    // A is not lost: still set aside, the reason its last error.
+    let (attempts, error): (i32, String) = sqlx::query_as(
+        "SELECT percobaan, galat FROM urutan_parkir WHERE pesanan_id = 'A' AND versi = 1",
+    )
+    .fetch_one(&s.db)
+    .await
+    .expect("A's v1 set aside");
+    assert!(attempts >= 1);
+    assert!(error.contains("dead-letter queue is full"), "{error}");
+    assert!(stored(&s.db, "A").await.is_none(), "A applied");
+    let metrics = scrape(&s.pool).await;
+    assert!(metric_sum(&metrics, "urutan_dead_letters_refused_total", &[]) >= 1.0);
+    // Room in the DLQ: A's refusal is dead-lettered and holds A.
+    wait_for(
+        "A's refusal in the DLQ",
+        Duration::from_secs(60),
+        || async {
+            drain_dlq(&conn).await;
+            count(
+                &s.db,
+                "SELECT count(*) FROM urutan_dead_letter
+                 WHERE message_id = 'A-v1' AND reason = 'handler_refused'",
+            )
+            .await
+                == 1
+        },
+    )
+    .await;
+    assert_eq!(
+        count(
+            &s.db,
+            "SELECT count(*) FROM urutan_tahan WHERE pesanan_id = 'A'"
+        )
+        .await,
+        1
+    );
     s.pool.stop().await;
 }

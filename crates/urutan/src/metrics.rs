@@ -33,6 +33,7 @@ pub const ORDERS_HELD: &str = "urutan_orders_held";
 pub const HOLDS_TOTAL: &str = "urutan_holds_total";
 pub const ORDERS_RETRYING: &str = "urutan_orders_retrying";
 pub const HOLD_OLDEST_SECONDS: &str = "urutan_hold_oldest_seconds";
+pub const DEAD_LETTERS_REFUSED_TOTAL: &str = "urutan_dead_letters_refused_total";
 
 /// The `reason` label of `urutan_orders_held` and `urutan_holds_total`.
 pub const HOLD_REASONS: [&str; 3] = ["refused", "gap", "effect"];
@@ -324,6 +325,10 @@ fn describe() {
         "Messages parked until their old shard drains."
     );
     describe_counter!(PARKED_TOTAL, "Messages parked during a resharding.");
+    describe_counter!(
+        DEAD_LETTERS_REFUSED_TOTAL,
+        "Refused set-aside versions whose dead letter the full DLQ would not take: each waits, set aside, and only its order with it."
+    );
     describe_gauge!(
         ORDERS_HELD,
         "Orders on hold, by reason (refused, gap, effect)."

@@ -618,10 +618,15 @@ impl Context<'_> {
                 .await
                 .map_err(|e| e.to_string())?;
             if !confirmed.is_ack() {
-                return Err(format!(
-                    "the dead-letter exchange did not confirm the refused {} ({confirmed:?})",
-                    r.message_id
-                ));
+                // The DLQ refused it (full: `x-overflow = reject-publish`).
+                // Only this order waits: everything else of this release
+                // goes on in the next one (issue 43).
+                tx.rollback().await.map_err(|e| e.to_string())?;
+                let order = event
+                    .get("id")
+                    .and_then(|id| id.as_str())
+                    .unwrap_or_default();
+                return Err(self.postpone_refusal(&r.message_id, order).await);
             }
             store::insert_dead_letter(&mut *tx, &later.record)
                 .await
@@ -640,6 +645,45 @@ impl Context<'_> {
         Ok(released)
     }
 }
+
+impl Context<'_> {
+    /// A refused set-aside version whose dead letter the DLQ would not take
+    /// (it is full): it stays set aside, due again in [`DLQ_FULL_RETRY`],
+    /// with the reason as its last error (`urutan explain`, `status`'s
+    /// retrying orders). Its order's later versions wait behind it as behind
+    /// any set-aside version; every other order is released meanwhile. Once
+    /// the DLQ has room the refusal is dead-lettered as usual. Returns what
+    /// to log.
+    async fn postpone_refusal(&self, message_id: &str, order: &str) -> String {
+        let why = "the dead-letter queue is full: the refused version waits, set aside, until \
+                   it has room (`urutan dlq list`, then replay or purge)";
+        let postponed = sqlx::query(
+            "UPDATE urutan_parkir SET jatuh_tempo = now() + make_interval(secs => $3), galat = $4
+             WHERE message_id = $1 AND pesanan_id = $2",
+        )
+        .bind(message_id)
+        .bind(order)
+        .bind(DLQ_FULL_RETRY.as_secs_f64())
+        .bind(why)
+        .execute(&self.worker.pool)
+        .await;
+        metrics::counter!(m::DEAD_LETTERS_REFUSED_TOTAL, "shard" => self.metrics.shard.clone())
+            .increment(1);
+        match postponed {
+            Ok(_) => {
+                warn!(message_id, order, retry_in = ?DLQ_FULL_RETRY, "{why}");
+                format!("the DLQ refused the dead letter of {message_id}; only its order waits")
+            }
+            Err(e) => format!(
+                "the DLQ refused the dead letter of {message_id}, and it cannot be set aside again: {e}"
+            ),
+        }
+    }
+}
+
+/// How long a refused version whose dead letter the full DLQ refused waits
+/// before it is tried again.
+pub(super) const DLQ_FULL_RETRY: Duration = Duration::from_secs(5);
 
 /// The rejection a release reported (`urutan_lepas`'s `alasan`).
 fn refusal_named(reason: Option<&str>) -> Rejection {
