@@ -38,6 +38,12 @@
 -- as the database owner".
 
 \set ON_ERROR_STOP on
+-- The pipeline's DATABASE_SCHEMA (default public): -v schema=billing grants
+-- on the tables and functions of that schema. Run it once per pipeline.
+\if :{?schema}
+\else
+\set schema public
+\endif
 \if :{?worker_role}
 \else
 \set worker_role urutan_worker
@@ -58,6 +64,8 @@
 SELECT current_database() AS dbname \gset
 
 BEGIN;
+-- Every name below is the pipeline's own.
+SET LOCAL search_path = :"schema";
 
 -- Only the roles granted below (and the owner) may connect, and none may
 -- create temporary objects: PostgreSQL gives every role (PUBLIC) CONNECT
@@ -87,7 +95,7 @@ ALTER ROLE :"producer_role" PASSWORD :'producer_password';
 \endif
 
 GRANT CONNECT ON DATABASE :"dbname" TO :"worker_role", :"relay_role", :"producer_role";
-GRANT USAGE ON SCHEMA public TO :"worker_role", :"relay_role", :"producer_role";
+GRANT USAGE ON SCHEMA :"schema" TO :"worker_role", :"relay_role", :"producer_role";
 -- Every process checks at start that the migrations are applied.
 GRANT SELECT ON _sqlx_migrations TO :"worker_role", :"relay_role";
 
@@ -188,7 +196,7 @@ CREATE ROLE :"operator_role" LOGIN;
 ALTER ROLE :"operator_role" PASSWORD :'operator_password';
 \endif
 GRANT CONNECT ON DATABASE :"dbname" TO :"operator_role";
-GRANT USAGE ON SCHEMA public TO :"operator_role";
+GRANT USAGE ON SCHEMA :"schema" TO :"operator_role";
 GRANT SELECT ON _sqlx_migrations TO :"operator_role";
 -- Dead-letter records: read, added for a message found without one, and
 -- resolved (and given the x-death they lacked); never what was recorded
@@ -210,6 +218,13 @@ GRANT USAGE ON SEQUENCE urutan_lewati_seq_seq TO :"operator_role";
 GRANT SELECT ON pesanan, pesan_diproses, pesanan_riwayat, urutan_parkir TO :"operator_role";
 -- `urutan explain`: stale arrivals.
 GRANT SELECT ON urutan_basi TO :"operator_role";
+-- `urutan explain` and `urutan status`: each version's epoch, the shards'
+-- positions, the recorded ring and open windows (read only).
+GRANT SELECT ON urutan_epoch, urutan_shard, urutan_ring, urutan_jendela TO :"operator_role";
+-- `urutan status` and `urutan explain`: the outbox's backlog, its set-aside
+-- rows and an order's unsent events (the operator reads dead-lettered
+-- bodies already; the outbox holds the same events).
+GRANT SELECT ON outbox TO :"operator_role";
 -- Dead-lettered effects: listed and set pending again (`dlq --effects`):
 -- their state, attempts and lease only, never what is sent (isi, message_id,
 -- pesanan_id, versi, tujuan). A table-wide UPDATE of an older run of this
@@ -238,7 +253,7 @@ CREATE ROLE :"dispatcher_role" LOGIN;
 ALTER ROLE :"dispatcher_role" PASSWORD :'dispatcher_password';
 \endif
 GRANT CONNECT ON DATABASE :"dbname" TO :"dispatcher_role";
-GRANT USAGE ON SCHEMA public TO :"dispatcher_role";
+GRANT USAGE ON SCHEMA :"schema" TO :"dispatcher_role";
 GRANT SELECT ON _sqlx_migrations TO :"dispatcher_role";
 -- Its EFFECTS setting, written at start: endpoints (INSERT ... ON CONFLICT
 -- needs SELECT) and the routes in force (replaced whole).

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use urutan::config::SecretUrl;
+use urutan::config::{SecretUrl, Settings};
 
 use crate::common::*;
 use crate::handoff::{drain_and_check, produce, start_relay};
@@ -357,4 +357,70 @@ async fn dispatcher_and_operator_cannot_rewrite_payloads() {
     ] {
         assert_eq!(refusal(url, sql).await, None, "refused: {sql}");
     }
+}
+
+/// `least-privilege.sql -v schema=...` (issue 44): a pipeline in its own
+/// `DATABASE_SCHEMA` runs with the roles it makes, and the least-privilege
+/// operator can read an order with `urutan explain` and the pipeline with
+/// `urutan status` (explain used to fail on `urutan_epoch`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_privilege_roles_run_a_pipeline_in_its_own_schema() {
+    let env = TestEnv::new("privilege_schema").await;
+    let owner = Settings {
+        entity: "tagihan".to_owned(),
+        topology_prefix: "tagihan".to_owned(),
+        database_schema: "billing".to_owned(),
+        ..env.settings(2)
+    };
+    // The owner migrates (the schema is created with the tables).
+    RunningPool::ready(owner.clone()).await.stop().await;
+    let roles = PgRoles::create_in(&env, &["operator"], "billing");
+    let mut worker = owner.clone();
+    worker.database_url = roles.secret_url("worker");
+    worker.database_pool_size = Some(4);
+    let pool = RunningPool::ready(worker).await;
+    let producer = urutan::store::connect(&roles.secret_url("producer"), 1)
+        .await
+        .expect("producer connects");
+    let mut relay = owner.clone();
+    relay.database_url = roles.secret_url("relay");
+    let relay = start_relay(relay);
+    for v in 1..=3_i64 {
+        sqlx::query("SELECT billing.urutan_enqueue('INV-1', 'ditagih', $1)")
+            .bind(v)
+            .execute(&producer)
+            .await
+            .expect("the producer enqueues in its pipeline's schema");
+    }
+    let admin = env.db().await;
+    wait_count(
+        &admin,
+        "SELECT count(*) FROM billing.pesanan WHERE id = 'INV-1' AND versi = 3",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    let operator = roles.url("operator");
+    let vars = [
+        ("DATABASE_URL", operator.as_str()),
+        ("DATABASE_SCHEMA", "billing"),
+        ("ENTITY", "tagihan"),
+    ];
+    let explained = urutan(&env, &vars, &["explain", "INV-1"]).await;
+    assert!(explained.ok(), "explain as the operator: {explained}");
+    assert!(explained.stdout.contains("INV-1"), "{explained}");
+    let status = urutan(&env, &vars, &["status", "--json"]).await;
+    assert!(
+        status.code == Some(0) || status.code == Some(1),
+        "status as the operator: {status}"
+    );
+    assert!(
+        !status.stderr.contains("permission denied"),
+        "status as the operator: {status}"
+    );
+    relay.0.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(10), relay.1).await;
+    pool.stop().await;
+    producer.close().await;
+    admin.close().await;
 }

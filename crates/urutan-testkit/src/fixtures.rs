@@ -890,15 +890,23 @@ pub async fn enqueue_tx(db: &PgPool, events: &[(String, i64)]) -> Vec<i64> {
 /// `optional` kinds (`operator`, `dispatcher`) are made only when named.
 pub struct PgRoles {
     database: String,
+    /// The pipeline's `DATABASE_SCHEMA` the script grants on.
+    schema: String,
     names: Vec<(&'static str, String)>,
 }
 
 impl PgRoles {
     pub fn create(env: &TestEnv, optional: &[&'static str]) -> Self {
+        Self::create_in(env, optional, "public")
+    }
+
+    /// [`Self::create`] for the pipeline in `schema` (`-v schema=...`).
+    pub fn create_in(env: &TestEnv, optional: &[&'static str], schema: &str) -> Self {
         let tag = format!("{:08x}", rand::random::<u32>());
         let kinds = ["worker", "relay", "producer"].iter().chain(optional);
         let roles = Self {
             database: env.database.clone(),
+            schema: schema.to_owned(),
             names: kinds.map(|k| (*k, format!("urutan_{k}_{tag}"))).collect(),
         };
         roles.rerun();
@@ -920,6 +928,7 @@ impl PgRoles {
             "-f",
             script,
         ]);
+        psql.args(["-v", &format!("schema={}", roles.schema)]);
         for (kind, name) in &roles.names {
             psql.args(["-v", &format!("{kind}_role={name}")]);
             psql.env(format!("{}_PASSWORD", kind.to_uppercase()), "pw");
