@@ -158,9 +158,16 @@ pub fn main_with(handler: Option<SharedHandler>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let database_url = cli.settings.database_url.clone();
     match runtime.block_on(execute(cli, handler)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // A refusal no retry can fix met mid-command (a missing grant):
+            // one line naming the setting and the fix, exit 2.
+            if let Some(refused) = database_refusal(&database_url, &e) {
+                eprintln!("error: {refused}");
+                return ExitCode::from(2);
+            }
             let code = exit_code(&e);
             // Reported already (`urutan status`, `urutan explain`): only the code.
             if !e.is::<urutan_ops::Exit>() {
@@ -169,6 +176,18 @@ pub fn main_with(handler: Option<SharedHandler>) -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// The database's refusal in `e`'s causes that no retry can fix (a
+/// permission refused to this role, say), as the one line to print.
+fn database_refusal(
+    url: &urutan::config::SecretUrl,
+    e: &anyhow::Error,
+) -> Option<urutan::heal::Unhealable> {
+    e.chain().find_map(|cause| {
+        let db = cause.downcast_ref::<sqlx::Error>()?;
+        urutan::heal::Unhealable::database(url, db)
+    })
 }
 
 /// The exit code for `e` (see [`main_with`]).

@@ -424,3 +424,30 @@ async fn least_privilege_roles_run_a_pipeline_in_its_own_schema() {
     producer.close().await;
     admin.close().await;
 }
+
+/// A permission refused mid-command cannot heal: every operator command
+/// stops with exit 2 and one line naming DATABASE_URL and the fix (issue
+/// 44: `hold`, `dlq`, `verify` and `topology` exited 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_permission_exits_2_in_every_command() {
+    let env = TestEnv::new("privilege_exit").await;
+    env.db().await.close().await; // migrated by the owner
+    let roles = PgRoles::create(&env, &[]);
+    let relay = roles.url("relay");
+    let vars = [("DATABASE_URL", relay.as_str())];
+    for args in [
+        &["hold", "list"][..],
+        &["hold", "release", "X"],
+        &["dlq", "show", "X"],
+        &["verify"],
+        &["topology"],
+    ] {
+        let ran = urutan(&env, &vars, args).await;
+        assert_eq!(ran.code, Some(2), "{args:?}: {ran}");
+        let line = ran.stderr.lines().last().unwrap_or_default();
+        assert!(
+            line.starts_with("error: DATABASE_URL") && line.contains("permission denied"),
+            "{args:?}: {ran}"
+        );
+    }
+}
