@@ -385,14 +385,15 @@ fn install_crypto() {
 /// `NO_PROXY` (or `no_proxy`) bypasses for the hosts it lists. Built on a
 /// thread of its own: a blocking client must not be built on the async
 /// runtime. `Err` names the variable, never its value.
-fn http_client(
-    var: &impl Fn(&str) -> Option<String>,
-) -> Result<reqwest::blocking::Client, String> {
+fn http_client(var: &impl Fn(&str) -> Option<String>) -> Result<reqwest::blocking::Client, String> {
     let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
     let timeout = TIMEOUT_VARIABLES
         .iter()
         .find_map(|name| set(name)?.trim().parse::<u64>().ok())
-        .map_or(std::time::Duration::from_secs(10), std::time::Duration::from_millis);
+        .map_or(
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_millis,
+        );
     let proxy = match set(PROXY_VARIABLE) {
         None => None,
         Some(url) => {
