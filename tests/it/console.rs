@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use crate::common::*;
 
-/// One HTTP/1.1 exchange: (status, head, body).
+/// One HTTP/1.1 exchange: (status, head, body). `Host` is `addr` unless
+/// `headers` name another.
 async fn exchange(
     addr: SocketAddr,
     method: &str,
@@ -22,8 +23,15 @@ async fn exchange(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let attempt = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-        for (k, v) in headers {
+        let host = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+            .map_or_else(|| addr.to_string(), |(_, v)| (*v).to_owned());
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+        for (k, v) in headers
+            .iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case("host"))
+        {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
         req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
@@ -78,19 +86,24 @@ fn free_port() -> u16 {
 struct Console {
     child: tokio::process::Child,
     addr: SocketAddr,
+    /// Its stdout and stderr.
+    log: tempfile::NamedTempFile,
 }
 
 impl Console {
     async fn start(env: &TestEnv, extra: &[(&str, &str)]) -> Self {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+        let log = tempfile::NamedTempFile::new().expect("a log file");
+        let out = log.reopen().expect("the log file");
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_urutan"));
         cmd.arg("console")
             .env_clear()
             .env("CONSOLE_LISTEN", addr.to_string())
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::from(out.try_clone().expect("the log file")))
+            .stderr(Stdio::from(out))
             .kill_on_drop(true);
         for (k, v) in env.process_env(1) {
             cmd.env(k, v);
@@ -105,7 +118,12 @@ impl Console {
             || async move { exchange(addr, "GET", "/console.css", &[], "").await.0 == 200 },
         )
         .await;
-        Self { child, addr }
+        Self { child, addr, log }
+    }
+
+    /// What it logged so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 }
 
@@ -428,7 +446,12 @@ async fn releasing_held_orders_is_confirmed_first_and_audited() {
     assert_eq!(audit.len(), 1, "{audit:?}");
     assert_eq!(audit[0].0, "hold_release");
     assert_eq!(audit[0].1.as_deref(), Some("H"));
-    assert!(audit[0].2.contains("127.0.0.1"), "who: {audit:?}");
+    assert!(
+        audit[0]
+            .2
+            .starts_with("console (loopback, no token) 127.0.0.1:"),
+        "who, and how it got in: {audit:?}"
+    );
     assert!(audit[0].3.starts_with("released"), "result: {audit:?}");
 
     let (_, _, page) = get(addr, "/orders/H").await;
@@ -733,7 +756,10 @@ async fn purging_selected_dead_letters_removes_only_those_and_forgeries_change_n
         .fetch_one(&db)
         .await
         .expect("who");
-    assert!(who.contains("bearer token"), "{who}");
+    assert!(
+        who.starts_with("console (token, bearer) 127.0.0.1:"),
+        "{who}"
+    );
     // The kept one is still there to list, with its message.
     let listed = urutan(&env, &[], &["dlq", "list", "--json"]).await;
     assert!(listed.ok() && listed.stdout.contains("bad-3"), "{listed}");
@@ -921,6 +947,78 @@ impl Browser {
     }
 }
 
+/// chromedriver (killed with its browsers when the [`Driver`] drops) and
+/// one session of Debian's headless chromium, with `extra` arguments; the
+/// profile directory lives as long as the returned `TempDir`.
+async fn start_browser(extra: &[&str]) -> (Driver, Browser, tempfile::TempDir) {
+    let chromium = std::path::Path::new("/usr/bin/chromium");
+    let chromedriver = std::path::Path::new("/usr/bin/chromedriver");
+    assert!(
+        chromium.exists() && chromedriver.exists(),
+        "Debian's chromium and chromium-driver are needed (deploy/local/test.sh installs them)"
+    );
+    let port = free_port();
+    let driver: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let chromedriver = Driver(
+        tokio::process::Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start chromedriver"),
+    );
+    wait_for(
+        "chromedriver ready",
+        Duration::from_secs(30),
+        || async move { exchange(driver, "GET", "/status", &[], "").await.0 == 200 },
+    )
+    .await;
+    let profile = tempfile::tempdir().expect("a browser profile");
+    let mut args: Vec<String> = [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,800",
+        "--hide-scrollbars",
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .map(str::to_owned)
+    .collect();
+    args.push(format!("--user-data-dir={}", profile.path().display()));
+    let session = webdriver(
+        driver,
+        "POST",
+        "/session",
+        serde_json::json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:loggingPrefs": {"browser": "ALL"},
+            "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args}
+        }}}),
+    )
+    .await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let browser = Browser {
+        driver,
+        session: session["sessionId"]
+            .as_str()
+            .expect("a session id")
+            .to_owned(),
+        shots: root.join("target/console-screenshots"),
+        docs: root.join("docs/console"),
+    };
+    (chromedriver, browser, profile)
+}
+
 /// Every page in a real browser (Debian's chromium, headless, through
 /// chromedriver): it renders with its stylesheet, under the
 /// Content-Security-Policy, without one error in the browser's console (a
@@ -933,12 +1031,6 @@ impl Browser {
 /// (a 1280×800 window).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_renders_in_a_real_browser() {
-    let chromium = std::path::Path::new("/usr/bin/chromium");
-    let chromedriver = std::path::Path::new("/usr/bin/chromedriver");
-    assert!(
-        chromium.exists() && chromedriver.exists(),
-        "Debian's chromium and chromium-driver are needed (deploy/local/test.sh installs them)"
-    );
     let env = TestEnv::new("console_browser").await;
     let mut settings = env.settings(2);
     settings.gap_policy = urutan::config::GapPolicy::Wait;
@@ -989,54 +1081,8 @@ async fn every_page_renders_in_a_real_browser() {
     );
     let console = Console::start(&env, &[]).await;
 
-    let port = free_port();
-    let driver: SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-    let _chromedriver = Driver(
-        tokio::process::Command::new(chromedriver)
-            .arg(format!("--port={port}"))
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start chromedriver"),
-    );
-    wait_for(
-        "chromedriver ready",
-        Duration::from_secs(30),
-        || async move { exchange(driver, "GET", "/status", &[], "").await.0 == 200 },
-    )
-    .await;
-    let profile = tempfile::tempdir().expect("a browser profile");
-    let session = webdriver(
-        driver,
-        "POST",
-        "/session",
-        serde_json::json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:loggingPrefs": {"browser": "ALL"},
-            "goog:chromeOptions": {
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--disable-quic", "--no-first-run", "--disable-background-networking",
-                         "--disable-component-update", "--disable-sync", "--window-size=1280,800",
-                         "--hide-scrollbars",
-                         format!("--user-data-dir={}", profile.path().display())]
-            }
-        }}}),
-    )
-    .await;
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let browser = Browser {
-        driver,
-        session: session["sessionId"]
-            .as_str()
-            .expect("a session id")
-            .to_owned(),
-        shots: root.join("target/console-screenshots"),
-        docs: root.join("docs/console"),
-    };
+    let (_chromedriver, browser, _profile) = start_browser(&[]).await;
+    let driver = browser.driver;
     std::fs::create_dir_all(&browser.shots).expect("screenshot directory");
     std::fs::create_dir_all(&browser.docs).expect("docs/console");
     let url = |path: &str| format!("http://{}{path}", console.addr);
@@ -1279,4 +1325,334 @@ async fn the_effects_page_shows_each_endpoint_redacted_with_what_is_not_sent() {
         body.contains("href=\"/orders/E-4\""),
         "the dead-lettered effect's order: {body}"
     );
+}
+
+/// DNS rebinding (issue 43): a page on a foreign name that resolves to
+/// loopback sends its own name as `Host` (and as `Origin`). A console
+/// without a token answers none of it: every page and action is refused
+/// (421) before it runs, with no CSRF cookie and nothing read, even with
+/// the operator's own CSRF token and a forged loopback `Origin`; a loopback
+/// `Host` whose POST comes from a foreign `Origin` is refused (403). In
+/// headless chromium, with the name mapped to 127.0.0.1, the page and a
+/// script on it (a fetch and a purge) get the same. Loopback names still
+/// work, and the purge they make is audited as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_host_name_gets_nothing_from_a_console_without_a_token() {
+    let env = TestEnv::new("console_rebind").await;
+    let pool = RunningPool::ready(env.settings(1)).await;
+    env.publisher()
+        .await
+        .send_all(&[
+            crate::dlq::not_json("rb-1", "RB-1"),
+            crate::dlq::not_json("rb-2", "RB-2"),
+        ])
+        .await;
+    let db = env.db().await;
+    wait_count(
+        &db,
+        "SELECT count(*) FROM urutan_dead_letter",
+        2,
+        Duration::from_secs(30),
+    )
+    .await;
+    wait_depth(&env, 2).await;
+    pool.stop().await;
+    let one = record_id(&db, "rb-1").await;
+
+    let console = Console::start(&env, &[]).await;
+    let addr = console.addr;
+    let port = addr.port();
+    // What an attacker would need: the operator's CSRF cookie and token.
+    let (status, head, _) = get(addr, "/dead-letters").await;
+    assert_eq!(status, 200);
+    let cookie = csrf_cookie(&head);
+    let token = cookie.trim_start_matches("urutan_csrf=").to_owned();
+    let confirmed = format!("csrf={token}&id={one}&confirm=yes");
+    let evil = format!("evil.example:{port}");
+    let evil_origin = format!("http://{evil}");
+    let loopback_origin = format!("http://127.0.0.1:{port}");
+    let content = ("Content-Type", "application/x-www-form-urlencoded");
+
+    let record = format!("/dead-letters/{one}");
+    for path in ["/", "/dead-letters", record.as_str(), "/audit", "/login"] {
+        let (status, head, body) = exchange(addr, "GET", path, &[("Host", &evil)], "").await;
+        assert_eq!(status, 421, "{path}: {body}");
+        assert!(
+            !head.contains("urutan_csrf="),
+            "{path}: a CSRF cookie: {head}"
+        );
+        assert!(
+            body.contains("answers only requests for localhost") && !body.contains("rb-1"),
+            "{path}: {body}"
+        );
+    }
+    for origin in [None, Some(evil_origin.as_str()), Some(&loopback_origin)] {
+        for action in ["/dead-letters/purge", "/dead-letters/replay"] {
+            let mut headers = vec![("Host", evil.as_str()), content, ("Cookie", &cookie)];
+            headers.extend(origin.map(|o| ("Origin", o)));
+            let (status, _, body) = exchange(addr, "POST", action, &headers, &confirmed).await;
+            assert_eq!(status, 421, "{action} from {origin:?}: {body}");
+        }
+    }
+    let from_foreign_page = [
+        content,
+        ("Cookie", cookie.as_str()),
+        ("Origin", evil_origin.as_str()),
+    ];
+    let (status, _, body) = exchange(
+        addr,
+        "POST",
+        "/dead-letters/purge",
+        &from_foreign_page,
+        &confirmed,
+    )
+    .await;
+    assert_eq!(status, 403, "a loopback Host, a foreign Origin: {body}");
+
+    // The same in a real browser: evil.example resolves to 127.0.0.1.
+    let (_chromedriver, browser, _profile) =
+        start_browser(&["--host-resolver-rules=MAP evil.example 127.0.0.1"]).await;
+    browser.open(&format!("http://{evil}/dead-letters")).await;
+    let text = browser.run("return document.body.innerText").await;
+    assert!(
+        text.as_str().is_some_and(
+            |t| t.contains("answers only requests for localhost") && !t.contains("rb-1")
+        ),
+        "the rebinding page: {text}"
+    );
+    // The attacker's own page on that origin has no CSP of the console's:
+    // as if it had been served before the name was rebound.
+    browser
+        .command(
+            "POST",
+            "/goog/cdp/execute",
+            serde_json::json!({"cmd": "Page.setBypassCSP", "params": {"enabled": true}}),
+        )
+        .await;
+    browser.open(&format!("http://{evil}/console.css")).await;
+    let script = format!(
+        "const done = arguments[arguments.length - 1];
+         (async () => {{
+             const read = await fetch('/dead-letters', {{credentials: 'include'}});
+             const body = await read.text();
+             const purge = await fetch('/dead-letters/purge', {{method: 'POST',
+                 credentials: 'include',
+                 headers: {{'Content-Type': 'application/x-www-form-urlencoded'}},
+                 body: '{confirmed}'}});
+             done([read.status, body.includes('rb-1'), purge.status]);
+         }})().catch(e => done(String(e)));"
+    );
+    let seen = browser
+        .command(
+            "POST",
+            "/execute/async",
+            serde_json::json!({"script": script, "args": []}),
+        )
+        .await;
+    assert_eq!(
+        seen,
+        serde_json::json!([421, false, 421]),
+        "the script's reads"
+    );
+    assert_eq!(dlq_depth(&env).await, 2, "nothing purged");
+    assert!(resolutions(&db).await.iter().all(|(_, r)| r.is_none()));
+    assert_eq!(count(&db, "SELECT count(*) FROM urutan_audit").await, 0);
+
+    // Loopback names, with or without a port, still work; so do actions.
+    for host in ["localhost", "127.0.0.1", &format!("[::1]:{port}")] {
+        let (status, _, body) = exchange(addr, "GET", "/", &[("Host", host)], "").await;
+        assert_eq!(status, 200, "{host}: {body}");
+    }
+    let localhost = format!("localhost:{port}");
+    let origin = format!("http://{localhost}");
+    let (status, _, body) = exchange(
+        addr,
+        "POST",
+        "/dead-letters/purge",
+        &[
+            ("Host", &localhost),
+            ("Origin", &origin),
+            ("Sec-Fetch-Site", "same-origin"),
+            content,
+            ("Cookie", &cookie),
+        ],
+        &confirmed,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("purged: removed from the DLQ"), "{body}");
+    wait_depth(&env, 1).await;
+    let who: String = sqlx::query_scalar("SELECT oleh FROM urutan_audit")
+        .fetch_one(&db)
+        .await
+        .expect("one audit row");
+    assert!(
+        who.starts_with("console (loopback, no token) 127.0.0.1:"),
+        "{who}"
+    );
+    let _ = exchange(
+        browser.driver,
+        "DELETE",
+        &format!("/session/{}", browser.session),
+        &[],
+        "",
+    )
+    .await;
+}
+
+/// The console serves through the metrics port's accept loop: a half-sent
+/// request and an idle connection are closed within the header timeout
+/// (5 s), and a flood of idle connections beyond the cap (64), under a
+/// descriptor limit that leaves room for the cap but not for the flood,
+/// leaves it answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_has_the_metrics_ports_http_limits() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    let env = TestEnv::new("console_limits").await;
+    env.db().await.close().await;
+    let console = Console::start(&env, &[]).await;
+    let addr = console.addr;
+
+    let mut half = TcpStream::connect(addr).await.expect("connect");
+    half.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .expect("half a request");
+    let mut idle = TcpStream::connect(addr).await.expect("connect");
+    let start = std::time::Instant::now();
+    for (what, stream) in [
+        ("a half-sent request", &mut half),
+        ("an idle connection", &mut idle),
+    ] {
+        let mut buf = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(15), stream.read_to_end(&mut buf)).await;
+        assert!(closed.is_ok(), "{what} was still open after 15 s");
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+
+    let pid = console.child.id().expect("the console runs");
+    let in_use = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fds")
+        .count();
+    let limit = (in_use + 100).to_string();
+    sh(
+        "prlimit",
+        &[
+            "--pid",
+            &pid.to_string(),
+            &format!("--nofile={limit}:{limit}"),
+        ],
+    );
+    let mut flood = Vec::new();
+    for _ in 0..300 {
+        flood.push(TcpStream::connect(addr).await.expect("connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, _, body) = get(addr, "/holds").await;
+    assert_eq!(status, 200, "a page under the flood: {body}");
+    drop(flood);
+    let (status, _, _) = get(addr, "/").await;
+    assert_eq!(status, 200, "after the flood");
+}
+
+/// Wrong tokens, in the login form or as bearer tokens, count per client:
+/// five within a minute are refused (401), each logged with the client's
+/// address (never the token) and audited; the sixth attempt is refused
+/// unchecked (429, Retry-After), the right token too, while a session
+/// cookie taken before still works, and the action it takes is audited as
+/// a session cookie's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_tokens_are_rate_limited_logged_and_audited() {
+    let env = TestEnv::new("console_logins").await;
+    let db = env.db().await;
+    let console = Console::start(&env, &[("CONSOLE_TOKEN", "rl-token-7")]).await;
+    let addr = console.addr;
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let (status, head, _) = exchange(addr, "POST", "/login", &form, "token=rl-token-7").await;
+    assert_eq!(status, 303, "{head}");
+    let session = head
+        .lines()
+        .filter_map(|l| l.strip_prefix("set-cookie: "))
+        .find(|c| c.starts_with("urutan_console="))
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie")
+        .to_owned();
+
+    for guess in ["guess-1", "guess-2", "guess-3"] {
+        let (status, _, _) =
+            exchange(addr, "POST", "/login", &form, &format!("token={guess}")).await;
+        assert_eq!(status, 401, "{guess}");
+    }
+    for guess in ["guess-4", "guess-5"] {
+        let bearer = format!("Bearer {guess}");
+        let (status, _, _) = exchange(addr, "GET", "/", &[("Authorization", &bearer)], "").await;
+        assert_eq!(status, 401, "{guess}");
+    }
+    let (status, head, body) = exchange(addr, "POST", "/login", &form, "token=guess-6").await;
+    assert_eq!(status, 429, "the sixth: {body}");
+    assert!(head.contains("retry-after: "), "{head}");
+    let (status, _, _) = exchange(addr, "POST", "/login", &form, "token=rl-token-7").await;
+    assert_eq!(status, 429, "the right token is not checked either");
+    let right = ("Authorization", "Bearer rl-token-7");
+    let (status, _, _) = exchange(addr, "GET", "/", &[right], "").await;
+    assert_eq!(status, 429, "nor as a bearer token");
+
+    let (status, head, body) = exchange(addr, "GET", "/holds", &[("Cookie", &session)], "").await;
+    assert_eq!(status, 200, "the session goes on: {body}");
+    let csrf = csrf_cookie(&head);
+    let token = csrf.trim_start_matches("urutan_csrf=").to_owned();
+    let cookies = format!("{session}; {csrf}");
+    let (status, _, body) = exchange(
+        addr,
+        "POST",
+        "/holds/release",
+        &[form[0], ("Cookie", &cookies)],
+        &format!("csrf={token}&order=NOT-HELD&confirm=yes"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    let audit: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT tindakan, oleh, hasil FROM urutan_audit ORDER BY seq")
+            .fetch_all(&db)
+            .await
+            .expect("audit");
+    let refused: Vec<&str> = audit
+        .iter()
+        .filter(|(action, _, result)| action == "console_login" && result == "refused: wrong token")
+        .map(|(_, who, _)| who.as_str())
+        .collect();
+    assert_eq!(refused.len(), 5, "one row per wrong token: {audit:?}");
+    let by = |how: &str| {
+        refused
+            .iter()
+            .filter(|w| w.starts_with(&format!("console (wrong token, {how}) 127.0.0.1:")))
+            .count()
+    };
+    assert_eq!((by("login form"), by("bearer")), (3, 2), "{audit:?}");
+    let (action, who, _) = audit.last().expect("the release");
+    assert_eq!(action, "hold_release");
+    assert!(
+        who.starts_with("console (token, session cookie) 127.0.0.1:"),
+        "{who}"
+    );
+    let log = console.log();
+    assert_eq!(
+        log.matches("a wrong token was refused").count(),
+        5,
+        "each logged: {log}"
+    );
+    assert!(log.contains("client=127.0.0.1:"), "{log}");
+    for secret in ["guess-", "rl-token-7"] {
+        assert!(!log.contains(secret), "the log shows {secret}: {log}");
+        assert!(
+            audit.iter().all(|row| !format!("{row:?}").contains(secret)),
+            "the audit shows {secret}: {audit:?}"
+        );
+    }
 }

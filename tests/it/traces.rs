@@ -5,8 +5,10 @@
 //! webhook span), a direct producer's context continued, a hostile one
 //! ignored (a new trace, the message still applied), a redelivery in the
 //! same trace, and the `urutan` binary: exporting with
-//! OTEL_EXPORTER_OTLP_ENDPOINT, a wrong value refused at start, and no
-//! request at all without it.
+//! OTEL_EXPORTER_OTLP_ENDPOINT, a wrong value refused at start, no
+//! request at all without it, and a proxy only when
+//! OTEL_EXPORTER_OTLP_PROXY names one (never HTTP_PROXY's, never for a
+//! NO_PROXY host), against a stand-in proxy that records who reached it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
@@ -751,6 +753,175 @@ async fn the_binary_exports_only_when_told_where() {
         "no request at all"
     );
     assert_eq!(collector.of_order("B-off").len(), 0);
+}
+
+/// A stand-in for a forward proxy: keeps the request line of each request
+/// it gets (`POST http://collector/v1/traces HTTP/1.1` for a proxied
+/// export) and answers it 200 with nothing, so what it got never reaches
+/// the collector.
+struct StandInProxy {
+    addr: SocketAddr,
+    requests: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StandInProxy {
+    async fn start() -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the stand-in proxy");
+        let addr = listener.local_addr().expect("its address");
+        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = requests.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") && head.len() < 64 * 1024 {
+                        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte))
+                            .await
+                        {
+                            Ok(Ok(1)) => head.push(byte[0]),
+                            _ => break,
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head);
+                    let line = text.lines().next().unwrap_or_default().to_owned();
+                    seen.lock().expect("requests").push(line);
+                    let _ = stream
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                        )
+                        .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            requests,
+            task,
+        }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().expect("requests").clone()
+    }
+}
+
+impl Drop for StandInProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Where the binary's spans go (issue 43): the standard proxy variables
+/// (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, set for other programs) are
+/// ignored: the spans reach the collector directly and the proxy is never
+/// contacted. `OTEL_EXPORTER_OTLP_PROXY` sends them through the proxy it
+/// names, except to a host `NO_PROXY` lists. The proxy's password is never
+/// logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_go_through_a_proxy_only_when_told_and_never_to_no_proxy_hosts() {
+    let env = TestEnv::new("traces_proxy").await;
+    let db = env.db().await;
+    let publisher = env.publisher().await;
+    let collector = Collector::start().await;
+    let proxy = StandInProxy::start().await;
+    let proxy_url = format!("http://u:pw-proxy-93@{}", proxy.addr);
+    let proxy_variables = [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "OTEL_EXPORTER_OTLP_PROXY",
+    ];
+    let base: Vec<(String, String)> = env
+        .process_env(1)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .chain([
+            ("OTEL_BSP_SCHEDULE_DELAY".to_owned(), "100".to_owned()),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+                format!("http://{}", collector.addr),
+            ),
+        ])
+        .chain(proxy_variables.map(|k| (k.to_owned(), String::new())))
+        .collect();
+    // Runs the binary with `vars` over `base` and applies `order`'s event.
+    let run = |vars: Vec<(&str, String)>, order: &'static str| {
+        let mut all = base.clone();
+        all.extend(vars.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        let (publisher, db) = (&publisher, &db);
+        async move {
+            let mut run = UrutanProcess::start("run", &all);
+            run.wait_ready().await;
+            publisher.send_raw(vec![event(order, 1, None)]).await;
+            wait_stored(db, order, 1).await;
+            run
+        }
+    };
+
+    // The standard variables: ignored.
+    let standard: Vec<(&str, String)> = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy"]
+        .into_iter()
+        .map(|k| (k, proxy_url.clone()))
+        .collect();
+    let pool = run(standard, "P-env").await;
+    wait_for("the spans, directly", Duration::from_secs(30), || async {
+        !collector.of_order("P-env").is_empty()
+    })
+    .await;
+    let log = pool.stop().await;
+    assert_eq!(
+        proxy.requests(),
+        Vec::<String>::new(),
+        "HTTP_PROXY was used"
+    );
+    assert!(!log.contains("pw-proxy-93"), "{log}");
+
+    // OTEL_EXPORTER_OTLP_PROXY: through it.
+    let pool = run(
+        vec![("OTEL_EXPORTER_OTLP_PROXY", proxy_url.clone())],
+        "P-told",
+    )
+    .await;
+    let expected = format!("POST http://{}/v1/traces HTTP/1.1", collector.addr);
+    wait_for(
+        "an export through the proxy",
+        Duration::from_secs(30),
+        || async { proxy.requests().contains(&expected) },
+    )
+    .await;
+    let log = pool.stop().await;
+    assert!(!log.contains("pw-proxy-93"), "{log}");
+    assert!(
+        collector.of_order("P-told").is_empty(),
+        "the proxy kept them"
+    );
+    let through = proxy.requests().len();
+
+    // ... unless NO_PROXY lists the collector's host.
+    let bypass = vec![
+        ("OTEL_EXPORTER_OTLP_PROXY", proxy_url.clone()),
+        ("NO_PROXY", "localhost, 127.0.0.1".to_owned()),
+    ];
+    let pool = run(bypass, "P-bypass").await;
+    wait_for(
+        "the spans, past the proxy",
+        Duration::from_secs(30),
+        || async { !collector.of_order("P-bypass").is_empty() },
+    )
+    .await;
+    pool.stop().await;
+    assert_eq!(proxy.requests().len(), through, "NO_PROXY was not honoured");
 }
 
 /// A version applied later from PostgreSQL, not from its delivery, keeps

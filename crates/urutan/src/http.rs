@@ -1,13 +1,14 @@
 //! HTTP endpoints (docs/contract.md, section 7): `/metrics`, `/healthz`, `/readyz`,
 //! served by [`serve_router`] with bounded connections (the worker pool, the
-//! relay and the effects dispatcher all serve through it).
+//! relay, the effects dispatcher and `urutan console` all serve through it).
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -74,6 +75,8 @@ type Open = Arc<Mutex<VecDeque<(u64, AbortHandle)>>>;
 /// Serves `app` on `listener` within `limits` until `stop`, then waits at
 /// most `limits.header_timeout` for the connections still open. The accept
 /// loop never waits for a connection: at the cap it closes the oldest.
+/// Each request carries its peer's address as axum's
+/// `ConnectInfo<SocketAddr>` (the console audits and rate-limits by it).
 pub async fn serve_router(
     listener: TcpListener,
     app: Router,
@@ -84,10 +87,10 @@ pub async fn serve_router(
     let tracker = TaskTracker::new();
     let mut next_id = 0u64;
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // EMFILE and the like: pause instead of spinning.
                     warn!(error = %e, "cannot accept an HTTP connection");
@@ -98,7 +101,8 @@ pub async fn serve_router(
         };
         next_id += 1;
         let id = next_id;
-        let service = TowerToHyperService::new(app.clone());
+        let with_peer = axum::Extension(ConnectInfo::<SocketAddr>(peer));
+        let service = TowerToHyperService::new(tower_layer::Layer::layer(&with_peer, app.clone()));
         let conn_open = open.clone();
         let conn_stop = stop.clone();
         // Held across the spawn, so the task's own removal comes after its insertion.

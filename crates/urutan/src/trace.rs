@@ -18,6 +18,12 @@
 //! ([`TraceParent::parse`]); anything else (wrong length, another AMQP type,
 //! a huge value) is ignored and a new trace is started. The raw value is
 //! never logged.
+//!
+//! Spans (and the collector's headers and credentials) go through a proxy
+//! only when `OTEL_EXPORTER_OTLP_PROXY` names one, and not even then for a
+//! collector that `NO_PROXY` lists: the `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY`
+//! variables, set for other programs, are ignored, as the effects
+//! dispatcher ignores them.
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,6 +34,7 @@ use opentelemetry::trace::{
     Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue, Value};
+use opentelemetry_otlp::WithHttpConfig as _;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
 /// The kind of a span (producer, consumer, client...), as [`Traces::start`] takes it.
@@ -218,6 +225,16 @@ const ENDPOINT_VARIABLES: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_ENDPOINT",
 ];
 
+/// The one proxy the exporter goes through (urutan's own; the standard
+/// proxy variables are ignored).
+const PROXY_VARIABLE: &str = "OTEL_EXPORTER_OTLP_PROXY";
+
+/// The timeout variables (milliseconds), signal-specific first.
+const TIMEOUT_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+];
+
 /// The protocol variables: only `http/protobuf` is built in.
 const PROTOCOL_VARIABLES: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
@@ -266,6 +283,7 @@ impl Traces {
         install_crypto();
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            .with_http_client(http_client(&var)?)
             .build()
             .map_err(|e| format!("cannot build the OTLP trace exporter from the OTEL_* variables: {e}; fix them, or unset {name} to export no traces"))?;
         let default_name = set("OTEL_SERVICE_NAME").is_none()
@@ -282,6 +300,7 @@ impl Traces {
         install_crypto();
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            .with_http_client(http_client(&|name| std::env::var(name).ok())?)
             .with_endpoint(endpoint)
             .build()
             .map_err(|e| format!("cannot build the OTLP trace exporter: {e}"))?;
@@ -359,6 +378,60 @@ impl Traces {
 /// provider installed earlier stays).
 fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The exporter's blocking HTTP client: the timeout of the OTEL_* variables
+/// (10 s by default), and no proxy but `OTEL_EXPORTER_OTLP_PROXY`'s, which
+/// `NO_PROXY` (or `no_proxy`) bypasses for the hosts it lists. Built on a
+/// thread of its own: a blocking client must not be built on the async
+/// runtime. `Err` names the variable, never its value.
+fn http_client(var: &impl Fn(&str) -> Option<String>) -> Result<reqwest::blocking::Client, String> {
+    let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    let timeout = TIMEOUT_VARIABLES
+        .iter()
+        .find_map(|name| set(name)?.trim().parse::<u64>().ok())
+        .map_or(
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_millis,
+        );
+    let proxy = match set(PROXY_VARIABLE) {
+        None => None,
+        Some(url) => {
+            check_proxy(&url)?;
+            let no_proxy = set("NO_PROXY").or_else(|| set("no_proxy"));
+            let proxy = reqwest::Proxy::all(url.trim())
+                .map_err(|_| format!("{PROXY_VARIABLE} is not a usable proxy URL"))?
+                .no_proxy(no_proxy.as_deref().and_then(reqwest::NoProxy::from_string));
+            Some(proxy)
+        }
+    };
+    std::thread::Builder::new()
+        .name("otlp-client".into())
+        .spawn(move || {
+            let builder = reqwest::blocking::Client::builder().no_proxy();
+            let builder = match proxy {
+                Some(proxy) => builder.proxy(proxy),
+                None => builder,
+            };
+            builder.timeout(timeout).build()
+        })
+        .map_err(|e| format!("cannot start the OTLP exporter's client: {e}"))?
+        .join()
+        .map_err(|_| "cannot build the OTLP exporter's client".to_owned())?
+        .map_err(|e| format!("cannot build the OTLP exporter's client: {e}"))
+}
+
+/// `OTEL_EXPORTER_OTLP_PROXY` must be an `http://` or `https://` URL with a host.
+fn check_proxy(url: &str) -> Result<(), String> {
+    let ok = url::Url::parse(url.trim())
+        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{PROXY_VARIABLE} is not an http:// or https:// URL; set it to the proxy spans must go through (e.g. http://proxy:3128), or unset it to reach the collector directly"
+        ))
+    }
 }
 
 /// An OTLP/HTTP endpoint must be an `http://` or `https://` URL with a host.
@@ -529,5 +602,18 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
         ]));
         assert!(grpc.expect_err("grpc").contains("http/protobuf"));
+        let proxy = Traces::from_lookup(env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+            ("OTEL_EXPORTER_OTLP_PROXY", "proxy:3128 pw-proxy-secret"),
+        ]));
+        let why = proxy.expect_err("not a proxy URL");
+        assert!(why.contains("OTEL_EXPORTER_OTLP_PROXY"), "{why}");
+        assert!(!why.contains("pw-proxy-secret"), "not echoed: {why}");
+        let through = Traces::from_lookup(env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+            ("OTEL_EXPORTER_OTLP_PROXY", "http://u:pw@127.0.0.1:3128"),
+            ("NO_PROXY", "collector.internal"),
+        ]));
+        assert!(through.expect("a proxy").is_on());
     }
 }

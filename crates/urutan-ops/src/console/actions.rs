@@ -1,21 +1,24 @@
 //! The console's actions: releasing held orders, replaying and purging
 //! dead letters. Each is a POST whose `csrf` field must match the client's
-//! CSRF cookie (and whose `Origin`, when the browser sends one, must be
-//! this console), shows what it will do on a confirmation page first, and
-//! leaves one audit row per order (or dead letter) acted on.
+//! CSRF cookie (its `Origin` and `Host` were checked before, by the
+//! console's guard: `admit`), shows what it will do on a confirmation page
+//! first, and leaves one audit row per order (or dead letter) acted on,
+//! naming how the request got in.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use sqlx::PgPool;
 use urutan::effects::hold as effects_hold;
 use urutan::store::dead_letter::{self, Record};
 use urutan::store::hold;
 
-use super::{CSRF_COOKIE, Console, Csrf, LIST_AT_MOST, cookie, pages, same};
+use super::admit::Auth;
+use super::{CSRF_COOKIE, Console, Csrf, LIST_AT_MOST, cookie, pages, same, who};
 use crate::terminal::clean;
 
 /// A form's fields, names repeated where a form selects many.
@@ -45,8 +48,8 @@ impl Fields {
     }
 }
 
-/// Why a POST is refused as not coming from this console's own page, if
-/// it is.
+/// Why a POST is refused as not coming from this console's own page (its
+/// CSRF field is not the client's CSRF cookie), if it is.
 fn forged(headers: &HeaderMap, fields: &Fields) -> Option<&'static str> {
     let expected = cookie(headers, CSRF_COOKIE).unwrap_or_default();
     let given = fields.one("csrf").unwrap_or_default();
@@ -55,14 +58,6 @@ fn forged(headers: &HeaderMap, fields: &Fields) -> Option<&'static str> {
             "this form did not come from this console (its CSRF token is missing or wrong): \
              open the page again and resubmit",
         );
-    }
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    let origin = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok());
-    if let (Some(origin), Some(host)) = (origin, host) {
-        let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
-        if origin_host != host {
-            return Some("this form was sent from another site's page (Origin differs)");
-        }
     }
     None
 }
@@ -79,6 +74,7 @@ fn refused(status: StatusCode, why: &str) -> Response {
 pub(super) async fn release_holds(
     State(console): State<Console>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Extension(auth): Extension<Auth>,
     headers: HeaderMap,
     body: String,
 ) -> Response {
@@ -114,7 +110,7 @@ pub(super) async fn release_holds(
         }
         return Html(pages::confirm_release(&orders, &holds, &csrf).into_string()).into_response();
     }
-    let who = console.who(client, &headers);
+    let who = who(auth.describe(), client, &headers);
     let mut results = Vec::with_capacity(orders.len());
     for order in &orders {
         let (target, result) = release_one(&console.db, order).await;
@@ -284,10 +280,12 @@ pub(super) struct Outcome {
 pub(super) async fn replay_dead_letters(
     State(console): State<Console>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Extension(auth): Extension<Auth>,
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    dead_letter_action(DeadLetterAction::Replay, &console, client, &headers, &body).await
+    let by = who(auth.describe(), client, &headers);
+    dead_letter_action(DeadLetterAction::Replay, &console, &by, &headers, &body).await
 }
 
 /// `POST /dead-letters/purge`: as [`replay_dead_letters`], but the chosen
@@ -296,16 +294,18 @@ pub(super) async fn replay_dead_letters(
 pub(super) async fn purge_dead_letters(
     State(console): State<Console>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Extension(auth): Extension<Auth>,
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    dead_letter_action(DeadLetterAction::Purge, &console, client, &headers, &body).await
+    let by = who(auth.describe(), client, &headers);
+    dead_letter_action(DeadLetterAction::Purge, &console, &by, &headers, &body).await
 }
 
 async fn dead_letter_action(
     action: DeadLetterAction,
     console: &Console,
-    client: SocketAddr,
+    who: &str,
     headers: &HeaderMap,
     body: &str,
 ) -> Response {
@@ -381,14 +381,13 @@ async fn dead_letter_action(
         .into_response();
     }
     let results = act(action, &ctx, &chosen, &keys).await;
-    let who = console.who(client, headers);
     let mut outcomes = Vec::with_capacity(chosen.len());
     for (c, result) in chosen.iter().zip(results) {
         let order = c.record.as_ref().and_then(|r| r.pesanan_id.clone());
         let target = c.target();
         if let Err(e) = crate::audit::record(
             &console.db,
-            &who,
+            who,
             action.audited_as(),
             order.as_deref(),
             &target,

@@ -4,9 +4,13 @@
 //! `explain::gather`, the store's hold and dead-letter reads), so the two
 //! never disagree.
 //!
-//! Safe by default: without `CONSOLE_TOKEN` it listens on loopback only;
-//! with it, every page needs the token (`Authorization: Bearer <token>`, or
-//! the login form's session cookie). Every response carries a strict
+//! Safe by default: without `CONSOLE_TOKEN` it listens on loopback only and
+//! answers only requests for a loopback name or its own address (no DNS
+//! rebinding); with it, every page needs the token (`Authorization: Bearer
+//! <token>`, or the login form's session cookie), and wrong tokens are
+//! rate-limited, logged and audited ([`admit`]). It serves through the
+//! metrics port's accept loop (`urutan::http::serve_router`: header-read
+//! timeout, connection lifetime and cap). Every response carries a strict
 //! Content-Security-Policy (no script at all, no framing) and no-store.
 //! Actions (releasing held orders; replaying and purging dead letters, one
 //! or many, through the `urutan dlq` commands' own code) are POSTs that carry a
@@ -16,15 +20,16 @@
 //! `urutan explain` show.
 
 mod actions;
+mod admit;
 mod pages;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Extension;
 use axum::Router;
-use axum::extract::{Form, Path, Query, Request, State};
+use axum::extract::{ConnectInfo, Form, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -82,6 +87,11 @@ struct Console {
     broker: Arc<tokio::sync::Mutex<Option<Arc<lapin::Connection>>>>,
     /// `CONSOLE_TOKEN`, if set.
     token: Option<String>,
+    /// The address listened on: a `Host` a console without a token
+    /// answers, besides the loopback names.
+    listen: SocketAddr,
+    /// Wrong tokens per client (the login form's and bearer tokens).
+    attempts: Arc<admit::Attempts>,
 }
 
 impl Console {
@@ -107,40 +117,89 @@ impl Console {
         digest.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Whether `headers` carry the token or the session cookie.
-    fn admits(&self, headers: &HeaderMap) -> bool {
+    /// How `headers` get in: `Ok(None)` when they carry no credential,
+    /// `Err(())` when they carry a wrong bearer token (a guess).
+    fn admits(&self, headers: &HeaderMap) -> Result<Option<admit::Auth>, ()> {
         let Some(token) = &self.token else {
-            return true;
+            return Ok(Some(admit::Auth::Loopback));
         };
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         if bearer.is_some_and(|given| same(given.trim(), token)) {
-            return true;
+            return Ok(Some(admit::Auth::Bearer));
         }
-        cookie(headers, COOKIE).is_some_and(|given| same(given, &Self::session(token)))
+        if cookie(headers, COOKIE).is_some_and(|given| same(given, &Self::session(token))) {
+            return Ok(Some(admit::Auth::Session));
+        }
+        if bearer.is_some() { Err(()) } else { Ok(None) }
     }
 
-    /// Who acts, for the audit: the client's address and how it got in.
-    fn who(&self, client: SocketAddr, headers: &HeaderMap) -> String {
-        let how = if self.token.is_none() {
-            "no token set"
-        } else if headers.contains_key(header::AUTHORIZATION) {
-            "bearer token"
-        } else {
-            "session cookie"
-        };
-        let forwarded = forwarded_for(headers);
-        if forwarded.is_empty() {
-            format!("console client {} ({how})", client.ip())
-        } else {
-            format!(
-                "console client {} ({how}), forwarded for {forwarded}",
-                client.ip()
-            )
+    /// A wrong token from `client`: counted, logged (never the token) and
+    /// audited.
+    async fn wrong_token(&self, client: SocketAddr, headers: &HeaderMap, how: &str) {
+        self.attempts.failed(client.ip(), Instant::now());
+        let by = who(&format!("wrong token, {how}"), client, headers);
+        tracing::warn!(client = %client, by = %by, "console: a wrong token was refused");
+        if let Err(e) = crate::audit::record(
+            &self.db,
+            &by,
+            "console_login",
+            None,
+            &format!("the console ({how})"),
+            "refused: wrong token",
+        )
+        .await
+        {
+            tracing::error!(error = %e, "console: cannot write the audit row of a refused token");
         }
     }
+}
+
+/// Who acts, for the audit: how it got in, the client's address and port,
+/// and behind a proxy whom the proxy says it forwarded for, e.g.
+/// `console (token, bearer) 127.0.0.1:5555`.
+fn who(how: &str, client: SocketAddr, headers: &HeaderMap) -> String {
+    let forwarded = forwarded_for(headers);
+    if forwarded.is_empty() {
+        format!("console ({how}) {client}")
+    } else {
+        format!("console ({how}) {client}, forwarded for {forwarded}")
+    }
+}
+
+/// The client of a request (its peer, as the accept loop recorded it).
+fn client_of(request: &Request) -> SocketAddr {
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |c| c.0)
+}
+
+/// A short plain-text refusal.
+fn plainly(status: StatusCode, why: impl Into<String>) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        why.into(),
+    )
+        .into_response()
+}
+
+/// 429 with the wait, for a client over the wrong-token limit.
+fn too_many(wait: Duration) -> Response {
+    let mut response = plainly(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "Too many wrong tokens from this address: try again in {} s.\n",
+            wait.as_secs()
+        ),
+    );
+    if let Ok(value) = HeaderValue::from_str(&wait.as_secs().to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
 }
 
 /// Behind a proxy the peer is the proxy: whom it says it forwarded for
@@ -204,13 +263,16 @@ pub async fn run(
         db: db.clone(),
         broker: Arc::default(),
         token,
+        listen: bound,
+        attempts: Arc::default(),
     };
     let broker = console.broker.clone();
-    axum::serve(
+    urutan::http::serve_router(
         listener,
-        router(console).into_make_service_with_connect_info::<SocketAddr>(),
+        router(console),
+        urutan::http::Limits::default(),
+        shutdown,
     )
-    .with_graceful_shutdown(async move { shutdown.cancelled().await })
     .await?;
     db.close().await;
     if let Some(conn) = broker.lock().await.take() {
@@ -251,11 +313,33 @@ fn router(console: Console) -> Router {
         .with_state(console)
 }
 
-/// Every page but the login form and the stylesheet needs the token (when
-/// one is set): a 401 with the login form otherwise. Without a token, a
-/// request that came through a proxy is refused: listening on loopback
-/// protects nothing once a proxy forwards the world to it.
-async fn guard(State(console): State<Console>, request: Request, next: Next) -> Response {
+/// Before any page or action ([`admit`]): without a token, a `Host` that
+/// is not a loopback name or the listen address is refused (421), and so
+/// is a request that came through a proxy (listening on loopback protects
+/// nothing once a proxy forwards the world to it); a request that changes
+/// something must come from this console's own page (`Origin`). Then
+/// every page but the login form and the stylesheet needs the token (when
+/// one is set): a 401 with the login form otherwise, a 429 for a client
+/// over the wrong-token limit. The page gets how it was admitted
+/// ([`admit::Auth`]) for its audit rows.
+async fn guard(State(console): State<Console>, mut request: Request, next: Next) -> Response {
+    let client = client_of(&request);
+    if console.token.is_none()
+        && let Some(why) = admit::foreign_host(request.headers(), request.uri(), console.listen)
+    {
+        tracing::warn!(client = %client, "console: refused a request for another host name: CONSOLE_TOKEN is unset");
+        return plainly(StatusCode::MISDIRECTED_REQUEST, why);
+    }
+    if let Some(why) = admit::foreign_origin(
+        request.method(),
+        request.headers(),
+        request.uri(),
+        console.listen,
+        console.token.is_some(),
+    ) {
+        tracing::warn!(client = %client, path = %request.uri().path(), "console: refused a request from another site's page");
+        return plainly(StatusCode::FORBIDDEN, why);
+    }
     if console.token.is_none() && proxied(request.headers()) {
         tracing::warn!("console: refused a request forwarded by a proxy: CONSOLE_TOKEN is unset");
         return (
@@ -277,7 +361,31 @@ async fn guard(State(console): State<Console>, request: Request, next: Next) -> 
         request.uri().path(),
         "/login" | "/console.css" | "/favicon.svg"
     );
-    if open || console.admits(request.headers()) {
+    let auth = match console.admits(request.headers()) {
+        Ok(Some(auth)) => Some(auth),
+        Ok(None) => None,
+        Err(()) => {
+            if let Some(wait) = console.attempts.refused_for(client.ip(), Instant::now()) {
+                tracing::debug!(client = %client, "console: a bearer token refused (too many wrong ones)");
+                return too_many(wait);
+            }
+            console
+                .wrong_token(client, request.headers(), "bearer")
+                .await;
+            None
+        }
+    };
+    if let Some(auth) = auth {
+        // Over the limit, a right guess is not told apart from a wrong one.
+        if auth == admit::Auth::Bearer
+            && let Some(wait) = console.attempts.refused_for(client.ip(), Instant::now())
+        {
+            return too_many(wait);
+        }
+        request.extensions_mut().insert(auth);
+        return next.run(request).await;
+    }
+    if open {
         return next.run(request).await;
     }
     (
@@ -383,22 +491,30 @@ struct Login {
 }
 
 /// The login form's answer: the session cookie (HttpOnly, SameSite=Strict)
-/// and back to the overview, or the form again.
+/// and back to the overview, or the form again. A client over the
+/// wrong-token limit gets 429 and its token is not checked.
 async fn login(
     State(console): State<Console>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Form(form): Form<Login>,
 ) -> Response {
     let Some(token) = &console.token else {
         return Redirect::to("/").into_response();
     };
+    if let Some(wait) = console.attempts.refused_for(client.ip(), Instant::now()) {
+        tracing::debug!(client = %client, "console: a login refused unchecked (too many wrong tokens)");
+        return too_many(wait);
+    }
     if !same(form.token.trim(), token) {
+        console.wrong_token(client, &headers, "login form").await;
         return (
             StatusCode::UNAUTHORIZED,
             Html(pages::login(true).into_string()),
         )
             .into_response();
     }
+    console.attempts.succeeded(client.ip());
     let cookie = format!(
         "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age=43200{}",
         Console::session(token),
