@@ -688,3 +688,65 @@ async fn another_orders_message_with_the_same_id_does_not_end_a_returned_message
         "A's own message ends the wait"
     );
 }
+
+/// A dead-letter record of the retired reason `message_id_reused` (written
+/// before migration 0037) still lists and shows; replayed now, its message
+/// is applied: the id another order holds is no obstacle any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_message_id_reused_record_lists_shows_and_replays() {
+    let env = TestEnv::new("dedup_old_record").await;
+    let db = env.db().await;
+    let pool = RunningPool::ready(env.settings(1)).await;
+    let publisher = env.publisher().await;
+    publisher
+        .send_all(&[Msg::event_with("A", 1, "OLD-1", "dibuat")])
+        .await;
+    wait_stored(&db, "A", 1).await;
+    // What the previous version left: B's message with A's id, in the DLQ
+    // with its record.
+    let victim = Msg::event_with("B", 1, "OLD-1", "dibuat");
+    publisher.send_to("pesanan.dlx", "", &victim).await;
+    sqlx::query(
+        "INSERT INTO urutan_dead_letter (delivery_key, message_id, pesanan_id, versi, shard,
+                                         reason, detail, properties, headers, body, body_bytes)
+         VALUES ('OLD-1', 'OLD-1', 'B', 1, 0, 'message_id_reused',
+                 'the message_id was already processed for another order',
+                 '{\"message_id\": \"OLD-1\", \"delivery_mode\": 2}',
+                 '{\"x-pesanan-id\": \"B\"}', $1, length($1))",
+    )
+    .bind(&victim.body)
+    .execute(&db)
+    .await
+    .expect("the old record");
+    let conn = env.broker().await;
+    wait_for(
+        "the message in the DLQ",
+        Duration::from_secs(10),
+        || async { queue_len(&conn, "pesanan.dlq").await == 1 },
+    )
+    .await;
+
+    let listed = urutan(&env, &[], &["dlq", "list", "--json"]).await;
+    assert!(listed.ok(), "{listed}");
+    let listed: serde_json::Value = serde_json::from_str(&listed.stdout).expect("json");
+    assert!(
+        listed
+            .to_string()
+            .contains("\"reason\":\"message_id_reused\""),
+        "{listed}"
+    );
+    let shown = urutan(&env, &[], &["dlq", "show", "OLD-1"]).await;
+    assert!(
+        shown.ok() && shown.stdout.contains("message_id_reused"),
+        "{shown}"
+    );
+    let replayed = urutan(&env, &[], &["dlq", "replay", "OLD-1"]).await;
+    assert!(replayed.ok(), "{replayed}");
+    assert!(
+        replayed.stdout.contains("OLD-1 (order B, v1): applied"),
+        "{replayed}"
+    );
+    wait_stored(&db, "B", 1).await;
+    assert_eq!(queue_len(&conn, "pesanan.dlq").await, 0);
+    pool.stop().await;
+}
