@@ -91,8 +91,8 @@ DECLARE
     v_n BIGINT;
 BEGIN
     IF p_tabel = 'pesan_diproses' THEN
-        DELETE FROM pesan_diproses_awal WHERE message_id IN (
-            SELECT message_id FROM pesan_diproses_awal
+        DELETE FROM pesan_diproses_awal WHERE (message_id, pesanan_id) IN (
+            SELECT message_id, pesanan_id FROM pesan_diproses_awal
             WHERE diproses_pada < now() - p_simpan
             LIMIT p_batas FOR UPDATE SKIP LOCKED);
     ELSIF p_tabel = 'pesanan_riwayat' THEN
@@ -650,21 +650,19 @@ COMMENT ON FUNCTION public.urutan_jendela_terbuka(p_posisi bigint) IS 'Is a ring
 CREATE FUNCTION public.urutan_klaim_lama(p_message_id text, p_id text) RETURNS text
     LANGUAGE plpgsql
     AS $$
-DECLARE
-    v_pemilik TEXT;  -- the order of the earlier claim
 BEGIN
-    SELECT d.pesanan_id INTO v_pemilik FROM pesan_diproses d
-    WHERE d.message_id = p_message_id AND d.diproses_pada < now()
-    ORDER BY d.diproses_pada LIMIT 1;
-    IF NOT FOUND THEN
-        IF NOT EXISTS (SELECT 1 FROM urutan_parkir u
+    IF NOT EXISTS (SELECT 1 FROM pesan_diproses d
+                   WHERE d.message_id = p_message_id AND d.pesanan_id = p_id
+                     AND d.diproses_pada < now())
+       AND NOT EXISTS (SELECT 1 FROM pesan_diproses_awal d
+                       WHERE d.message_id = p_message_id AND d.pesanan_id = '')
+       AND NOT EXISTS (SELECT 1 FROM urutan_parkir u
                        WHERE u.pesanan_id = p_id AND u.message_id = p_message_id) THEN
-            RETURN NULL;
-        END IF;
-        v_pemilik := p_id;
+        RETURN NULL;
     END IF;
-    DELETE FROM pesan_diproses d WHERE d.message_id = p_message_id AND d.diproses_pada = now();
-    RETURN CASE WHEN v_pemilik IN (p_id, '') THEN 'duplicate' ELSE 'message_id_reused' END;
+    DELETE FROM pesan_diproses d
+    WHERE d.message_id = p_message_id AND d.pesanan_id = p_id AND d.diproses_pada = now();
+    RETURN 'duplicate';
 END
 $$;
 
@@ -673,7 +671,7 @@ $$;
 -- Name: FUNCTION urutan_klaim_lama(p_message_id text, p_id text); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_klaim_lama(p_message_id text, p_id text) IS 'Dedup across day partitions: was a message just claimed (klaim) claimed before (lama: earlier) on another day, or parked for its order? NULL if not, else duplicate or message_id_reused (withdrawing this transaction''s claim).';
+COMMENT ON FUNCTION public.urutan_klaim_lama(p_message_id text, p_id text) IS 'Dedup across day partitions, per (order, message id): was a message just claimed (klaim) claimed before (lama: earlier) for its order on another day (or recorded before orders were, pesanan_id ''''), or parked for its order? NULL if not, else duplicate (withdrawing this transaction''s claim).';
 
 
 --
@@ -703,7 +701,8 @@ COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer) IS 'Th
 CREATE FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean) RETURNS TABLE(message_id text, hasil text, tunggu double precision, pertama boolean, alasan text, galat text, pesan jsonb)
     LANGUAGE sql
     AS $$
-    SELECT * FROM urutan_lepas(p_shard, p_batas, p_min, p_max, p_maks, p_tahan, false)
+    SELECT l.message_id, l.hasil, l.tunggu, l.pertama, l.alasan, l.galat, l.pesan
+    FROM urutan_lepas(p_shard, p_batas, p_min, p_max, p_maks, p_tahan, false) l
 $$;
 
 
@@ -718,7 +717,7 @@ COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min 
 -- Name: urutan_lepas(integer, integer, double precision, double precision, integer, boolean, boolean); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean) RETURNS TABLE(message_id text, hasil text, tunggu double precision, pertama boolean, alasan text, galat text, pesan jsonb)
+CREATE FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean) RETURNS TABLE(message_id text, hasil text, tunggu double precision, pertama boolean, alasan text, galat text, pesan jsonb, pesanan_id text)
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -767,6 +766,7 @@ BEGIN
             EXIT WHEN EXISTS (SELECT 1 FROM urutan_tahan t
                               WHERE t.pesanan_id = v_id AND t.message_id IS DISTINCT FROM r.message_id);
             message_id := r.message_id;
+            pesanan_id := v_id;
             tunggu := extract(epoch FROM now() - r.diparkir_pada);
             v_event := coalesce(r.pesan,
                                 jsonb_build_object('message_id', r.message_id, 'id', r.pesanan_id,
@@ -816,7 +816,7 @@ $$;
 -- Name: FUNCTION urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean) IS 'Releases (lepas) the parked and due set-aside messages of a shard, each version in a subtransaction: applied, stale, retry (set aside again) or refused (out of the sequence; the order held if p_tahan); with p_satu, one version per call.';
+COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean) IS 'Releases (lepas) the parked and due set-aside messages of a shard, each version in a subtransaction: applied, stale, retry (set aside again) or refused (out of the sequence; the order held if p_tahan); with p_satu, one version per call. Each row names its message and its order (pesanan_id).';
 
 
 --
@@ -851,7 +851,7 @@ BEGIN
                        WHEN p_state = 'URREF' THEN 'handler_refused'
                        ELSE 'database_refused' END;
         DELETE FROM urutan_parkir u WHERE u.seq = r.seq;
-        DELETE FROM pesan_diproses d WHERE d.message_id = r.message_id;
+        DELETE FROM pesan_diproses d WHERE d.message_id = r.message_id AND d.pesanan_id = r.pesanan_id;
         IF p_tahan THEN
             PERFORM urutan_tahan_tolak(p_id, r.message_id, r.versi, r.shard, galat);
         END IF;
@@ -871,7 +871,7 @@ $$;
 -- Name: FUNCTION urutan_lepas_gagal(p_message_id text, p_id text, p_state text, p_teks text, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_lepas_gagal(p_message_id text, p_id text, p_state text, p_teks text, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean) IS 'Records the failure (gagal) of a parked message tried by the release step: set aside again (retry) or refused (out of the sequence, its order held with p_tahan); no row for a failure that is the database''s own.';
+COMMENT ON FUNCTION public.urutan_lepas_gagal(p_message_id text, p_id text, p_state text, p_teks text, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean) IS 'Records the failure (gagal) of a parked message tried by the release step: set aside again (retry) or refused (out of the sequence, its claim for its order withdrawn, its order held with p_tahan); no row for a failure that is the database''s own.';
 
 
 --
@@ -1071,7 +1071,8 @@ BEGIN
     EXECUTE format('CREATE TABLE %I PARTITION OF %I FOR VALUES FROM (%L) TO (%L)',
                    v_nama, p_tabel, v_dari, v_ke);
     IF p_tabel = 'pesan_diproses' THEN
-        EXECUTE format('CREATE UNIQUE INDEX %I ON %I (message_id)', v_nama || '_message_id', v_nama);
+        EXECUTE format('CREATE UNIQUE INDEX %I ON %I (message_id, pesanan_id)',
+                       v_nama || '_message_pesanan', v_nama);
     ELSE
         EXECUTE format('CREATE UNIQUE INDEX %I ON %I (seq)', v_nama || '_seq', v_nama);
         EXECUTE format('CREATE UNIQUE INDEX %I ON %I (pesanan_id, versi)',
@@ -1088,7 +1089,7 @@ $$;
 -- Name: FUNCTION urutan_partisi_buat(p_tabel text, p_hari date); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_partisi_buat(p_tabel text, p_hari date) IS 'Creates (buat) one UTC day''s partition of pesan_diproses or pesanan_riwayat with its indexes, unless it exists; true when created. SECURITY DEFINER.';
+COMMENT ON FUNCTION public.urutan_partisi_buat(p_tabel text, p_hari date) IS 'Creates (buat) one UTC day''s partition of pesan_diproses (unique on (message_id, pesanan_id)) or pesanan_riwayat with its indexes, unless it exists; true when created. SECURITY DEFINER.';
 
 
 --
@@ -1601,11 +1602,7 @@ COMMENT ON FUNCTION public.urutan_sisihkan(p_pesan jsonb, p_shard integer, p_gal
 CREATE FUNCTION public.urutan_sudah_diproses(p_message_id text, p_id text) RETURNS text
     LANGUAGE sql STABLE
     AS $$
-    SELECT coalesce((SELECT CASE WHEN d.pesanan_id IN (p_id, '') THEN 'duplicate'
-                                 ELSE 'message_id_reused' END
-                     FROM pesan_diproses d WHERE d.message_id = p_message_id
-                     ORDER BY d.diproses_pada LIMIT 1),
-                    'duplicate')
+    SELECT 'duplicate'::text
 $$;
 
 
@@ -1613,7 +1610,7 @@ $$;
 -- Name: FUNCTION urutan_sudah_diproses(p_message_id text, p_id text); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_sudah_diproses(p_message_id text, p_id text) IS 'What a message id that could not be claimed means for order p_id: duplicate (recorded for it, or before orders were recorded) or message_id_reused.';
+COMMENT ON FUNCTION public.urutan_sudah_diproses(p_message_id text, p_id text) IS 'What a message id that could not be claimed for order p_id means: duplicate (the claim is unique per (order, message id), so only the same pair conflicts).';
 
 
 --
@@ -1858,7 +1855,8 @@ CREATE FUNCTION public.urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integ
 DECLARE
     v_posisi BIGINT;  -- epochs this shard has passed: the epoch of every message here
     v_ids    TEXT[];  -- the order of each item, in arrival order
-    v_klaim  TEXT[];  -- message ids claimed now (not seen before)
+    v_klaim_m TEXT[];  -- the (message id, order) pairs claimed now (not seen before):
+    v_klaim_p TEXT[];  --   their message ids and their orders
     v_hasil  TEXT[];
 BEGIN
     IF coalesce(jsonb_array_length(p_pesan), 0) = 0 THEN
@@ -1889,18 +1887,19 @@ BEGIN
         RETURN urutan_terapkan_batch_urut(p_pesan, p_shard);
     END IF;
 
-    -- Dedup: the first copy of a message id not seen before is new, for its
-    -- order; later copies (in this batch or after it) are not.
+    -- Dedup: the first copy of an (order, message id) not seen before is
+    -- new; later copies (in this batch or after it) are not.
     WITH klaim AS (
         INSERT INTO pesan_diproses (message_id, pesanan_id)
-        SELECT DISTINCT ON (message_id) message_id, id
+        SELECT DISTINCT ON (message_id, id) message_id, id
         FROM (SELECT e->>'message_id' AS message_id, e->>'id' AS id, i
               FROM jsonb_array_elements(p_pesan) WITH ORDINALITY AS t(e, i)) m
-        ORDER BY message_id, i
+        ORDER BY message_id, id, i
         ON CONFLICT DO NOTHING
-        RETURNING message_id
+        RETURNING message_id, pesanan_id
     )
-    SELECT coalesce(array_agg(message_id), '{}') INTO v_klaim FROM klaim;
+    SELECT coalesce(array_agg(message_id), '{}'), coalesce(array_agg(pesanan_id), '{}')
+    INTO v_klaim_m, v_klaim_p FROM klaim;
 
     -- A new message is applied when its version is above the stored one and
     -- above every earlier new message of its entity in this batch; otherwise
@@ -1911,9 +1910,9 @@ BEGIN
         FROM jsonb_array_elements(p_pesan) WITH ORDINALITY AS t(e, i)
     ),
     baru AS (
-        SELECT DISTINCT ON (message_id) *
-        FROM masuk WHERE message_id IN (SELECT unnest(v_klaim))
-        ORDER BY message_id, i
+        SELECT DISTINCT ON (message_id, id) *
+        FROM masuk WHERE (message_id, id) IN (SELECT * FROM unnest(v_klaim_m, v_klaim_p))
+        ORDER BY message_id, id, i
     ),
     nilai AS (
         SELECT b.*,
@@ -1942,8 +1941,8 @@ BEGIN
         ORDER BY i
         RETURNING 1
     ),
-    -- Not newer: a copy of a message claimed on an earlier day is a
-    -- duplicate (or a reused id), not stale (migration 0026).
+    -- Not newer: a copy of a message claimed for its order on an earlier
+    -- day is a duplicate, not stale (migration 0026).
     lama AS (
         SELECT i, urutan_klaim_lama(message_id, id) AS hasil
         FROM nilai WHERE NOT diterapkan
@@ -1954,7 +1953,7 @@ BEGIN
         FROM nilai n JOIN lama l ON l.i = n.i WHERE l.hasil IS NULL
         RETURNING 1
     )
-    SELECT array_agg(CASE WHEN n.i IS NULL THEN urutan_sudah_diproses(m.message_id, m.id)
+    SELECT array_agg(CASE WHEN n.i IS NULL THEN 'duplicate'
                           WHEN n.diterapkan THEN 'applied'
                           ELSE coalesce(l.hasil, 'stale') END ORDER BY m.i)
     INTO v_hasil
@@ -1969,7 +1968,7 @@ $$;
 -- Name: FUNCTION urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer) IS 'The set-based body of the batch (himpun: gathered): one dedup claim, one versioned upsert per order (its stored version read by primary key), one history insert, stale arrivals recorded. Hands the batch to the per-message loop when a marker is in it or any message could park.';
+COMMENT ON FUNCTION public.urutan_terapkan_batch_himpun(p_pesan jsonb, p_shard integer) IS 'The set-based body of the batch (himpun: gathered): one dedup claim per (order, message id), one versioned upsert per order (its stored version read by primary key), one history insert, stale arrivals recorded. Hands the batch to the per-message loop when a marker is in it or any message could park.';
 
 
 --
@@ -2271,7 +2270,7 @@ PARTITION BY RANGE (diproses_pada);
 -- Name: TABLE pesan_diproses; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.pesan_diproses IS 'Deduplication: every message id processed (applied, stale or parked) with the order it was claimed for. Partitioned by UTC day of diproses_pada (pesan_diproses_hYYYYMMDD, each UNIQUE on message_id); days older than DEDUP_RETENTION are dropped whole. Dedup holds across days: see urutan_klaim_lama.';
+COMMENT ON TABLE public.pesan_diproses IS 'Deduplication: every message id processed (applied, stale or parked) with the order it was claimed for; the key is the pair (an order''s id, a message id). Partitioned by UTC day of diproses_pada (pesan_diproses_hYYYYMMDD, each UNIQUE on (message_id, pesanan_id)); days older than DEDUP_RETENTION are dropped whole. Dedup holds across days: see urutan_klaim_lama.';
 
 
 --
@@ -2297,7 +2296,7 @@ COMMENT ON TABLE public.pesan_diproses_awal IS 'The DEFAULT partition of pesan_d
 -- Name: COLUMN pesan_diproses_awal.pesanan_id; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.pesan_diproses_awal.pesanan_id IS 'The order that claimed the id: the same id for another order is message_id_reused (dead-lettered). '''' for rows recorded before orders were recorded (migration 0014): a duplicate for any order.';
+COMMENT ON COLUMN public.pesan_diproses_awal.pesanan_id IS 'The order that claimed the id: the same id for another order is another message. '''' for rows recorded before orders were recorded (migration 0014): a redelivery of any order that is not newer than its stored version is a duplicate (urutan_klaim_lama).';
 
 
 --
@@ -3451,14 +3450,6 @@ ALTER TABLE ONLY public.outbox_p1
 
 
 --
--- Name: pesan_diproses_awal pesan_diproses_pkey; Type: CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.pesan_diproses_awal
-    ADD CONSTRAINT pesan_diproses_pkey PRIMARY KEY (message_id);
-
-
---
 -- Name: pesanan pesanan_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -3511,7 +3502,7 @@ ALTER TABLE ONLY public.urutan_dead_letter
 --
 
 ALTER TABLE ONLY public.urutan_dikembalikan
-    ADD CONSTRAINT urutan_dikembalikan_pkey PRIMARY KEY (message_id);
+    ADD CONSTRAINT urutan_dikembalikan_pkey PRIMARY KEY (message_id, pesanan_id);
 
 
 --
@@ -3704,6 +3695,13 @@ CREATE INDEX outbox_p1_id_idx ON public.outbox_p1 USING btree (id) WHERE (dikiri
 --
 
 CREATE INDEX outbox_p1_id_idx1 ON public.outbox_p1 USING btree (id) WHERE ((unroutable_at IS NOT NULL) AND (dikirim_pada IS NULL));
+
+
+--
+-- Name: pesan_diproses_awal_message_pesanan; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX pesan_diproses_awal_message_pesanan ON public.pesan_diproses_awal USING btree (message_id, pesanan_id);
 
 
 --

@@ -205,13 +205,15 @@ pub(crate) async fn wait_until_all_applied(db: &PgPool, limit: Duration, retired
     let sql = if retired {
         "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
               + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
-                    (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
+                    (SELECT 1 FROM pesan_diproses d
+                     WHERE d.message_id = o.id::text AND d.pesanan_id = o.agregat_id))
               + (SELECT count(*) FROM urutan_parkir)
               + (SELECT count(*) FROM urutan_shard WHERE aktif AND shard >= 5)"
     } else {
         "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
               + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
-                    (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
+                    (SELECT 1 FROM pesan_diproses d
+                     WHERE d.message_id = o.id::text AND d.pesanan_id = o.agregat_id))
               + (SELECT count(*) FROM urutan_parkir)"
     };
     wait_for("every outbox row applied", limit, || {

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use urutan::config::GapPolicy;
-use urutan::message::Rejection;
 use urutan::outcome::Outcome;
 
 use crate::common::*;
@@ -87,8 +86,10 @@ async fn redeliveries_after_midnight_are_duplicates(prefetch: u16) {
     settled(&seen, before.len()).await;
     claimed_yesterday(&db, &["A1", "A2", "B1"]).await;
 
-    // Just after midnight: the same messages again, the same id for another
-    // order, an older version with a new id, and the next version.
+    // Just after midnight: the same messages again, the id B claimed
+    // yesterday on an older version of A (another message: dedup is per
+    // (order, message id), so stale, not a duplicate), an older version with
+    // a new id, and the next version.
     let after = [
         Msg::event_with("A", 1, "A1", "dibuat"),
         Msg::event_with("A", 2, "A2", "dibayar"),
@@ -110,33 +111,35 @@ async fn redeliveries_after_midnight_are_duplicates(prefetch: u16) {
         [
             ("A1", Outcome::Duplicate),
             ("A2", Outcome::Duplicate),
-            ("B1", Outcome::DeadLettered(Rejection::MessageIdReused)),
+            ("B1", Outcome::Stale),
             ("A1-again", Outcome::Stale),
             ("A3", Outcome::Applied),
         ],
         "outcomes after midnight (prefetch {prefetch})"
     );
-    let claims: Vec<(String, i64)> =
-        sqlx::query_as("SELECT message_id, count(*) FROM pesan_diproses GROUP BY 1 ORDER BY 1")
-            .fetch_all(&db)
-            .await
-            .expect("claims");
-    let claim = |m: &str| (m.to_owned(), 1_i64);
+    let claims: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT message_id, pesanan_id, count(*) FROM pesan_diproses GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .fetch_all(&db)
+    .await
+    .expect("claims");
+    let claim = |m: &str, o: &str| (m.to_owned(), o.to_owned(), 1_i64);
     assert_eq!(
         claims,
         [
-            claim("A1"),
-            claim("A1-again"),
-            claim("A2"),
-            claim("A3"),
-            claim("B1")
+            claim("A1", "A"),
+            claim("A1-again", "A"),
+            claim("A2", "A"),
+            claim("A3", "A"),
+            claim("B1", "A"),
+            claim("B1", "B"),
         ],
-        "one claim per message id: the duplicates' new claims withdrawn"
+        "one claim per (order, message id): the duplicates' new claims withdrawn"
     );
     assert_eq!(
         count(&db, "SELECT count(*) FROM urutan_basi").await,
-        1,
-        "only the real stale arrival is recorded as one"
+        2,
+        "only the real stale arrivals are recorded as such"
     );
     let history: Vec<(String, i64)> =
         sqlx::query_as("SELECT pesanan_id, versi FROM pesanan_riwayat ORDER BY seq")

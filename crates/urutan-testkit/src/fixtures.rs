@@ -364,16 +364,16 @@ impl TestEnv {
     }
 
     pub async fn publisher(&self) -> Publisher {
-        let conn = self.broker().await;
-        let channel = conn.create_channel().await.expect("channel");
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
+        Publisher::on(self.broker().await).await
+    }
+
+    /// A publisher connected as `user` (made with [`BrokerUsers::add`]).
+    pub async fn publisher_as(&self, user: &str, password: &str) -> Publisher {
+        let url = amqp_url_as(user, password, &self.vhost);
+        let conn = Connection::connect(&url, ConnectionProperties::default())
             .await
-            .expect("confirms");
-        Publisher {
-            _conn: conn,
-            channel,
-        }
+            .expect("connect as the user");
+        Publisher::on(conn).await
     }
 }
 
@@ -426,6 +426,19 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// A confirming channel on `conn`.
+    async fn on(conn: Connection) -> Self {
+        let channel = conn.create_channel().await.expect("channel");
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .expect("confirms");
+        Publisher {
+            _conn: conn,
+            channel,
+        }
+    }
+
     /// Publishes to the entry exchange and waits for the broker's confirm.
     pub async fn send(&self, msg: &Msg) {
         self.send_to("pesanan", "pesanan.test", msg).await;

@@ -124,8 +124,6 @@ pub enum Rejection {
     DatabaseRefused,
     #[error("the x-urutan-epoch header is reserved for urutan's own epoch markers")]
     ReservedHeader,
-    #[error("the message_id was already processed for another order")]
-    MessageIdReused,
     #[error("the header table nests deeper than {MAX_HEADERS_DEPTH} levels")]
     HeadersTooDeep,
     #[error("the handler (HANDLER_FUNCTION) refused this version")]
@@ -137,7 +135,10 @@ pub enum Rejection {
 impl Rejection {
     /// Every rejection (a new variant belongs here too): the bounded label
     /// set `urutan_dead_letters_total{reason}` is registered with at startup.
-    pub const ALL: [Rejection; 22] = [
+    /// (`message_id_reused` is retired: dedup is per (entity id, message
+    /// id), migration 0037. Dead-letter records keep their reason as text,
+    /// so an old record with it still lists, shows and replays.)
+    pub const ALL: [Rejection; 21] = [
         Rejection::HeadersTooLarge,
         Rejection::MissingMessageId,
         Rejection::InvalidMessageId,
@@ -156,7 +157,6 @@ impl Rejection {
         Rejection::DeliveryLimit,
         Rejection::DatabaseRefused,
         Rejection::ReservedHeader,
-        Rejection::MessageIdReused,
         Rejection::HeadersTooDeep,
         Rejection::HandlerRefused,
         Rejection::RetriesExhausted,
@@ -183,7 +183,6 @@ impl Rejection {
             Self::DeliveryLimit => "delivery_limit",
             Self::DatabaseRefused => "database_refused",
             Self::ReservedHeader => "reserved_header",
-            Self::MessageIdReused => "message_id_reused",
             Self::HeadersTooDeep => "headers_too_deep",
             Self::HandlerRefused => "handler_refused",
             Self::RetriesExhausted => "retries_exhausted",

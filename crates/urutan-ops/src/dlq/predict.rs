@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{Ctx, ReplayArgs, walk};
 use urutan::dead_letter;
-use urutan::message::{self, EntityHeader, Envelope, Rejection};
+use urutan::message::{self, EntityHeader, Envelope};
 use urutan::store;
 use urutan::store::dead_letter::Candidate;
 
@@ -126,19 +126,12 @@ async fn predict(ctx: &Ctx, c: &Candidate) -> Result<String, sqlx::Error> {
             ));
         }
     };
-    let recorded_for = store::processed_for(&ctx.db, &event.message_id).await?;
+    // Dedup is per (order, message id): another order's claim of the id
+    // does not matter.
+    let processed = store::processed_at(&ctx.db, &event.message_id, &event.entity_id).await?;
     let stored = store::stored_version(&ctx.db, &event.entity_id).await?;
-    let fence = if let Some(other) = recorded_for
-        .as_deref()
-        .filter(|o| !o.is_empty() && *o != event.entity_id)
-    {
-        let rejection = Rejection::MessageIdReused;
-        format!(
-            "dead-lettered again: {}: {rejection} ({other:?})",
-            rejection.reason()
-        )
-    } else if recorded_for.is_some() {
-        "duplicate: its message id was already processed".to_owned()
+    let fence = if processed.is_some() {
+        "duplicate: its message id was already processed for its order".to_owned()
     } else {
         match stored {
             Some(s) if s >= event.versi => format!("stale: v{s} is newer"),

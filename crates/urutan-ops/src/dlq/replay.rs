@@ -221,10 +221,10 @@ pub(crate) async fn replay_messages(
 async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Result<Replayed> {
     let row = taken.row.clone();
     let message_id = row.as_ref().and_then(|r| r.message_id.clone());
-    // A message whose id is already processed ends `duplicate`: nothing in
-    // the database would show it afterwards, so ask before.
-    // (Processed for another order: it will be dead-lettered again as
-    // `message_id_reused`, which its new record shows.)
+    // A message whose id is already processed for its order ends
+    // `duplicate`: nothing in the database would show it afterwards, so ask
+    // before. (Dedup is per (order, message id): the id processed for
+    // another order does not count.)
     let order = row.as_ref().and_then(|r| r.pesanan_id.as_deref());
     let processed_at = match (&message_id, order) {
         (Some(id), Some(order)) => store::processed_at(&ctx.db, id, order).await?,
@@ -314,12 +314,14 @@ async fn outcome(ctx: &Ctx, r: &Replayed) -> Result<Became, sqlx::Error> {
         let Some(id) = &r.message_id else {
             return Ok(Became::Pending);
         };
-        return Ok(match store::standing_by_id(&ctx.db, id).await? {
-            None => Became::Pending,
-            Some((_, Some(versi), _)) => Became::Applied { versi },
-            Some((_, None, Some(_))) => Became::Parked,
-            Some((order, None, None)) => Became::Processed { order },
-        });
+        return Ok(
+            match store::standing_by_id(&ctx.db, id, r.pesanan_id.as_deref()).await? {
+                None => Became::Pending,
+                Some((_, Some(versi), _)) => Became::Applied { versi },
+                Some((_, None, Some(_))) => Became::Parked,
+                Some((order, None, None)) => Became::Processed { order },
+            },
+        );
     };
     let Standing {
         applied_by,

@@ -33,7 +33,8 @@ async fn outstanding(
     let rows: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL)
               + (SELECT count(*) FROM outbox o WHERE NOT EXISTS
-                    (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text))
+                    (SELECT 1 FROM pesan_diproses d
+                     WHERE d.message_id = o.id::text AND d.pesanan_id = o.agregat_id))
               + (SELECT count(*) FROM urutan_parkir)
               + (SELECT count(*) FROM unnest($1::text[]) s(id) WHERE NOT EXISTS
                     (SELECT 1 FROM pesan_diproses d WHERE d.message_id = s.id))",
@@ -312,7 +313,8 @@ pub async fn reordered(db: &PgPool) -> anyhow::Result<Vec<chrono::DateTime<chron
     // processed message, quadratic (hours at 690,000 messages, which is
     // what a 100-fault cluster soak processes); a join hashes it (3 s).
     Ok(sqlx::query_scalar(
-        "SELECT d.diproses_pada FROM pesan_diproses d JOIN outbox o ON o.id::text = d.message_id
+        "SELECT d.diproses_pada FROM pesan_diproses d JOIN outbox o
+             ON o.id::text = d.message_id AND o.agregat_id = d.pesanan_id
          WHERE NOT EXISTS (SELECT 1 FROM pesanan_riwayat r WHERE r.message_id = d.message_id)
          UNION ALL
          SELECT d.diproses_pada FROM pesan_diproses d

@@ -369,7 +369,8 @@ async fn duplicates(db: &PgPool, picks: &[i64]) -> Result<Vec<Direct>, sqlx::Err
     let rows: Vec<(i64, String, String)> = sqlx::query_as(
         "SELECT o.id, o.agregat_id, o.payload::text FROM outbox o
          WHERE o.id = ANY($1)
-           AND EXISTS (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text)",
+           AND EXISTS (SELECT 1 FROM pesan_diproses d
+                     WHERE d.message_id = o.id::text AND d.pesanan_id = o.agregat_id)",
     )
     .bind(&ids)
     .fetch_all(db)

@@ -420,7 +420,7 @@ async fn release_one_by_one(
         let mut savepoint = conn.begin().await?;
         let next: Option<(Released, Option<String>, Option<String>)> = sqlx::query_as(
             "SELECT l.message_id, l.hasil, l.tunggu, l.pertama, l.alasan, l.galat, l.pesan,
-                    (SELECT d.pesanan_id FROM pesan_diproses d WHERE d.message_id = l.message_id),
+                    l.pesanan_id,
                     current_setting('urutan.acara_terakhir', true)
              FROM urutan_lepas($1, 1, $2, $3, $4, $5, true) l",
         )

@@ -513,9 +513,8 @@ impl Context<'_> {
                 _ => {}
             }
             // A parked message's id was claimed for its own order when it
-            // parked (a reused id is dead-lettered then, never parked), so a
-            // release is `applied` or `stale`; it was acked long ago and
-            // there is nothing left to dead-letter.
+            // parked, so a release is `applied` or `stale`; it was acked long
+            // ago and there is nothing left to dead-letter.
             match store::parse_result(&r.result) {
                 Applied::Done(Outcome::DeadLettered(rejection)) => error!(
                     message_id = ?r.message_id,

@@ -1,6 +1,6 @@
 //! The apply transaction: one call of `urutan_terapkan` (see
-//! `sql/schema.sql`): dedup claim (per order: an id recorded for another order
-//! is `message_id_reused`), then the versioned upsert and history row, or
+//! `sql/schema.sql`): dedup claim (per (order, message id): the same id on
+//! another order is another message), then the versioned upsert and history row, or
 //! parking while older messages of the entity may wait on another shard
 //! (see [`crate::reshard::handoff`]). One statement: one transaction, one round trip.
 //!
@@ -15,14 +15,13 @@ use sqlx::{Connection, PgConnection, PgPool};
 
 use super::StoreError;
 use crate::handler::Handler;
-use crate::message::{Event, Rejection};
+use crate::message::Event;
 use crate::outcome::Outcome;
 
 /// What the apply transaction did with a delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
-    /// Finished: applied, stale, duplicate, or dead-lettered because its
-    /// message id was recorded for another order (`message_id_reused`).
+    /// Finished: applied, stale or duplicate.
     Done(Outcome),
     /// Recorded and parked until its entity's older messages are done; its
     /// outcome comes when it is released.
@@ -63,7 +62,7 @@ where
 {
     sqlx::query(
         "INSERT INTO urutan_dikembalikan (message_id, pesanan_id, versi, shard)
-         VALUES ($1, $2, $3, $4) ON CONFLICT (message_id) DO NOTHING",
+         VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
     )
     .bind(&event.message_id)
     .bind(&event.entity_id)
@@ -80,7 +79,6 @@ pub fn parse_result(result: &str) -> Applied {
         "applied" => Applied::Done(Outcome::Applied),
         "stale" => Applied::Done(Outcome::Stale),
         "duplicate" => Applied::Done(Outcome::Duplicate),
-        "message_id_reused" => Applied::Done(Outcome::DeadLettered(Rejection::MessageIdReused)),
         "parked" => Applied::Parked,
         other => unreachable!("urutan_terapkan returned {other:?}"),
     }

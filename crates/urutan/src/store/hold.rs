@@ -53,7 +53,7 @@ impl Default for RetryPolicy {
 /// Sets `event` (received on `shard`) aside after the transient failure
 /// `error` of its own transaction: claimed and parked until due, its
 /// order's later versions waiting behind it. [`Applied::Parked`]; or
-/// `duplicate` / `message_id_reused` if its id was recorded meanwhile.
+/// `duplicate` if its (order, message id) was recorded meanwhile.
 pub async fn set_aside<'c, E>(
     executor: E,
     event: &Event,

@@ -29,8 +29,8 @@ pub use dead_letter::{
 pub use read::{
     AppliedVersion, OrderState, ParkedOnShard, ParkedVersion, ReturnedVersion, StaleArrival,
     Standing, applied_versions, last_applied_by_shard, order_state, parked_by_shard,
-    parked_versions, processed_at, processed_for, returned_versions, stale_arrivals, standing,
-    standing_by_id, stored_version,
+    parked_versions, processed_at, returned_versions, stale_arrivals, standing, standing_by_id,
+    stored_version,
 };
 pub use retention::{
     DAYS_AHEAD, IdPartitioned, Retention, expire_id_ranges, prepare_id_partitions,

@@ -11,7 +11,8 @@ use sqlx::PgPool;
 /// When the message `message_id` was processed for order `order_id`
 /// (`pesan_diproses`; an id recorded before orders were, `''`, counts for
 /// every order); `None` if it was not (or its id has been purged by
-/// retention, or it was processed for another order).
+/// retention, or it was processed for another order only: dedup is per
+/// (order, message id)).
 pub async fn processed_at(
     db: &PgPool,
     message_id: &str,
@@ -19,21 +20,13 @@ pub async fn processed_at(
 ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT diproses_pada FROM pesan_diproses
-         WHERE message_id = $1 AND pesanan_id IN ($2, '')",
+         WHERE message_id = $1 AND pesanan_id IN ($2, '')
+         ORDER BY diproses_pada LIMIT 1",
     )
     .bind(message_id)
     .bind(order_id)
     .fetch_optional(db)
     .await
-}
-
-/// The order that recorded the message id `message_id` (`Some("")`: one
-/// recorded before orders were); `None` if it is not recorded.
-pub async fn processed_for(db: &PgPool, message_id: &str) -> Result<Option<String>, sqlx::Error> {
-    sqlx::query_scalar("SELECT pesanan_id FROM pesan_diproses WHERE message_id = $1")
-        .bind(message_id)
-        .fetch_optional(db)
-        .await
 }
 
 /// The stored version (`versi`) of order `order_id`; `None` if it is not
@@ -46,22 +39,29 @@ pub async fn stored_version(db: &PgPool, order_id: &str) -> Result<Option<i64>, 
 }
 
 /// Where message `message_id` stands when its dead-letter record holds no
-/// order or version (its body was never read: too large, not JSON, ...):
-/// the order it was processed for, and the version it applied or waits as,
-/// if any (`None` when not processed yet).
+/// version (its body was never read: too large, not JSON, ...): the order it
+/// was processed for, and the version it applied or waits as, if any
+/// (`None` when not processed yet). Dedup is per (order, message id): with
+/// the order known (`order_id`, from the record's header) only its claim
+/// counts (or one recorded before orders were, `''`); without it, the
+/// newest claim of the id, whichever order made it.
 pub async fn standing_by_id(
     db: &PgPool,
     message_id: &str,
+    order_id: Option<&str>,
 ) -> Result<Option<(String, Option<i64>, Option<i64>)>, sqlx::Error> {
     sqlx::query_as(
         "SELECT d.pesanan_id,
                 (SELECT r.versi FROM pesanan_riwayat r
                  WHERE r.pesanan_id = d.pesanan_id AND r.message_id = $1),
                 (SELECT u.versi FROM urutan_parkir u
-                 WHERE u.pesanan_id = d.pesanan_id AND u.message_id = $1)
-         FROM pesan_diproses d WHERE d.message_id = $1",
+                 WHERE u.pesanan_id = d.pesanan_id AND u.message_id = $1 LIMIT 1)
+         FROM pesan_diproses d
+         WHERE d.message_id = $1 AND ($2::text IS NULL OR d.pesanan_id IN ($2, ''))
+         ORDER BY d.diproses_pada DESC LIMIT 1",
     )
     .bind(message_id)
+    .bind(order_id)
     .fetch_optional(db)
     .await
 }
