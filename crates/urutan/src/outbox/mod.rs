@@ -2,14 +2,18 @@
 //! event in ONE transaction ([`enqueue`]); `urutan relay` ([`relay`]) moves
 //! the rows to the broker with publisher confirms, in order per aggregate.
 //! The operator commands read it here too ([`rows_of_order`], [`backlog`]).
+//! A row the relay cannot publish is set aside with its reason
+//! ([`check::SetAside`]) and holds up nothing behind it.
 //! Producers in other languages call the SQL function `urutan_enqueue`,
 //! which reads the pipeline's defaults that [`defaults`] records.
 
+pub mod check;
 pub mod defaults;
+mod publish;
 mod read;
 pub mod relay;
 
-pub use read::{Backlog, OrderRow, backlog, rows_of_order};
+pub use read::{Backlog, OrderRow, SetAsideCount, SetAsideRow, backlog, rows_of_order};
 
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
