@@ -139,4 +139,5 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION urutan_outbox_sahkan() IS 'Validates (sahkan) the outbox CHECK constraints of migration 0038 added NOT VALID, without blocking writes; one an old row breaks stays NOT VALID, with a warning. Returns how many stay NOT VALID, NULL if this role does not own outbox. Called by urutan migrate.';
-REVOKE EXECUTE ON FUNCTION urutan_outbox_sahkan() FROM PUBLIC;
+-- SECURITY INVOKER: only the table's owner validates; any other role gets
+-- NULL (so `urutan migrate` may run as any role), hence no REVOKE.

@@ -122,6 +122,20 @@ pub async fn enqueue(conn: &mut PgConnection, event: &NewEvent<'_>) -> Result<i6
     Ok(id)
 }
 
+/// Validates the outbox's CHECK constraints that migration 0038 added NOT
+/// VALID (`urutan_outbox_sahkan`: SHARE UPDATE EXCLUSIVE, so producers and
+/// the relay go on). Returns how many stay NOT VALID because a row written
+/// before them breaks them (they are enforced for new rows all the same;
+/// the database logs a warning naming each); `None` when this role does not
+/// own the table. `urutan migrate` calls it.
+pub async fn validate_constraints<'c>(
+    db: impl sqlx::PgExecutor<'c>,
+) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar("SELECT urutan_outbox_sahkan()")
+        .fetch_one(db)
+        .await
+}
+
 /// An outbox row the relay has published (broker-confirmed).
 #[derive(Debug, Clone)]
 pub struct SentRow {
