@@ -178,9 +178,11 @@ pub async fn sample_sent(
 /// before the row exists so a bad event never reaches the broker.
 fn validate(event: &NewEvent<'_>) -> Result<(), EnqueueError> {
     let id_len = event.agregat_id.len();
-    if id_len == 0 || id_len > 128 || event.agregat_id.contains('\0') {
+    // Control characters too: the worker refuses such an id (and the
+    // outbox's CHECK constraint the row).
+    if id_len == 0 || id_len > 128 || !crate::message::is_plain_id(event.agregat_id) {
         return Err(EnqueueError::Invalid(
-            "agregat_id must be 1-128 bytes without NUL",
+            "agregat_id must be 1-128 bytes without control characters",
         ));
     }
     let status_len = event.status.chars().count();
@@ -224,6 +226,8 @@ mod tests {
         assert!(validate(&event("P", "dibuat", 1)).is_ok());
         assert!(validate(&event("", "dibuat", 1)).is_err());
         assert!(validate(&event(&"x".repeat(129), "dibuat", 1)).is_err());
+        assert!(validate(&event("a\nb", "dibuat", 1)).is_err());
+        assert!(validate(&event("a\0b", "dibuat", 1)).is_err());
         assert!(validate(&event("P", "", 1)).is_err());
         assert!(validate(&event("P", &"s".repeat(65), 1)).is_err());
         assert!(validate(&event("P", "dibuat", 0)).is_err());
