@@ -954,6 +954,50 @@ COMMENT ON FUNCTION public.urutan_menunggu_kembali(p_id text, p_versi bigint, p_
 
 
 --
+-- Name: urutan_outbox_sahkan(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_outbox_sahkan() RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_tabel REGCLASS := to_regclass(format('%I.outbox', current_schema()));
+    v_sisa  INT := 0;
+    r RECORD;
+BEGIN
+    IF v_tabel IS NULL
+       OR NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = v_tabel), 'USAGE') THEN
+        RETURN NULL;
+    END IF;
+    FOR r IN
+        SELECT conname FROM pg_constraint
+        WHERE conrelid = v_tabel AND contype = 'c' AND NOT convalidated
+          AND conname IN ('outbox_agregat_id_sah', 'outbox_routing_key_sah',
+                          'outbox_payload_sah', 'outbox_alasan_sisih_sah')
+        ORDER BY conname
+    LOOP
+        BEGIN
+            EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', v_tabel, r.conname);
+        EXCEPTION WHEN check_violation THEN
+            v_sisa := v_sisa + 1;
+            RAISE WARNING 'urutan: outbox constraint % stays NOT VALID: a row written before it breaks it (it is enforced for new rows)',
+                r.conname
+                USING HINT = 'sent rows expire with their partition (OUTBOX_RETENTION); `urutan migrate` validates it again';
+        END;
+    END LOOP;
+    RETURN v_sisa;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_outbox_sahkan(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_outbox_sahkan() IS 'Validates (sahkan) the outbox CHECK constraints of migration 0038 added NOT VALID, without blocking writes; one an old row breaks stays NOT VALID, with a warning. Returns how many stay NOT VALID, NULL if this role does not own outbox. Called by urutan migrate.';
+
+
+--
 -- Name: urutan_panggil_penangan(regprocedure, jsonb, integer, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2130,7 +2174,16 @@ CREATE TABLE public.outbox (
     dikirim_pada timestamp with time zone,
     unroutable_at timestamp with time zone,
     unroutable_reason text,
-    traceparent text DEFAULT public.urutan_traceparent_producer()
+    traceparent text DEFAULT public.urutan_traceparent_producer(),
+    alasan_sisih text,
+    CONSTRAINT outbox_agregat_id_sah CHECK (((unroutable_at IS NOT NULL) OR (((octet_length(agregat_id) >= 1) AND (octet_length(agregat_id) <= 128)) AND (agregat_id !~ '[\u0001-\u001f\u007f-\u009f\ufffd]'::text)))),
+    CONSTRAINT outbox_alasan_sisih_sah CHECK (((alasan_sisih IS NULL) OR (alasan_sisih ~ '^[a-z_]{1,40}$'::text))),
+    CONSTRAINT outbox_payload_sah CHECK (((unroutable_at IS NOT NULL) OR COALESCE(((jsonb_typeof(payload) = 'object'::text) AND ((payload -> 'id'::text) = to_jsonb(agregat_id)) AND (jsonb_typeof((payload -> 'status'::text)) = 'string'::text) AND ((char_length((payload ->> 'status'::text)) >= 1) AND (char_length((payload ->> 'status'::text)) <= 64)) AND (jsonb_typeof((payload -> 'versi'::text)) = 'number'::text) AND
+CASE
+    WHEN ((payload ->> 'versi'::text) ~ '^[0-9]{1,16}$'::text) THEN ((((payload ->> 'versi'::text))::bigint >= 1) AND (((payload ->> 'versi'::text))::bigint <= '9007199254740991'::bigint))
+    ELSE false
+END), false))),
+    CONSTRAINT outbox_routing_key_sah CHECK (((unroutable_at IS NOT NULL) OR ((octet_length(routing_key) >= 1) AND (octet_length(routing_key) <= 255))))
 )
 PARTITION BY RANGE (id);
 
@@ -2153,7 +2206,14 @@ COMMENT ON COLUMN public.outbox.dikirim_pada IS 'When the relay published the ro
 -- Name: COLUMN outbox.unroutable_at; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.outbox.unroutable_at IS 'Set by the relay when the broker returned the row as unroutable (its routing key is outside <prefix>.#): set aside, not retried, reported by `urutan status`. Clear it (and unroutable_reason) to retry.';
+COMMENT ON COLUMN public.outbox.unroutable_at IS 'When the relay set the row aside instead of publishing it (the name is historical: for any reason, see alasan_sisih and unroutable_reason): not retried, reported by `urutan status` and `urutan explain`, never expired. Fix the row and clear unroutable_at, unroutable_reason and alasan_sisih to retry it.';
+
+
+--
+-- Name: COLUMN outbox.unroutable_reason; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.outbox.unroutable_reason IS 'Why the relay set the row aside, in words (alasan_sisih is the code).';
 
 
 --
@@ -2161,6 +2221,13 @@ COMMENT ON COLUMN public.outbox.unroutable_at IS 'Set by the relay when the brok
 --
 
 COMMENT ON COLUMN public.outbox.traceparent IS 'The producer''s W3C trace context (00-<trace id>-<span id>-<flags>), continued by the relay''s publish span; NULL or invalid: a new trace. Defaults to the setting urutan.traceparent.';
+
+
+--
+-- Name: COLUMN outbox.alasan_sisih; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.outbox.alasan_sisih IS 'Why the relay set the row aside (alasan sisih: set-aside reason), a bounded code: unroutable, routing_key_empty, routing_key_too_long, entity_id_too_long, entity_id_invalid, payload_invalid, body_too_large, broker_refused. Set with unroutable_at; NULL while the row is not set aside.';
 
 
 --
@@ -2197,7 +2264,16 @@ CREATE TABLE public.outbox_awal (
     unroutable_at timestamp with time zone,
     unroutable_reason text,
     traceparent text DEFAULT public.urutan_traceparent_producer(),
-    CONSTRAINT outbox_awal_batas CHECK ((id < 1))
+    alasan_sisih text,
+    CONSTRAINT outbox_agregat_id_sah CHECK (((unroutable_at IS NOT NULL) OR (((octet_length(agregat_id) >= 1) AND (octet_length(agregat_id) <= 128)) AND (agregat_id !~ '[\u0001-\u001f\u007f-\u009f\ufffd]'::text)))),
+    CONSTRAINT outbox_alasan_sisih_sah CHECK (((alasan_sisih IS NULL) OR (alasan_sisih ~ '^[a-z_]{1,40}$'::text))),
+    CONSTRAINT outbox_awal_batas CHECK ((id < 1)),
+    CONSTRAINT outbox_payload_sah CHECK (((unroutable_at IS NOT NULL) OR COALESCE(((jsonb_typeof(payload) = 'object'::text) AND ((payload -> 'id'::text) = to_jsonb(agregat_id)) AND (jsonb_typeof((payload -> 'status'::text)) = 'string'::text) AND ((char_length((payload ->> 'status'::text)) >= 1) AND (char_length((payload ->> 'status'::text)) <= 64)) AND (jsonb_typeof((payload -> 'versi'::text)) = 'number'::text) AND
+CASE
+    WHEN ((payload ->> 'versi'::text) ~ '^[0-9]{1,16}$'::text) THEN ((((payload ->> 'versi'::text))::bigint >= 1) AND (((payload ->> 'versi'::text))::bigint <= '9007199254740991'::bigint))
+    ELSE false
+END), false))),
+    CONSTRAINT outbox_routing_key_sah CHECK (((unroutable_at IS NOT NULL) OR ((octet_length(routing_key) >= 1) AND (octet_length(routing_key) <= 255))))
 );
 
 
@@ -2243,7 +2319,16 @@ CREATE TABLE public.outbox_p1 (
     dikirim_pada timestamp with time zone,
     unroutable_at timestamp with time zone,
     unroutable_reason text,
-    traceparent text DEFAULT public.urutan_traceparent_producer()
+    traceparent text DEFAULT public.urutan_traceparent_producer(),
+    alasan_sisih text,
+    CONSTRAINT outbox_agregat_id_sah CHECK (((unroutable_at IS NOT NULL) OR (((octet_length(agregat_id) >= 1) AND (octet_length(agregat_id) <= 128)) AND (agregat_id !~ '[\u0001-\u001f\u007f-\u009f\ufffd]'::text)))),
+    CONSTRAINT outbox_alasan_sisih_sah CHECK (((alasan_sisih IS NULL) OR (alasan_sisih ~ '^[a-z_]{1,40}$'::text))),
+    CONSTRAINT outbox_payload_sah CHECK (((unroutable_at IS NOT NULL) OR COALESCE(((jsonb_typeof(payload) = 'object'::text) AND ((payload -> 'id'::text) = to_jsonb(agregat_id)) AND (jsonb_typeof((payload -> 'status'::text)) = 'string'::text) AND ((char_length((payload ->> 'status'::text)) >= 1) AND (char_length((payload ->> 'status'::text)) <= 64)) AND (jsonb_typeof((payload -> 'versi'::text)) = 'number'::text) AND
+CASE
+    WHEN ((payload ->> 'versi'::text) ~ '^[0-9]{1,16}$'::text) THEN ((((payload ->> 'versi'::text))::bigint >= 1) AND (((payload ->> 'versi'::text))::bigint <= '9007199254740991'::bigint))
+    ELSE false
+END), false))),
+    CONSTRAINT outbox_routing_key_sah CHECK (((unroutable_at IS NOT NULL) OR ((octet_length(routing_key) >= 1) AND (octet_length(routing_key) <= 255))))
 );
 
 

@@ -23,8 +23,9 @@
 --             access to the outbox.
 --   relay     `urutan relay`: reads, marks and purges outbox rows; opens
 --             epochs (on every broker connect). Nothing else.
---   producer  your application: may only add rows to the outbox (INSERT or
---             SELECT urutan_enqueue(...)).
+--   producer  your application: may only add rows to the outbox (INSERT of
+--             agregat_tipe, agregat_id, routing_key, payload, traceparent,
+--             or SELECT urutan_enqueue(...)).
 --   operator  `urutan dlq`: reads and resolves dead-letter records, records
 --             messages found in the DLQ without one, reads the state that
 --             says what a replayed message became, lists and replays
@@ -181,7 +182,17 @@ GRANT EXECUTE ON FUNCTION urutan_partisi_id_siapkan(BOOLEAN), urutan_partisi_id_
 -- Producer: adds outbox rows, nothing else: with INSERT, or with
 -- urutan_enqueue (SECURITY INVOKER: it inserts with the producer's own grant
 -- and reads the default routing key's prefix from urutan_pengaturan).
-GRANT INSERT, SELECT (id) ON outbox TO :"producer_role"; -- SELECT (id): RETURNING id
+-- INSERT on the columns a producer states only: the id, the times and the
+-- relay's set-aside mark take their defaults (a planted id made another
+-- producer's insert fail with a duplicate key; a planted dikirim_pada or
+-- unroutable_at hid a row from the relay). A table-wide INSERT of an older
+-- run of this script is taken back first. The outbox's CHECK constraints
+-- (migration 0038) refuse, in the producer's own transaction, a row the
+-- relay could not publish.
+REVOKE INSERT ON outbox FROM :"producer_role";
+GRANT INSERT (agregat_tipe, agregat_id, routing_key, payload, traceparent)
+    ON outbox TO :"producer_role";
+GRANT SELECT (id) ON outbox TO :"producer_role"; -- RETURNING id
 GRANT USAGE ON SEQUENCE outbox_id_seq TO :"producer_role";
 GRANT SELECT ON urutan_pengaturan TO :"producer_role";
 GRANT EXECUTE ON FUNCTION urutan_enqueue(TEXT, TEXT, BIGINT, JSONB, TEXT) TO :"producer_role";

@@ -451,3 +451,94 @@ async fn a_refused_permission_exits_2_in_every_command() {
         );
     }
 }
+
+/// Issue 43: the producer role inserts only the columns a producer states
+/// (agregat_tipe, agregat_id, routing_key, payload, traceparent), also where
+/// an older run of the script granted INSERT on the whole table: a planted
+/// `id` made another producer's `urutan_enqueue` fail with a duplicate key,
+/// and a planted `dikirim_pada` or set-aside mark hid a row from the relay.
+/// A row the relay could not publish fails in the producer's own
+/// transaction (the CHECK constraints of migration 0038).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_producer_writes_only_its_columns_and_only_rows_the_relay_can_publish() {
+    let env = TestEnv::new("privilege_producer").await;
+    let admin = env.db().await; // the owner applies the migrations
+    let roles = PgRoles::create(&env, &[]);
+    let old_grant = format!("GRANT INSERT ON outbox TO {}", roles.name("producer"));
+    sqlx::query(sqlx::AssertSqlSafe(old_grant))
+        .execute(&admin)
+        .await
+        .expect("old grant");
+    roles.rerun();
+    admin.close().await;
+    let producer = roles.secret_url("producer");
+
+    for sql in [
+        "INSERT INTO outbox (id, agregat_tipe, agregat_id, routing_key, payload)
+         VALUES (nextval('outbox_id_seq') + 1, 'pesanan', 'P', 'pesanan.x',
+                 '{\"id\": \"P\", \"status\": \"s\", \"versi\": 1}')",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload, dikirim_pada)
+         VALUES ('pesanan', 'P', 'pesanan.x', '{\"id\": \"P\", \"status\": \"s\", \"versi\": 1}', now())",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload, dibuat_pada)
+         VALUES ('pesanan', 'P', 'pesanan.x', '{\"id\": \"P\", \"status\": \"s\", \"versi\": 1}', now())",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload, unroutable_at)
+         VALUES ('pesanan', 'P', 'pesanan.x', '[]', now())",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload, alasan_sisih)
+         VALUES ('pesanan', 'P', 'pesanan.x', '{\"id\": \"P\", \"status\": \"s\", \"versi\": 1}', 'x')",
+        "UPDATE outbox SET dikirim_pada = now()",
+    ] {
+        assert_eq!(
+            refusal(&producer, sql).await.as_deref(),
+            Some("42501"),
+            "the producer may run {sql}"
+        );
+    }
+    let check = "23514";
+    for sql in [
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'P', 'pesanan.' || repeat('k', 292),
+                 '{\"id\": \"P\", \"status\": \"s\", \"versi\": 1}')",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'P', '', '{\"id\": \"P\", \"status\": \"s\", \"versi\": 1}')",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         SELECT 'pesanan', i, 'pesanan.x', jsonb_build_object('id', i, 'status', 's', 'versi', 1)
+         FROM repeat('i', 200 * 1024) AS i",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         SELECT 'pesanan', i, 'pesanan.x', jsonb_build_object('id', i, 'status', 's', 'versi', 1)
+         FROM (VALUES (E'a\\nb'), ('')) AS v (i)",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'P', 'pesanan.x', '[\"P\", \"s\", 1]')",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'P', 'pesanan.x', '{\"status\": \"s\", \"versi\": 1}')",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'P', 'pesanan.x', '{\"id\": \"Q\", \"status\": \"s\", \"versi\": 1}')",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'P', 'pesanan.x', '{\"id\": \"P\", \"status\": \"\", \"versi\": 1}')",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'P', 'pesanan.x', '{\"id\": \"P\", \"status\": \"s\", \"versi\": 0}')",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'P', 'pesanan.x', '{\"id\": \"P\", \"status\": \"s\", \"versi\": 1.5}')",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'P', 'pesanan.x', '{\"id\": \"P\", \"status\": \"s\", \"versi\": \"1\"}')",
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', 'P', 'pesanan.x',
+                 '{\"id\": \"P\", \"status\": \"s\", \"versi\": 9007199254740992}')",
+    ] {
+        assert_eq!(
+            refusal(&producer, sql).await.as_deref(),
+            Some(check),
+            "not refused by a CHECK: {sql}"
+        );
+    }
+    // What a producer writes, with INSERT and with urutan_enqueue.
+    for sql in [
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload, traceparent)
+         VALUES ('pesanan', 'P', 'pesanan.x',
+                 '{\"id\": \"P\", \"status\": \"s\", \"versi\": 1, \"data\": [1]}',
+                 '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')
+         RETURNING id",
+        "SELECT urutan_enqueue('P', 'dibayar', 2)",
+    ] {
+        assert_eq!(refusal(&producer, sql).await, None, "refused: {sql}");
+    }
+}

@@ -1046,3 +1046,329 @@ async fn an_unroutable_outbox_row_is_set_aside_and_blocks_nothing() {
     relay.stop().await;
     pool.stop().await;
 }
+
+// ---------------------------------------------------------------------------
+// Issue 43: the relay survives any row
+// ---------------------------------------------------------------------------
+
+/// Drops the outbox's CHECK constraints (migration 0038) in this test's
+/// database, as its owner: a plain INSERT then writes any row, as every
+/// producer could before them (and as a database whose constraints were
+/// never validated still holds). `IF EXISTS`: the code before them runs the
+/// same scenario.
+async fn without_outbox_checks(db: &PgPool) {
+    sqlx::query(
+        "ALTER TABLE outbox DROP CONSTRAINT IF EXISTS outbox_agregat_id_sah,
+                            DROP CONSTRAINT IF EXISTS outbox_routing_key_sah,
+                            DROP CONSTRAINT IF EXISTS outbox_payload_sah",
+    )
+    .execute(db)
+    .await
+    .expect("drop the outbox checks");
+}
+
+/// A plain `INSERT INTO outbox` of any row; its id.
+async fn insert_raw(db: &PgPool, agregat_id: &str, routing_key: &str, payload: &str) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', $1, $2, $3::jsonb) RETURNING id",
+    )
+    .bind(agregat_id)
+    .bind(routing_key)
+    .bind(payload)
+    .fetch_one(db)
+    .await
+    .expect("insert outbox row")
+}
+
+fn contract_body(id: &str, versi: i64) -> String {
+    serde_json::json!({"id": id, "status": status_of(versi), "versi": versi}).to_string()
+}
+
+/// A relay facing `bad` rows (agregat_id, routing key, payload) written
+/// between valid ones: it sets each aside with its reason and publishes the
+/// five valid rows around them (those of its own order after it included),
+/// which are applied; it connected once (one epoch: no reconnect storm) and
+/// stays active. Returns the bad rows' ids, in order.
+struct Aside {
+    env: TestEnv,
+    db: PgPool,
+    pool: RunningPool,
+    relay: RunningRelay,
+    bad: Vec<i64>,
+}
+
+async fn rows_set_aside_between_valid_ones(name: &str, bad: &[(&str, &str, &str)]) -> Aside {
+    let env = TestEnv::new(name).await;
+    let pool = RunningPool::start(env.settings(2)).await;
+    pool.wait_ready().await;
+    let db = env.db().await;
+    without_outbox_checks(&db).await;
+    insert_raw(&db, "S-A", "pesanan.x", &contract_body("S-A", 1)).await;
+    insert_raw(&db, "S-B", "pesanan.x", &contract_body("S-B", 1)).await;
+    let mut ids = Vec::new();
+    for (agregat_id, key, payload) in bad {
+        ids.push(insert_raw(&db, agregat_id, key, payload).await);
+    }
+    insert_raw(&db, "S-A", "pesanan.x", &contract_body("S-A", 2)).await;
+    insert_raw(&db, "S-B", "pesanan.x", &contract_body("S-B", 2)).await;
+    insert_raw(&db, "S-C", "pesanan.x", &contract_body("S-C", 1)).await;
+    let relay = RunningRelay::start(env.settings(2));
+
+    wait_count(&db, APPLIED, 5, Duration::from_secs(60)).await;
+    wait_count(
+        &db,
+        "SELECT count(*) FROM outbox WHERE dikirim_pada IS NULL AND unroutable_at IS NULL",
+        0,
+        Duration::from_secs(30),
+    )
+    .await;
+    // A few seconds more: a relay that reconnects would open epochs.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(relay.is_active(), "the relay is still active");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM urutan_epoch WHERE alasan = 'relay connected'"
+        )
+        .await,
+        1,
+        "the relay connected once"
+    );
+    assert_eq!(
+        count(&db, "SELECT count(*) FROM urutan_dead_letter").await,
+        0,
+        "nothing set aside reached the worker"
+    );
+    Aside {
+        env,
+        db,
+        pool,
+        relay,
+        bad: ids,
+    }
+}
+
+/// The reason code and words of set-aside row `id` (panics if it was sent).
+async fn set_aside_reason(db: &PgPool, id: i64) -> (String, String) {
+    let (reason, words, sent): (Option<String>, Option<String>, bool) = sqlx::query_as(
+        "SELECT alasan_sisih, unroutable_reason, dikirim_pada IS NOT NULL
+         FROM outbox WHERE id = $1 AND unroutable_at IS NOT NULL",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+    .expect("read the row")
+    .unwrap_or_else(|| panic!("outbox row {id} was not set aside"));
+    assert!(!sent, "outbox row {id} was sent");
+    (reason.unwrap_or_default(), words.unwrap_or_default())
+}
+
+/// Issue 43: a 300-byte routing key panicked the relay (a panicking
+/// `ShortString` conversion), on every restart. It is set aside as
+/// `routing_key_too_long`, and `status`, `explain` and the metrics say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routing_key_over_255_bytes_is_set_aside_and_the_relay_goes_on() {
+    let _shared = broker_shared().await;
+    let key = format!("pesanan.{}", "k".repeat(292));
+    let body = contract_body("S-A", 3);
+    let aside = rows_set_aside_between_valid_ones("outbox_long_key", &[("S-A", &key, &body)]).await;
+    let (reason, words) = set_aside_reason(&aside.db, aside.bad[0]).await;
+    assert_eq!(reason, "routing_key_too_long", "{words}");
+    assert!(words.contains("300 bytes"), "{words}");
+
+    let ran = urutan(&aside.env, &[], &["status", "--json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout)
+        .unwrap_or_else(|e| panic!("status --json is not JSON ({e}):\n{ran}"));
+    let codes: Vec<&str> = json["attention"]
+        .as_array()
+        .expect("attention")
+        .iter()
+        .filter_map(|a| a["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"outbox_set_aside"), "{ran}");
+    assert_ne!(ran.code, Some(0), "{ran}");
+    assert_eq!(json["outbox"]["set_aside"].as_i64(), Some(1), "{ran}");
+    assert_eq!(
+        json["outbox"]["set_aside_by_reason"][0]["reason"].as_str(),
+        Some("routing_key_too_long"),
+        "{ran}"
+    );
+    assert_eq!(json["outbox"]["unsent"].as_i64(), Some(0), "{ran}");
+
+    let ran = urutan(&aside.env, &[], &["explain", "S-A"]).await;
+    let line = ran
+        .stdout
+        .lines()
+        .find(|l| l.contains("set-aside"))
+        .unwrap_or_else(|| panic!("no set-aside line:\n{ran}"));
+    assert!(
+        line.starts_with('3')
+            && line.contains(&aside.bad[0].to_string())
+            && line.contains("routing_key_too_long"),
+        "{line}"
+    );
+
+    let scrape = http_get(aside.pool.http, "/metrics").await.1;
+    assert!(
+        metric_sum(
+            &scrape,
+            "urutan_outbox_set_aside_total",
+            &["reason=\"routing_key_too_long\""]
+        ) >= 1.0,
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("urutan_outbox_set_aside{reason=\"routing_key_too_long\"}"),
+        "the gauge is exported"
+    );
+    aside.relay.stop().await;
+    aside.pool.stop().await;
+}
+
+/// Issue 43: a 200 KB `agregat_id` made the broker close the relay's
+/// connection (`frame_too_large`); the relay called it "broker unreachable"
+/// and reconnected three times a second, an epoch each time. It is set
+/// aside as `entity_id_too_long` before anything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_id_of_200_kb_is_set_aside_without_a_reconnect() {
+    let _shared = broker_shared().await;
+    let id = "X".repeat(200 * 1024);
+    let body = contract_body(&id, 1);
+    let aside =
+        rows_set_aside_between_valid_ones("outbox_huge_id", &[(&id, "pesanan.x", &body)]).await;
+    let (reason, words) = set_aside_reason(&aside.db, aside.bad[0]).await;
+    assert_eq!(reason, "entity_id_too_long", "{words}");
+    assert!(
+        words.len() < 200,
+        "the reason does not repeat the id: {words}"
+    );
+    aside.relay.stop().await;
+    aside.pool.stop().await;
+}
+
+/// Issue 43: a payload that is not a contract body went to the broker and
+/// was dead-lettered by the worker; the relay now sets it aside as
+/// `payload_invalid` (the worker's own decoder says why).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_that_is_not_a_contract_body_is_set_aside() {
+    let _shared = broker_shared().await;
+    let aside = rows_set_aside_between_valid_ones(
+        "outbox_bad_payload",
+        &[
+            (
+                "S-D",
+                "pesanan.x",
+                r#"{"id": "S-D", "status": "dibuat", "versi": "1"}"#,
+            ),
+            ("S-E", "pesanan.x", r#"["S-E", "dibuat", 1]"#),
+            (
+                "S-F",
+                "pesanan.x",
+                r#"{"id": "someone-else", "status": "dibuat", "versi": 1}"#,
+            ),
+        ],
+    )
+    .await;
+    for (id, said) in aside.bad.iter().zip(["versi", "JSON object", "differs"]) {
+        let (reason, words) = set_aside_reason(&aside.db, *id).await;
+        assert_eq!(reason, "payload_invalid", "{words}");
+        assert!(words.contains(said), "{words}");
+    }
+    assert_eq!(
+        count(
+            &aside.db,
+            "SELECT count(*) FROM pesanan WHERE id IN ('S-D', 'S-E', 'S-F')"
+        )
+        .await,
+        0
+    );
+    aside.relay.stop().await;
+    aside.pool.stop().await;
+}
+
+/// Issue 43, a filled database: migration 0038 sets aside the unsent rows
+/// that break its constraints (so neither the relay nor the validation trips
+/// on them), adds the constraints NOT VALID, and `urutan_outbox_sahkan`
+/// validates each one no old row breaks; an old sent row keeps its
+/// constraint NOT VALID (enforced for new rows all the same) until it goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filled_outbox_survives_the_constraints() {
+    let env = TestEnv::new("outbox_checks_filled").await;
+    let db = env.db().await;
+    without_outbox_checks(&db).await;
+    let long_key = format!("pesanan.{}", "k".repeat(292));
+    let unsent_bad = insert_raw(&db, "F-A", &long_key, &contract_body("F-A", 1)).await;
+    let unsent_bad_body = insert_raw(&db, "F-B", "pesanan.x", r#"{"id": "F-B"}"#).await;
+    let sent_bad = insert_raw(&db, &"F".repeat(129), "pesanan.x", "{}").await;
+    let good = insert_raw(&db, "F-C", "pesanan.x", &contract_body("F-C", 1)).await;
+    sqlx::query("UPDATE outbox SET dikirim_pada = now() WHERE id = $1")
+        .bind(sent_bad)
+        .execute(&db)
+        .await
+        .expect("sent");
+
+    // The migration again (it is re-runnable), on this filled outbox.
+    sqlx::raw_sql(include_str!(
+        "../../migrations/20261207000038_outbox_set_aside.sql"
+    ))
+    .execute(&db)
+    .await
+    .expect("migration 0038 on a filled outbox");
+    assert_eq!(
+        set_aside_reason(&db, unsent_bad).await.0,
+        "routing_key_too_long"
+    );
+    assert_eq!(
+        set_aside_reason(&db, unsent_bad_body).await.0,
+        "payload_invalid"
+    );
+    let good_aside: bool =
+        sqlx::query_scalar("SELECT unroutable_at IS NOT NULL FROM outbox WHERE id = $1")
+            .bind(good)
+            .fetch_one(&db)
+            .await
+            .expect("good row");
+    assert!(!good_aside, "a valid row is not set aside");
+
+    let left: Option<i32> = sqlx::query_scalar("SELECT urutan_outbox_sahkan()")
+        .fetch_one(&db)
+        .await
+        .expect("validate");
+    assert_eq!(
+        left,
+        Some(2),
+        "the old sent row breaks the id and payload rules"
+    );
+    let valid = "SELECT count(*) FROM pg_constraint
+                 WHERE conrelid = 'outbox'::regclass AND conname LIKE 'outbox\\_%\\_sah' AND convalidated";
+    assert_eq!(
+        count(&db, valid).await,
+        2,
+        "routing key and reason validated"
+    );
+    // New rows are checked all the same.
+    let refused = sqlx::query(
+        "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
+         VALUES ('pesanan', repeat('i', 129), 'pesanan.x', '{}')",
+    )
+    .execute(&db)
+    .await
+    .expect_err("a NOT VALID constraint still checks new rows");
+    assert!(
+        refused.to_string().contains("outbox_agregat_id_sah"),
+        "{refused}"
+    );
+
+    sqlx::query("DELETE FROM outbox WHERE id = $1")
+        .bind(sent_bad)
+        .execute(&db)
+        .await
+        .expect("the old row goes");
+    let left: Option<i32> = sqlx::query_scalar("SELECT urutan_outbox_sahkan()")
+        .fetch_one(&db)
+        .await
+        .expect("validate");
+    assert_eq!(left, Some(0));
+    assert_eq!(count(&db, valid).await, 4, "every constraint validated");
+}

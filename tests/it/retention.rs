@@ -66,11 +66,12 @@ async fn a_sent_outbox_partition_is_dropped_whole_and_an_unsent_row_keeps_it() {
     exec(
         &db,
         "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload, dibuat_pada, dikirim_pada)
-         SELECT 'pesanan', 'old-' || g, 'pesanan.x', '{}'::jsonb,
+         SELECT 'pesanan', 'old-' || g, 'pesanan.x', jsonb_build_object('id', 'old-' || g, 'status', 's', 'versi', 1),
                 now() - interval '8 days', now() - interval '8 days'
          FROM generate_series(1, 12000) g
          UNION ALL
-         SELECT 'pesanan', 'unsent-' || g, 'pesanan.x', '{}'::jsonb, now() - interval '30 days', NULL
+         SELECT 'pesanan', 'unsent-' || g, 'pesanan.x', jsonb_build_object('id', 'unsent-' || g, 'status', 's', 'versi', 1),
+                now() - interval '30 days', NULL
          FROM generate_series(1, 50) g",
     )
     .await;
@@ -87,7 +88,8 @@ async fn a_sent_outbox_partition_is_dropped_whole_and_an_unsent_row_keeps_it() {
     exec(
         &db,
         "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload, dikirim_pada)
-         SELECT 'pesanan', 'recent-' || g, 'pesanan.x', '{}'::jsonb, now() - interval '6 days 23 hours'
+         SELECT 'pesanan', 'recent-' || g, 'pesanan.x', jsonb_build_object('id', 'recent-' || g, 'status', 's', 'versi', 1),
+                now() - interval '6 days 23 hours'
          FROM generate_series(1, 100) g",
     )
     .await;
@@ -128,7 +130,8 @@ async fn a_sent_outbox_partition_is_dropped_whole_and_an_unsent_row_keeps_it() {
     exec_in(
         &mut producer,
         "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
-         VALUES ('pesanan', 'during-the-drop', 'pesanan.x', '{}')",
+         VALUES ('pesanan', 'during-the-drop', 'pesanan.x',
+                 '{\"id\": \"during-the-drop\", \"status\": \"s\", \"versi\": 1}')",
     )
     .await;
     producer.rollback().await.expect("rollback");
@@ -222,7 +225,8 @@ async fn partitions_ahead_are_sized_to_a_day_of_ids() {
     exec(
         &db,
         "INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload, dibuat_pada)
-         VALUES ('pesanan', 'first', 'pesanan.x', '{}'::jsonb, now() - interval '2 hours')",
+         VALUES ('pesanan', 'first', 'pesanan.x',
+                 '{\"id\": \"first\", \"status\": \"s\", \"versi\": 1}', now() - interval '2 hours')",
     )
     .await;
     exec(&db, "SELECT setval('outbox_id_seq', 1 << 23)").await;

@@ -18,8 +18,8 @@ pub struct Line {
     pub versi: i64,
     /// The last version of the run (same as `versi` for one version).
     pub through: i64,
-    /// `applied`, `parked`, `dead-lettered`, `unsent`, `queued`, `stale`,
-    /// `missing`.
+    /// `applied`, `parked`, `dead-lettered`, `unsent`, `set-aside`,
+    /// `queued`, `stale`, `missing`.
     pub what: &'static str,
     pub shard: Option<i32>,
     pub epoch: String,
@@ -156,11 +156,19 @@ fn version(x: &Explanation, stored: i64, v: i64, now: DateTime<Utc>) -> Vec<Line
             ..line(v)
         });
     }
+    // A row the relay set aside is told whatever else happened to its
+    // version: it waits for an operator.
+    told.extend(
+        outbox
+            .iter()
+            .filter(|o| o.versi == Some(v) && o.set_aside.is_some())
+            .map(|o| outbox_row(o, v, now)),
+    );
     if applied.is_none() && parked.is_empty() {
         told.extend(
             outbox
                 .iter()
-                .filter(|o| o.versi == Some(v))
+                .filter(|o| o.versi == Some(v) && o.set_aside.is_none())
                 .filter(|o| !stale.iter().any(|s| s.message_id == o.id.to_string()))
                 .map(|o| outbox_row(o, v, now)),
         );
@@ -180,9 +188,19 @@ fn version(x: &Explanation, stored: i64, v: i64, now: DateTime<Utc>) -> Vec<Line
     told
 }
 
-/// Known version `v` as its outbox row `o` tells it (nothing applied or
-/// parked): unsent, queued, or processed and stale.
+/// Known version `v` as its outbox row `o` tells it: set aside by the
+/// relay, or (nothing applied or parked) unsent, queued, or processed and
+/// stale.
 fn outbox_row(o: &OrderRow, v: i64, now: DateTime<Utc>) -> Line {
+    if let Some(aside) = &o.set_aside {
+        return Line {
+            what: "set-aside",
+            message_id: o.id.to_string(),
+            at: Some(aside.at),
+            note: set_aside_note(aside),
+            ..line(v)
+        };
+    }
     let (what, at, note) = match (o.sent_at, o.processed) {
         (None, _) => (
             "unsent",
@@ -214,6 +232,15 @@ fn outbox_row(o: &OrderRow, v: i64, now: DateTime<Utc>) -> Line {
         note,
         ..line(v)
     }
+}
+
+/// Why an outbox row was set aside, and what the operator does about it.
+pub fn set_aside_note(aside: &urutan::outbox::SetAsideRow) -> String {
+    format!(
+        "outbox row set aside by the relay, never published: reason {}: {}; fix the row and \
+         clear its unroutable_at to retry it, or delete it",
+        aside.reason, aside.detail
+    )
 }
 
 fn line(versi: i64) -> Line {
@@ -394,6 +421,7 @@ mod tests {
             written_at: at(),
             sent_at: Some(at()),
             processed: false,
+            set_aside: None,
         }]);
         let lines = lines(&x, at());
         assert_eq!(
@@ -457,6 +485,35 @@ mod tests {
                 .contains("versi 5 (E-v5) was handed back to shard 001")
                 && !parked.note.contains("neither holds now"),
             "{parked:?}"
+        );
+    }
+
+    #[test]
+    fn a_set_aside_outbox_row_is_told_with_its_reason() {
+        let mut x = order();
+        x.outbox = Ok(vec![OrderRow {
+            id: 71,
+            versi: Some(4),
+            written_at: at(),
+            sent_at: None,
+            processed: false,
+            set_aside: Some(urutan::outbox::SetAsideRow {
+                at: at(),
+                reason: "routing_key_too_long".into(),
+                detail: "the routing key is 300 bytes".into(),
+            }),
+        }]);
+        let lines = lines(&x, at());
+        let aside = lines
+            .iter()
+            .find(|l| l.what == "set-aside")
+            .expect("a set-aside line although versi 4 is applied");
+        assert_eq!((aside.versi, aside.message_id.as_str()), (4, "71"));
+        assert!(
+            aside
+                .note
+                .contains("reason routing_key_too_long: the routing key is 300 bytes"),
+            "{aside:?}"
         );
     }
 

@@ -138,9 +138,16 @@ impl Status {
                 let oldest = o.oldest_unsent_at.map_or(String::new(), |t| {
                     format!(", the oldest {} old", age(now, t))
                 });
-                let aside = match o.unroutable {
+                let aside = match o.set_aside {
                     0 => String::new(),
-                    n => format!(", {n} set aside as unroutable"),
+                    n => format!(
+                        ", {n} set aside ({})",
+                        o.set_aside_by_reason
+                            .iter()
+                            .map(|c| format!("{} {}", c.count, c.reason))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
                 };
                 writeln!(
                     f,
@@ -313,6 +320,17 @@ impl fmt::Display for Explanation {
                 d.reason,
                 d.detail
             )?;
+        }
+        for o in self.outbox.iter().flatten().filter(|o| o.versi.is_none()) {
+            if let Some(aside) = &o.set_aside {
+                writeln!(
+                    f,
+                    "(version unknown) outbox row {} {}: {}",
+                    o.id,
+                    when(aside.at),
+                    crate::terminal::Clean(&super::story::set_aside_note(aside))
+                )?;
+            }
         }
         super::effects_view::explain_lines(self, now, f)?;
         for a in self.audit.iter().flatten() {

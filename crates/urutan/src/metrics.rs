@@ -19,6 +19,8 @@ pub const OUTBOX_PUBLISHED_TOTAL: &str = "urutan_outbox_published_total";
 pub const OUTBOX_BACKLOG: &str = "urutan_outbox_backlog";
 pub const OUTBOX_UNROUTABLE_TOTAL: &str = "urutan_outbox_unroutable_total";
 pub const OUTBOX_UNROUTABLE: &str = "urutan_outbox_unroutable";
+pub const OUTBOX_SET_ASIDE_TOTAL: &str = "urutan_outbox_set_aside_total";
+pub const OUTBOX_SET_ASIDE: &str = "urutan_outbox_set_aside";
 pub const HANDOFFS_TOTAL: &str = "urutan_handoffs_total";
 pub const PARKED_MESSAGES: &str = "urutan_parked_messages";
 pub const PARKED_TOTAL: &str = "urutan_parked_total";
@@ -191,6 +193,10 @@ pub fn register_worker() {
 pub fn register_relay() {
     metrics::counter!(OUTBOX_PUBLISHED_TOTAL).increment(0);
     metrics::counter!(OUTBOX_UNROUTABLE_TOTAL).increment(0);
+    for reason in crate::outbox::check::SetAside::ALL {
+        metrics::counter!(OUTBOX_SET_ASIDE_TOTAL, "reason" => reason.reason()).increment(0);
+        metrics::gauge!(OUTBOX_SET_ASIDE, "reason" => reason.reason()).set(0.0);
+    }
     metrics::counter!(EPOCHS_TOTAL).increment(0);
     metrics::counter!(BROKER_RECONNECTS_TOTAL).increment(0);
     let _ = metrics::histogram!(OUTBOX_PUBLISH_DURATION_SECONDS);
@@ -302,7 +308,7 @@ fn describe() {
     );
     describe_gauge!(
         OUTBOX_BACKLOG,
-        "Outbox rows not yet sent (set-aside unroutable rows excluded)."
+        "Outbox rows not yet sent (set-aside rows excluded)."
     );
     describe_counter!(
         OUTBOX_UNROUTABLE_TOTAL,
@@ -311,6 +317,14 @@ fn describe() {
     describe_gauge!(
         OUTBOX_UNROUTABLE,
         "Outbox rows set aside as unroutable, waiting for an operator."
+    );
+    describe_counter!(
+        OUTBOX_SET_ASIDE_TOTAL,
+        "Outbox rows the relay set aside instead of publishing, by reason (unroutable, a contract rule broken, refused by the broker)."
+    );
+    describe_gauge!(
+        OUTBOX_SET_ASIDE,
+        "Outbox rows set aside and not resolved, by reason, waiting for an operator."
     );
     describe_gauge!(
         READY,

@@ -189,8 +189,16 @@ pub(super) fn overview(s: &Status) -> Markup {
             @if let Some(o) = &s.outbox {
                 h2 { "Outbox" }
                 p {
-                    (o.unsent) " unsent (oldest " (at(o.oldest_unsent_at)) "), " (o.unroutable) " unroutable; relay: "
+                    (o.unsent) " unsent (oldest " (at(o.oldest_unsent_at)) "), " (o.set_aside) " set aside; relay: "
                     @match &o.relay { Some(r) => { "active (pid " (r.pid) ")" }, None => { "none active" } }
+                }
+                @if !o.set_aside_by_reason.is_empty() {
+                    p { "Set aside, never published (the relay goes on with the rows behind them; " code { "urutan explain ORDER_ID" } " shows each row and why):" }
+                    ul {
+                        @for c in &o.set_aside_by_reason {
+                            li { code { (c.reason) } ": " (c.count) ", oldest written " (at(c.oldest_at)) }
+                        }
+                    }
                 }
             }
             @if let Some(e) = &s.effects {

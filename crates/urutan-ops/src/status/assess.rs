@@ -283,6 +283,25 @@ fn outbox(status: &Status, at: &Clock, found: &mut Vec<Attention>) {
             ),
         ));
     }
+    if let Some(o) = status.outbox.as_ref() {
+        let refused: Vec<String> = o
+            .set_aside_by_reason
+            .iter()
+            .filter(|c| c.reason != "unroutable")
+            .map(|c| format!("{} {}", c.count, c.reason))
+            .collect();
+        if !refused.is_empty() {
+            found.push(attention(
+                "outbox_set_aside",
+                format!(
+                    "outbox row(s) set aside, never published ({}): they break the contract \
+                     (section 2) or the broker refused them; `urutan explain ORDER_ID` shows \
+                     each; fix the row and clear `unroutable_at`, or delete it",
+                    refused.join(", ")
+                ),
+            ));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -358,6 +377,8 @@ mod tests {
                 unsent: 0,
                 oldest_unsent_at: None,
                 unroutable: 0,
+                set_aside: 0,
+                set_aside_by_reason: Vec::new(),
                 relay: None,
             }),
             orders: Some(Orders {
@@ -504,6 +525,8 @@ mod tests {
             unsent: 7,
             oldest_unsent_at: Some(minutes_ago(4)),
             unroutable: 0,
+            set_aside: 0,
+            set_aside_by_reason: Vec::new(),
             relay: None,
         });
         assert_eq!(codes(&s), Vec::<&str>::new(), "4 min is not stuck yet");
@@ -514,6 +537,8 @@ mod tests {
             unsent: 7,
             oldest_unsent_at: Some(minutes_ago(6)),
             unroutable: 1,
+            set_aside: 1,
+            set_aside_by_reason: vec![aside("unroutable", 1)],
             relay: None,
         });
         assert_eq!(
@@ -528,6 +553,38 @@ mod tests {
         );
         let found = assess(&s, now(), Duration::from_secs(300));
         assert!(found[3].message.contains("no relay is active"), "{found:?}");
+    }
+
+    fn aside(reason: &str, count: i64) -> urutan::outbox::SetAsideCount {
+        urutan::outbox::SetAsideCount {
+            reason: reason.into(),
+            count,
+            oldest_at: Some(minutes_ago(1)),
+        }
+    }
+
+    #[test]
+    fn outbox_rows_set_aside_need_attention_with_their_reasons() {
+        let mut s = healthy();
+        s.outbox = Some(Outbox {
+            unsent: 0,
+            oldest_unsent_at: None,
+            unroutable: 0,
+            set_aside: 3,
+            set_aside_by_reason: vec![
+                aside("routing_key_too_long", 2),
+                aside("payload_invalid", 1),
+            ],
+            relay: None,
+        });
+        let found = assess(&s, now(), Duration::from_secs(300));
+        assert_eq!(codes(&s), ["outbox_set_aside"]);
+        assert!(
+            found[0]
+                .message
+                .contains("2 routing_key_too_long, 1 payload_invalid"),
+            "{found:?}"
+        );
     }
 
     #[test]

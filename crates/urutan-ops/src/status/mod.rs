@@ -141,7 +141,7 @@ pub struct Attention {
     /// `no_ring`, `resharding_stuck`, `window_stuck`, `shard_queue_missing`,
     /// `shard_without_consumer`, `epoch_not_passed`, `epoch_unexplained`, `parked_too_long`,
     /// `dead_letter_queue_missing`, `dead_letters`, `outbox_backlog`,
-    /// `outbox_unroutable`, `orders_held`, `orders_retrying`,
+    /// `outbox_unroutable`, `outbox_set_aside`, `orders_held`, `orders_retrying`,
     /// `effects_dead_lettered`.
     pub code: &'static str,
     pub message: String,
@@ -216,6 +216,14 @@ pub struct Outbox {
     /// Rows set aside by the relay as unroutable (not in `unsent`): they
     /// wait for an operator (migration 0017 says how to retry one).
     pub unroutable: i64,
+    /// Every row the relay set aside (not in `unsent`, `unroutable`
+    /// included): it breaks the contract's section 2, the broker returned
+    /// or refused it (migration 0038).
+    pub set_aside: i64,
+    /// The same by reason (`unroutable`, `routing_key_too_long`,
+    /// `entity_id_too_long`, `payload_invalid`, `body_too_large`,
+    /// `broker_refused`, ...), most first.
+    pub set_aside_by_reason: Vec<urutan::outbox::SetAsideCount>,
     /// The session holding the relay's lock (`None`: no relay is active).
     pub relay: Option<Session>,
 }

@@ -91,6 +91,8 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
         unsent: backlog.unsent,
         oldest_unsent_at: backlog.oldest_unsent_at,
         unroutable: backlog.unroutable,
+        set_aside: backlog.set_aside.iter().map(|c| c.count).sum(),
+        set_aside_by_reason: backlog.set_aside,
         relay,
     });
     Ok(read)

@@ -2,14 +2,18 @@
 //! event in ONE transaction ([`enqueue`]); `urutan relay` ([`relay`]) moves
 //! the rows to the broker with publisher confirms, in order per aggregate.
 //! The operator commands read it here too ([`rows_of_order`], [`backlog`]).
+//! A row the relay cannot publish is set aside with its reason
+//! ([`check::SetAside`]) and holds up nothing behind it.
 //! Producers in other languages call the SQL function `urutan_enqueue`,
 //! which reads the pipeline's defaults that [`defaults`] records.
 
+pub mod check;
 pub mod defaults;
+mod publish;
 mod read;
 pub mod relay;
 
-pub use read::{Backlog, OrderRow, backlog, rows_of_order};
+pub use read::{Backlog, OrderRow, SetAsideCount, SetAsideRow, backlog, rows_of_order};
 
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
@@ -118,6 +122,20 @@ pub async fn enqueue(conn: &mut PgConnection, event: &NewEvent<'_>) -> Result<i6
     Ok(id)
 }
 
+/// Validates the outbox's CHECK constraints that migration 0038 added NOT
+/// VALID (`urutan_outbox_sahkan`: SHARE UPDATE EXCLUSIVE, so producers and
+/// the relay go on). Returns how many stay NOT VALID because a row written
+/// before them breaks them (they are enforced for new rows all the same;
+/// the database logs a warning naming each); `None` when this role does not
+/// own the table. `urutan migrate` calls it.
+pub async fn validate_constraints<'c>(
+    db: impl sqlx::PgExecutor<'c>,
+) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar("SELECT urutan_outbox_sahkan()")
+        .fetch_one(db)
+        .await
+}
+
 /// An outbox row the relay has published (broker-confirmed).
 #[derive(Debug, Clone)]
 pub struct SentRow {
@@ -160,9 +178,11 @@ pub async fn sample_sent(
 /// before the row exists so a bad event never reaches the broker.
 fn validate(event: &NewEvent<'_>) -> Result<(), EnqueueError> {
     let id_len = event.agregat_id.len();
-    if id_len == 0 || id_len > 128 || event.agregat_id.contains('\0') {
+    // Control characters too: the worker refuses such an id (and the
+    // outbox's CHECK constraint the row).
+    if id_len == 0 || id_len > 128 || !crate::message::is_plain_id(event.agregat_id) {
         return Err(EnqueueError::Invalid(
-            "agregat_id must be 1-128 bytes without NUL",
+            "agregat_id must be 1-128 bytes without control characters",
         ));
     }
     let status_len = event.status.chars().count();
@@ -206,6 +226,8 @@ mod tests {
         assert!(validate(&event("P", "dibuat", 1)).is_ok());
         assert!(validate(&event("", "dibuat", 1)).is_err());
         assert!(validate(&event(&"x".repeat(129), "dibuat", 1)).is_err());
+        assert!(validate(&event("a\nb", "dibuat", 1)).is_err());
+        assert!(validate(&event("a\0b", "dibuat", 1)).is_err());
         assert!(validate(&event("P", "", 1)).is_err());
         assert!(validate(&event("P", &"s".repeat(65), 1)).is_err());
         assert!(validate(&event("P", "dibuat", 0)).is_err());

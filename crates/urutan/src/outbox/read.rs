@@ -18,6 +18,19 @@ pub struct OrderRow {
     pub sent_at: Option<DateTime<Utc>>,
     /// Its message id (the row id) is recorded as processed.
     pub processed: bool,
+    /// Set aside by the relay, never published (`None`: not set aside).
+    pub set_aside: Option<SetAsideRow>,
+}
+
+/// Why and when the relay set an outbox row aside (migration 0038).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAsideRow {
+    pub at: DateTime<Utc>,
+    /// The code (`super::check::SetAside::reason`; `unroutable` for a row
+    /// set aside before the codes existed).
+    pub reason: String,
+    /// Why, in words.
+    pub detail: String,
 }
 
 impl FromRow<'_, PgRow> for OrderRow {
@@ -26,7 +39,18 @@ impl FromRow<'_, PgRow> for OrderRow {
     /// the read.
     fn from_row(row: &PgRow) -> Result<Self, sqlx::Error> {
         let versi: Option<String> = row.try_get("versi")?;
+        let aside_at: Option<DateTime<Utc>> = row.try_get("set_aside_at")?;
         Ok(Self {
+            set_aside: match aside_at {
+                Some(at) => Some(SetAsideRow {
+                    at,
+                    reason: row.try_get("set_aside_reason")?,
+                    detail: row
+                        .try_get::<Option<String>, _>("set_aside_detail")?
+                        .unwrap_or_default(),
+                }),
+                None => None,
+            },
             id: row.try_get("id")?,
             versi: versi.and_then(|v| v.parse().ok()),
             written_at: row.try_get("written_at")?,
@@ -42,7 +66,9 @@ impl FromRow<'_, PgRow> for OrderRow {
 pub async fn rows_of_order(db: &PgPool, order_id: &str) -> Result<Vec<OrderRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT o.id, o.payload->>'versi' AS versi, o.dibuat_pada AS written_at,
-                o.dikirim_pada AS sent_at,
+                o.dikirim_pada AS sent_at, o.unroutable_at AS set_aside_at,
+                coalesce(o.alasan_sisih, 'unroutable') AS set_aside_reason,
+                o.unroutable_reason AS set_aside_detail,
                 EXISTS (SELECT 1 FROM pesan_diproses d WHERE d.message_id = o.id::text
                                 AND d.pesanan_id IN (o.agregat_id, '')) AS processed
          FROM outbox o WHERE o.agregat_id = $1 ORDER BY o.id",
@@ -53,24 +79,57 @@ pub async fn rows_of_order(db: &PgPool, order_id: &str) -> Result<Vec<OrderRow>,
 }
 
 /// What waits in the outbox.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, Default)]
 pub struct Backlog {
-    /// Rows not sent yet, those set aside as unroutable left out.
+    /// Rows not sent yet, those set aside left out.
     pub unsent: i64,
     /// When the oldest of them was written.
     pub oldest_unsent_at: Option<DateTime<Utc>>,
-    /// Rows the relay set aside as unroutable (not sent).
+    /// Rows the relay set aside as unroutable (not sent): the `unroutable`
+    /// count of `set_aside`.
     pub unroutable: i64,
+    /// Rows the relay set aside (not sent), by reason, most first.
+    pub set_aside: Vec<SetAsideCount>,
 }
 
-/// The outbox's backlog now (`urutan status`, and the relay's gauges).
+/// How many unsent rows are set aside for one reason, and since when.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SetAsideCount {
+    pub reason: String,
+    pub count: i64,
+    /// When the oldest of them was written.
+    #[serde(serialize_with = "crate::rfc3339::option")]
+    pub oldest_at: Option<DateTime<Utc>>,
+}
+
+/// The outbox's backlog now (`urutan status`, and the relay's gauges): one
+/// pass over the unsent rows (the partial index), grouped by reason.
 pub async fn backlog(db: impl PgExecutor<'_>) -> Result<Backlog, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE unroutable_at IS NULL) AS unsent,
-                min(dibuat_pada) FILTER (WHERE unroutable_at IS NULL) AS oldest_unsent_at,
-                count(*) FILTER (WHERE unroutable_at IS NOT NULL) AS unroutable
-         FROM outbox WHERE dikirim_pada IS NULL",
+    let groups: Vec<(Option<String>, i64, Option<DateTime<Utc>>)> = sqlx::query_as(
+        "SELECT CASE WHEN unroutable_at IS NOT NULL THEN coalesce(alasan_sisih, 'unroutable') END,
+                count(*), min(dibuat_pada)
+         FROM outbox WHERE dikirim_pada IS NULL GROUP BY 1",
     )
-    .fetch_one(db)
-    .await
+    .fetch_all(db)
+    .await?;
+    let mut backlog = Backlog::default();
+    for (reason, count, oldest_at) in groups {
+        match reason {
+            None => (backlog.unsent, backlog.oldest_unsent_at) = (count, oldest_at),
+            Some(reason) => {
+                if reason == super::check::SetAside::Unroutable.reason() {
+                    backlog.unroutable = count;
+                }
+                backlog.set_aside.push(SetAsideCount {
+                    reason,
+                    count,
+                    oldest_at,
+                });
+            }
+        }
+    }
+    backlog
+        .set_aside
+        .sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.reason.cmp(&b.reason)));
+    Ok(backlog)
 }

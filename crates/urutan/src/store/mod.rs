@@ -265,6 +265,14 @@ pub async fn prepare(url: &SecretUrl, size: u32) -> Result<PgPool, sqlx::Error> 
             .map(drop)
             .map_err(sqlx::migrate::MigrateError::Execute);
     }
+    if migrated.is_ok() {
+        // The outbox's constraints added NOT VALID (migration 0038),
+        // validated while writes go on.
+        migrated = crate::outbox::validate_constraints(&migrator_pool)
+            .await
+            .map(drop)
+            .map_err(sqlx::migrate::MigrateError::Execute);
+    }
     migrator_pool.close().await;
     match migrated {
         Ok(()) => Ok(pool),
