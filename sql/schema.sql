@@ -137,6 +137,29 @@ COMMENT ON FUNCTION public.urutan_celah_dilewati(p_id text, p_diparkir timestamp
 
 
 --
+-- Name: urutan_celah_penuh(integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_celah_penuh(p_shard integer) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    v_maks BIGINT := coalesce(nullif(current_setting('urutan.gap_max', true), ''), '100000')::bigint;
+BEGIN
+    RETURN (SELECT count(*) FROM (SELECT 1 FROM urutan_parkir u WHERE u.shard = p_shard
+                                  LIMIT v_maks) s) >= v_maks;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_celah_penuh(p_shard integer); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_celah_penuh(p_shard integer) IS 'Is the shard full (penuh) of parked versions: at least urutan.gap_max (GAP_WAITING_MAX) rows in urutan_parkir? A version that would wait for a gap is then dead-lettered as gap_limit.';
+
+
+--
 -- Name: urutan_celah_tunggu(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1788,6 +1811,17 @@ BEGIN
            OR (v_epoch IS DISTINCT FROM v_posisi
                AND v_posisi > coalesce(urutan_epoch_selesai(), v_posisi))
            OR urutan_menunggu_kembali(v_id, v_versi_baru, v_versi))) THEN
+        -- A version waiting for a gap only (GAP_POLICY=wait, its order not
+        -- held): refused once the shard already keeps urutan.gap_max parked
+        -- rows, so what a producer plants stays bounded (issue 43). Its
+        -- claim goes with it: a replay is applied, not a duplicate.
+        IF NOT v_ditahan AND urutan_celah_tunggu()
+           AND urutan_celah_penuh(p_shard) THEN
+            DELETE FROM pesan_diproses d
+            WHERE d.message_id = v_message_id AND d.pesanan_id = v_id
+              AND d.diproses_pada = now();
+            RETURN 'gap_limit';
+        END IF;
         INSERT INTO urutan_parkir (pesanan_id, message_id, status, versi, data, shard, epoch, pesan)
         VALUES (v_id, v_message_id, p_pesan->>'status', v_versi_baru, p_pesan->'data',
                 p_shard, v_posisi, p_pesan);
@@ -1806,7 +1840,7 @@ $$;
 -- Name: FUNCTION urutan_terapkan(p_pesan jsonb, p_shard integer); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_terapkan(p_pesan jsonb, p_shard integer) IS 'Applies one message (terapkan: apply) in one transaction: dedup claim per order, then parking (a held order, or older versions that may still come), else the versioned write; the message holding its order goes through and ends the hold.';
+COMMENT ON FUNCTION public.urutan_terapkan(p_pesan jsonb, p_shard integer) IS 'Applies one message (terapkan: apply) in one transaction: dedup claim per order, then parking (a held order, or older versions that may still come; a gap''s waiting version refused as gap_limit once its shard keeps GAP_WAITING_MAX parked rows), else the versioned write; the message holding its order goes through and ends the hold.';
 
 
 --

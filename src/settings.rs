@@ -170,6 +170,13 @@ pub struct SettingsArgs {
     #[arg(long, global = true, env = "GAP_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     pub gap_timeout: Duration,
 
+    /// With GAP_POLICY=wait, the parked versions one shard keeps: past
+    /// it, a version that would wait for a missing one is dead-lettered
+    /// (`gap_limit`; replay it once the gap is filled).
+    #[arg(long, global = true, env = "GAP_WAITING_MAX", default_value_t = 100_000,
+          value_parser = value_parser!(u32).range(1..=100_000_000))]
+    pub gap_waiting_max: u32,
+
     /// Prefix of every broker object name (`pesanan`, `pesanan-hash`,
     /// `pesanan.shard-000`, ...); default: ENTITY.
     #[arg(long, global = true, env = "TOPOLOGY_PREFIX", value_parser = parse_prefix)]
@@ -238,6 +245,7 @@ impl From<SettingsArgs> for Settings {
             on_refused: a.on_refused,
             gap_policy: a.gap_policy,
             gap_timeout: a.gap_timeout,
+            gap_waiting_max: a.gap_waiting_max,
             database_schema: a.database_schema,
             handler_function: a.handler_function,
             max_body_bytes: a.max_body_bytes,

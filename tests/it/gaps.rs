@@ -191,3 +191,69 @@ async fn the_missing_version_arriving_late_ends_the_gap_hold() {
     );
     s.pool.stop().await;
 }
+
+/// What a producer plants above gaps is bounded (issue 43): with
+/// `GAP_WAITING_MAX=5` a shard keeps 5 waiting versions; the next one that
+/// would wait is dead-lettered (`gap_limit`) with its claim withdrawn, so
+/// once its gap is filled a replay applies it. Orders without a gap, and
+/// the versions already waiting, are not touched. Strict and batch mode.
+#[tokio::test]
+async fn versions_waiting_for_gaps_are_capped_per_shard() {
+    for prefetch in [1, 16] {
+        let s = scene(&format!("gap_cap_{prefetch}"), prefetch, |s| {
+            s.shard_count = 1;
+            s.gap_waiting_max = 5;
+        })
+        .await;
+        // Eight orders' v2 with no v1: five wait, three are refused.
+        let planted: Vec<Msg> = (0..8).map(|i| Msg::event(&format!("G{i}"), 2)).collect();
+        s.env.publisher().await.send_all(&planted).await;
+        wait_count(
+            &s.db,
+            "SELECT count(*) FROM urutan_dead_letter WHERE reason = 'gap_limit'",
+            3,
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(count(&s.db, "SELECT count(*) FROM urutan_parkir").await, 5);
+        // A message with no gap still goes through at once.
+        s.env
+            .publisher()
+            .await
+            .send_all(&[Msg::event("free", 1)])
+            .await;
+        wait_stored(&s.db, "free", 1).await;
+        // The gaps filled: the waiting ones are released, a refused one is
+        // applied by its replay (not a duplicate: its claim was withdrawn).
+        let refused: Vec<String> = sqlx::query_scalar(
+            "SELECT pesanan_id FROM urutan_dead_letter WHERE reason = 'gap_limit' ORDER BY 1",
+        )
+        .fetch_all(&s.db)
+        .await
+        .expect("refused orders");
+        let firsts: Vec<Msg> = (0..8).map(|i| Msg::event(&format!("G{i}"), 1)).collect();
+        s.env.publisher().await.send_all(&firsts).await;
+        let waited: Vec<String> = (0..8)
+            .map(|i| format!("G{i}"))
+            .filter(|o| !refused.contains(o))
+            .collect();
+        for order in &waited {
+            wait_stored(&s.db, order, 2).await;
+        }
+        let victim = &refused[0];
+        wait_stored(&s.db, victim, 1).await;
+        let replay = urutan(&s.env, &[], &["dlq", "replay", &format!("{victim}-v2")]).await;
+        assert!(replay.ok(), "{replay}");
+        wait_stored(&s.db, victim, 2).await;
+        assert_eq!(calls(&s.db, victim).await, [(1, None), (2, Some(1))]);
+        let scrape = http_get(s.pool.http, "/metrics").await.1;
+        assert!(
+            metric_sum(
+                &scrape,
+                "urutan_dead_letters_total",
+                &["reason=\"gap_limit\""]
+            ) >= 3.0
+        );
+        s.pool.stop().await;
+    }
+}

@@ -106,6 +106,9 @@ pub struct Settings {
     /// order is held (`GAP_TIMEOUT`).
     pub gap_policy: GapPolicy,
     pub gap_timeout: Duration,
+    /// With `GAP_POLICY=wait`: the parked versions a shard keeps before a
+    /// version that would wait for a gap is dead-lettered (`gap_limit`).
+    pub gap_waiting_max: u32,
 
     /// Prefix of every broker object name (`pesanan`, `pesanan-hash`,
     /// `pesanan.shard-000`, ...); defaults to the entity.
@@ -176,6 +179,7 @@ impl Default for Settings {
             on_refused: OnRefused::Hold,
             gap_policy: GapPolicy::Apply,
             gap_timeout: Duration::from_secs(600),
+            gap_waiting_max: 100_000,
             topology_prefix: DEFAULT_ENTITY.to_owned(),
             max_body_bytes: 1024 * 1024,
             database_pool_size: None,
@@ -237,8 +241,10 @@ impl Settings {
             options.push(("urutan.handler", handler.as_str()));
         }
         // Read by the apply and release functions (`urutan_celah_tunggu`).
+        let gap_max = self.gap_waiting_max.to_string();
         if self.gap_policy == GapPolicy::Wait {
             options.push(("urutan.gap", "wait"));
+            options.push(("urutan.gap_max", gap_max.as_str()));
         }
         with_options(&self.database_url, &options)
     }

@@ -130,6 +130,10 @@ pub enum Rejection {
     HandlerRefused,
     #[error("set aside after a transient failure, it failed RETRY_MAX_ATTEMPTS times")]
     RetriesExhausted,
+    #[error(
+        "it would wait for a missing version while its shard already keeps GAP_WAITING_MAX parked versions"
+    )]
+    GapLimit,
 }
 
 impl Rejection {
@@ -138,7 +142,7 @@ impl Rejection {
     /// (`message_id_reused` is retired: dedup is per (entity id, message
     /// id), migration 0037. Dead-letter records keep their reason as text,
     /// so an old record with it still lists, shows and replays.)
-    pub const ALL: [Rejection; 21] = [
+    pub const ALL: [Rejection; 22] = [
         Rejection::HeadersTooLarge,
         Rejection::MissingMessageId,
         Rejection::InvalidMessageId,
@@ -160,6 +164,7 @@ impl Rejection {
         Rejection::HeadersTooDeep,
         Rejection::HandlerRefused,
         Rejection::RetriesExhausted,
+        Rejection::GapLimit,
     ];
 
     /// The `reason` label of `urutan_dead_letters_total`.
@@ -186,6 +191,7 @@ impl Rejection {
             Self::HeadersTooDeep => "headers_too_deep",
             Self::HandlerRefused => "handler_refused",
             Self::RetriesExhausted => "retries_exhausted",
+            Self::GapLimit => "gap_limit",
         }
     }
 }

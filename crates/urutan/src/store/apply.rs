@@ -80,6 +80,7 @@ pub fn parse_result(result: &str) -> Applied {
         "stale" => Applied::Done(Outcome::Stale),
         "duplicate" => Applied::Done(Outcome::Duplicate),
         "parked" => Applied::Parked,
+        "gap_limit" => Applied::Done(Outcome::DeadLettered(crate::message::Rejection::GapLimit)),
         other => unreachable!("urutan_terapkan returned {other:?}"),
     }
 }
