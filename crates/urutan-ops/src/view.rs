@@ -188,7 +188,9 @@ impl Status {
         let now = self.checked_at;
         if self.replicas.is_empty() {
             let seen = match (self.replicas_seen, &self.replicas_unknown) {
-                (Some(n), _) => format!(" (the broker sees up to {n} consumer(s) on a shard queue)"),
+                (Some(n), _) => {
+                    format!(" (the broker sees up to {n} consumer(s) on a shard queue)")
+                }
                 _ => String::new(),
             };
             return writeln!(f, "{:<13}none live{seen}", "replicas");

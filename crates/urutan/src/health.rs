@@ -161,7 +161,6 @@ impl Health {
     }
 }
 
-
 /// Pings the database every second (each ping bounded to 2 s), so `/readyz`
 /// follows an outage and its end within a couple of seconds.
 pub async fn watch_database(pool: PgPool, health: std::sync::Arc<Health>, stop: CancellationToken) {

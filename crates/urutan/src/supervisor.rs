@@ -24,11 +24,11 @@ use crate::handler::SharedHandler;
 use crate::heal::{self, Unhealable};
 use crate::health::{self, Health, Role};
 use crate::metrics as m;
+use crate::replica::Membership;
+use crate::replica::workers::Workers;
 use crate::reshard::handoff::EpochError;
 use crate::reshard::prepare::{PrepareError, Prepared, prepare_topology};
 use crate::reshard::ring;
-use crate::replica::Membership;
-use crate::replica::workers::Workers;
 use crate::shard::{Hooks, Link, ShardWorker};
 use crate::store;
 

@@ -121,7 +121,9 @@ impl Membership {
         if shutdown.is_cancelled() {
             let leave = member::leave(&self.pool, &self.name, shards);
             match tokio::time::timeout(Duration::from_secs(5), leave).await {
-                Ok(Ok(())) => info!(replica = %self.name, "left: the other replicas take the shards"),
+                Ok(Ok(())) => {
+                    info!(replica = %self.name, "left: the other replicas take the shards")
+                }
                 Ok(Err(e)) => warn!(replica = %self.name, error = %e,
                                     "could not leave; the others take the shards when the lease runs out"),
                 Err(_) => warn!(replica = %self.name,

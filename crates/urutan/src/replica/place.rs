@@ -229,7 +229,10 @@ mod tests {
             reason(Some("gone"), a, &live, Some("gone"), false),
             Some(Reason::Left)
         );
-        assert_eq!(reason(Some("gone"), a, &live, None, false), Some(Reason::Lost));
+        assert_eq!(
+            reason(Some("gone"), a, &live, None, false),
+            Some(Reason::Lost)
+        );
         assert_eq!(reason(Some(b), a, &live, None, true), Some(Reason::Joined));
         assert_eq!(
             reason(Some(b), a, &live, None, false),

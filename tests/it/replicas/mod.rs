@@ -1,5 +1,9 @@
-//! Several replicas of the pool on one broker: single active consumer keeps
-//! one consumer per shard at work, and a standby takes over when it stops.
+//! Several replicas of the pool on one broker: each is active on the shards
+//! placed on it (single active consumer keeps one consumer per shard at
+//! work), and a shard changes replica only after its old one handed it over.
+//! `share`: replicas as processes.
+
+mod share;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
