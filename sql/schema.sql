@@ -3259,6 +3259,26 @@ ALTER SEQUENCE public.urutan_parkir_seq_seq OWNED BY public.urutan_parkir.seq;
 
 
 --
+-- Name: urutan_penempatan; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.urutan_penempatan (
+    shard integer NOT NULL,
+    replika text NOT NULL,
+    alasan text NOT NULL,
+    sejak timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT urutan_penempatan_alasan_check CHECK ((alasan = ANY (ARRAY['joined'::text, 'left'::text, 'lost'::text, 'rebalanced'::text])))
+);
+
+
+--
+-- Name: TABLE urutan_penempatan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_penempatan IS 'Placement: the replica active on each shard (`replika`), why it got it (`alasan`: joined, left, lost, rebalanced) and since when (`sejak`). The old owner settles what it holds and cancels its consumer before the new one takes any delivery (the shard''s handover lock).';
+
+
+--
 -- Name: urutan_pengaturan; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -3278,6 +3298,25 @@ CREATE TABLE public.urutan_pengaturan (
 --
 
 COMMENT ON TABLE public.urutan_pengaturan IS 'The pipeline''s settings that SQL needs (pengaturan: settings), one row: the entity (ENTITY, the outbox rows'' agregat_tipe), the topology prefix (TOPOLOGY_PREFIX, urutan_enqueue''s default routing key <prefix>.<status>) and MAX_BODY_BYTES. Seeded with the defaults; written by `urutan migrate` and `urutan run`.';
+
+
+--
+-- Name: urutan_replika; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.urutan_replika (
+    nama text NOT NULL,
+    bergabung_pada timestamp with time zone DEFAULT now() NOT NULL,
+    sewa_sampai timestamp with time zone NOT NULL,
+    aktif integer[] DEFAULT '{}'::integer[] NOT NULL
+);
+
+
+--
+-- Name: TABLE urutan_replika; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.urutan_replika IS 'One row per live replica (`urutan run`) of the pipeline: `nama` (REPLICA_NAME), `bergabung_pada` (joined at), `sewa_sampai` (lease until: renewed every second, the replica is dead to the others after it), `aktif` (the shards it has a registered consumer on, as it last reported). A replica stopping gracefully deletes its row; an expired row is deleted by the next replica that renews.';
 
 
 --
@@ -3721,11 +3760,27 @@ ALTER TABLE ONLY public.urutan_parkir
 
 
 --
+-- Name: urutan_penempatan urutan_penempatan_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_penempatan
+    ADD CONSTRAINT urutan_penempatan_pkey PRIMARY KEY (shard);
+
+
+--
 -- Name: urutan_pengaturan urutan_pengaturan_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
 ALTER TABLE ONLY public.urutan_pengaturan
     ADD CONSTRAINT urutan_pengaturan_pkey PRIMARY KEY (satu);
+
+
+--
+-- Name: urutan_replika urutan_replika_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.urutan_replika
+    ADD CONSTRAINT urutan_replika_pkey PRIMARY KEY (nama);
 
 
 --

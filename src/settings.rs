@@ -14,7 +14,7 @@ use clap::{Args, value_parser};
 use urutan::config::{
     BrokerUrls, DEFAULT_ENTITY, DEFAULT_SCHEMA, GapPolicy, LogFormat, OnRefused, SecretUrl,
     Settings, TopologyMode, parse_address, parse_duration, parse_entity, parse_handler,
-    parse_prefix, parse_retention, parse_schema,
+    parse_prefix, parse_replica_name, parse_retention, parse_schema,
 };
 use urutan::effects::{EffectsSettings, OnDead};
 use urutan::outbox::relay::RelaySettings;
@@ -216,6 +216,12 @@ pub struct SettingsArgs {
     #[arg(long, global = true, env = "DLQ_MAX_BYTES", default_value_t = 1 << 30,
           value_parser = value_parser!(u64).range(1..))]
     pub dlq_max_bytes: u64,
+
+    /// This replica's name among the replicas of the pipeline, unique while
+    /// it lives (default: the host name and the process id; in Kubernetes,
+    /// the pod name).
+    #[arg(long, global = true, env = "REPLICA_NAME", value_parser = parse_replica_name)]
+    pub replica_name: Option<String>,
 }
 
 impl From<SettingsArgs> for Settings {
@@ -256,6 +262,7 @@ impl From<SettingsArgs> for Settings {
             dlq_max_bytes: a.dlq_max_bytes,
             // The OTEL_* variables are the SDK's, read at start (`execute`).
             traces: urutan::trace::Traces::off(),
+            replica_name: a.replica_name,
         }
     }
 }

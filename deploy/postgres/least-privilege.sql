@@ -141,6 +141,10 @@ GRANT SELECT, UPDATE ON urutan_jendela TO :"relay_role";
 -- during a rolling upgrade (this version no longer uses it).
 GRANT SELECT, INSERT, DELETE ON urutan_ring_berubah TO :"worker_role";
 GRANT SELECT, DELETE ON urutan_ring_berubah TO :"relay_role";
+-- Replicas share the shards (docs/contract.md section 13): each renews its
+-- lease row, deletes expired ones and its own at a graceful stop, and the
+-- one renewing rewrites the placement (INSERT ... ON CONFLICT needs UPDATE).
+GRANT SELECT, INSERT, UPDATE, DELETE ON urutan_replika, urutan_penempatan TO :"worker_role";
 
 -- Dead-letter records: written before each reject (INSERT ... RETURNING
 -- needs SELECT), resolved ones purged after DEAD_LETTER_RETENTION (DELETE;

@@ -134,9 +134,11 @@ async fn the_pool_moves_to_another_node_when_its_node_dies() {
 }
 
 /// The broker link of the active replica goes silent (no FIN, no RST): with
-/// `AMQP_HEARTBEAT=2` both sides give it up after about two heartbeats, a
-/// standby replica takes the shards over, the silent replica applies nothing
-/// after that, and order per order holds.
+/// `AMQP_HEARTBEAT=2` both sides give it up after about two heartbeats, the
+/// silent replica stops renewing its lease, and the standby (one shard, two
+/// replicas: the second is placed on nothing) takes the shard over when the
+/// lease runs out; the silent replica applies nothing after that, and order
+/// per order holds.
 #[tokio::test]
 async fn a_blackholed_replica_is_given_up_and_a_standby_takes_over() {
     use std::sync::{Arc, Mutex};
@@ -156,12 +158,12 @@ async fn a_blackholed_replica_is_given_up_and_a_standby_takes_over() {
         }
     };
     let (silent_log, standby_log) = (Arc::default(), Arc::default());
-    let mut silent = env.settings(2);
+    let mut silent = env.settings(1);
     silent.amqp_url = nodes(&[url_on(&env, link.addr.port())]);
     silent.amqp_heartbeat = heartbeat;
     let silent = RunningPool::start_with(silent, outcomes(&silent_log)).await;
     silent.wait_ready().await;
-    let mut standby = env.settings(2);
+    let mut standby = env.settings(1);
     standby.amqp_heartbeat = heartbeat;
     let standby = RunningPool::start_with(standby, outcomes(&standby_log)).await;
     standby.wait_ready().await;

@@ -128,22 +128,44 @@ async fn status_is_a_check_healthy_stopped_dead_letters_unreachable() {
         assert!(text.contains(expected), "no `{expected}` in:\n{text}");
     }
 
-    // A standby replica: seen through the broker's Prometheus endpoint
-    // (a passive declare counts only the active consumer).
-    let standby = RunningPool::ready(env.settings(3)).await;
+    // A second replica: the two share the 3 shards (2 and 1), and status
+    // shows each live replica with its shards and each shard's replica.
+    let second = RunningPool::ready(env.settings(3)).await;
     let mut seen = Value::Null;
+    let shared = |status: &Value| {
+        let mut counts: Vec<u64> = status["replicas"]
+            .as_array()
+            .map(|r| r.iter().filter_map(|r| r["shard_count"].as_u64()).collect())
+            .unwrap_or_default();
+        counts.sort_unstable();
+        let consumed = status["shards"].as_array().is_some_and(|s| {
+            s.iter()
+                .all(|s| s["consumers"] == 1 && s["replica"].is_string())
+        });
+        counts == [1, 2] && consumed
+    };
     for _ in 0..100 {
         let (_, status) = status_json(&vars).await;
         seen = status;
-        if seen["replicas_seen"] == 2 {
+        if shared(&seen) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    assert_eq!(seen["replicas_seen"], 2, "{seen:#}");
-    assert_eq!(seen["shards"][0]["consumers"], 1);
-    assert_eq!(seen["shards"][0]["consumers_registered"], 2);
-    standby.stop().await;
+    assert!(shared(&seen), "two replicas sharing 3 shards: {seen:#}");
+    let names: Vec<&str> = seen["replicas"]
+        .as_array()
+        .expect("replicas")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    for s in seen["shards"].as_array().expect("shards") {
+        let replica = s["replica"].as_str().expect("a replica");
+        assert!(names.contains(&replica), "{replica} is not live: {seen:#}");
+    }
+    let (_, text, _) = urutan(&["status"], &vars).await;
+    assert!(text.contains("replicas     2 live"), "{text}");
+    second.stop().await;
 
     // A poison message: the DLQ is not empty, which needs attention; the
     // records by reason once the dead-letter table exists.

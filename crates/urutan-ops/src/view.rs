@@ -34,15 +34,7 @@ impl fmt::Display for Status {
         writeln!(f)?;
         self.fmt_shards(f)?;
         writeln!(f)?;
-        let replicas = match (self.replicas_seen, &self.replicas_unknown) {
-            (Some(n), _) => format!(
-                "{n} seen (the most consumers on one shard queue: per shard one is active, \
-                 the others stand by)"
-            ),
-            (None, Some(why)) => format!("unknown: {why}"),
-            (None, None) => "none seen".into(),
-        };
-        writeln!(f, "{:<13}{replicas}", "replicas")?;
+        self.fmt_replicas(f)?;
         self.fmt_dead_letters(f)?;
         self.fmt_outbox(f)?;
         super::effects_view::status_line(self, f)?;
@@ -164,7 +156,7 @@ impl Status {
         let now = self.checked_at;
         writeln!(
             f,
-            "shard  queue                     ready  consumers      epoch  parked  last applied"
+            "shard  queue                     ready  consumers      epoch  parked  last applied  replica"
         )?;
         for s in &self.shards {
             let queue = match s.exists {
@@ -184,15 +176,47 @@ impl Status {
             };
             writeln!(
                 f,
-                "{:03}    {queue:<25} {:>5}  {consumers:<13}  {:>5}  {parked:>6}  {}",
+                "{:03}    {queue:<25} {:>5}  {consumers:<13}  {:>5}  {parked:>6}  {:<12}  {}",
                 s.shard,
                 opt(s.ready),
                 opt(s.epoch_passed),
-                ago(now, s.last_applied_at)
+                ago(now, s.last_applied_at),
+                s.replica.as_deref().unwrap_or("-")
             )?;
         }
         if self.shards.is_empty() {
             writeln!(f, "(no shard known)")?;
+        }
+        Ok(())
+    }
+
+    /// The live replicas and their shares (docs/contract.md section 13).
+    fn fmt_replicas(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let now = self.checked_at;
+        if self.replicas.is_empty() {
+            let seen = match (self.replicas_seen, &self.replicas_unknown) {
+                (Some(n), _) => {
+                    format!(" (the broker sees up to {n} consumer(s) on a shard queue)")
+                }
+                _ => String::new(),
+            };
+            return writeln!(f, "{:<13}none live{seen}", "replicas");
+        }
+        writeln!(f, "{:<13}{} live", "replicas", self.replicas.len())?;
+        for r in &self.replicas {
+            let shards: Vec<String> = r.shards.iter().map(|s| format!("{s:03}")).collect();
+            let role = if r.shards.is_empty() {
+                "standby (no shard)".to_owned()
+            } else {
+                format!("{} shard(s): {}", r.shard_count, shards.join(" "))
+            };
+            writeln!(
+                f,
+                "  {:<30} {role}; {} consuming; joined {}",
+                r.name,
+                r.consumers.len(),
+                ago(now, Some(r.joined_at))
+            )?;
         }
         Ok(())
     }

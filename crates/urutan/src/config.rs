@@ -143,6 +143,12 @@ pub struct Settings {
     /// variables, read by [`crate::trace::Traces::from_env`]); off by
     /// default: trace contexts are still carried, nothing is exported.
     pub traces: crate::trace::Traces,
+
+    /// This replica's name among the replicas of the pipeline
+    /// (`REPLICA_NAME`, docs/contract.md section 13): unset, the host name
+    /// and the process id ([`crate::replica::default_name`]); in
+    /// Kubernetes, the pod name. Two live replicas must not share a name.
+    pub replica_name: Option<String>,
 }
 
 impl Default for Settings {
@@ -188,6 +194,7 @@ impl Default for Settings {
             dlq_max_length: 100_000,
             dlq_max_bytes: 1 << 30,
             traces: crate::trace::Traces::off(),
+            replica_name: None,
         }
     }
 }
@@ -265,11 +272,30 @@ impl Settings {
         with_options(&self.schema_url(), &limits)
     }
 
+    /// This replica's name: `REPLICA_NAME`, else the host name and the
+    /// process id.
+    pub fn replica(&self) -> String {
+        self.replica_name
+            .clone()
+            .unwrap_or_else(crate::replica::default_name)
+    }
+
     /// Connections the database pool may open.
     pub fn pool_size(&self) -> u32 {
         self.database_pool_size
             .unwrap_or(u32::from(self.shard_count) + 2)
     }
+}
+
+/// A `REPLICA_NAME`: 1 to 200 characters, no control characters.
+pub fn parse_replica_name(s: &str) -> Result<String, String> {
+    let name = s.trim();
+    if name.is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
+        return Err(format!(
+            "{s:?} is not a replica name: 1 to 200 characters, no control characters (e.g. the pod name)"
+        ));
+    }
+    Ok(name.to_owned())
 }
 
 /// The default entity (`ENTITY`): orders, as in the contract's names.

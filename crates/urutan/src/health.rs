@@ -1,6 +1,7 @@
 //! Readiness as the contract defines it (docs/contract.md, section 7): broker and database
 //! reachable, and every owned shard has a registered consumer.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -33,8 +34,13 @@ pub struct Health {
     role: Role,
     database: AtomicBool,
     broker: AtomicBool,
-    /// One flag per owned shard: true while its consumer is registered.
-    consumers: Mutex<Vec<bool>>,
+    /// Whether shards are placed by the replicas' membership (`urutan
+    /// run`): then ready also needs a first placement.
+    placement: AtomicBool,
+    /// The membership placed this replica at least once.
+    placed: AtomicBool,
+    /// One entry per owned shard: true while its consumer is registered.
+    consumers: Mutex<BTreeMap<u16, bool>>,
 }
 
 impl Health {
@@ -57,44 +63,101 @@ impl Health {
         ready
     }
 
-    /// Ready means: database and broker up, and every owned shard consuming
-    /// (a relay owns no shard).
+    /// Ready means: database and broker up, placed by the membership (when
+    /// it places this process's shards), and every owned shard consuming. A
+    /// replica placed on no shard (a standby) and a relay own none.
     pub fn is_ready(&self) -> bool {
-        let consumers = self.consumers.lock().unwrap_or_else(|p| p.into_inner());
+        let consumers = self.lock();
         self.database.load(Ordering::Relaxed)
             && self.broker.load(Ordering::Relaxed)
-            && consumers.iter().all(|c| *c)
+            && (!self.placement.load(Ordering::Relaxed) || self.placed.load(Ordering::Relaxed))
+            && consumers.values().all(|c| *c)
     }
 
     pub fn set_database(&self, up: bool) {
         self.database.store(up, Ordering::Relaxed);
     }
 
-    /// Connected to the broker and owning `shards` shards (none consuming yet).
+    /// Connected to the broker and owning shards `0..shards` (none consuming
+    /// yet; a replica placed by the membership passes 0 and [`Self::own`]s
+    /// its shards as they are placed).
     pub fn broker_up(&self, shards: u16) {
-        *self.consumers.lock().unwrap_or_else(|p| p.into_inner()) = vec![false; shards.into()];
+        let mut consumers = self.lock();
+        for shard in 0..shards {
+            consumers.insert(shard, false);
+        }
         self.broker.store(true, Ordering::Relaxed);
     }
 
     pub fn broker_down(&self) {
         self.broker.store(false, Ordering::Relaxed);
-        self.consumers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter_mut()
-            .for_each(|c| *c = false);
+        let mut consumers = self.lock();
+        consumers.values_mut().for_each(|c| *c = false);
+        self.active_gauge(&consumers);
+    }
+
+    pub fn broker_is_up(&self) -> bool {
+        self.broker.load(Ordering::Relaxed)
+    }
+
+    /// Shards are placed by the replicas' membership: not ready before
+    /// the first placement.
+    pub fn expect_placement(&self) {
+        self.placement.store(true, Ordering::Relaxed);
+    }
+
+    pub fn set_placed(&self, placed: bool) {
+        self.placed.store(placed, Ordering::Relaxed);
+    }
+
+    /// `shard` is placed here: ready once its consumer is registered.
+    pub fn own(&self, shard: u16) {
+        let mut consumers = self.lock();
+        consumers.entry(shard).or_insert(false);
+        self.active_gauge(&consumers);
+    }
+
+    /// `shard` is no longer this process's (placed elsewhere, retired).
+    pub fn disown(&self, shard: u16) {
+        let mut consumers = self.lock();
+        consumers.remove(&shard);
+        self.active_gauge(&consumers);
     }
 
     /// A retired shard is no longer owned: it stops counting for readiness.
     pub fn retire(&self, shard: u16) {
-        self.set_consumer(shard, true);
+        self.disown(shard);
     }
 
+    /// Whether `shard`'s consumer is registered (only an owned shard counts).
     pub fn set_consumer(&self, shard: u16, registered: bool) {
-        let mut consumers = self.consumers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(slot) = consumers.get_mut(usize::from(shard)) {
+        let mut consumers = self.lock();
+        if let Some(slot) = consumers.get_mut(&shard) {
             *slot = registered;
         }
+        self.active_gauge(&consumers);
+    }
+
+    /// The owned shards whose consumer is registered.
+    pub fn registered(&self) -> Vec<u16> {
+        self.lock()
+            .iter()
+            .filter(|(_, c)| **c)
+            .map(|(s, _)| *s)
+            .collect()
+    }
+
+    /// `urutan_shards_active` (a worker's): the owned shards with a
+    /// registered consumer.
+    fn active_gauge(&self, consumers: &BTreeMap<u16, bool>) {
+        if self.role == Role::Worker {
+            let active = consumers.values().filter(|c| **c).count();
+            metrics::gauge!(crate::metrics::SHARDS_ACTIVE).set(active as f64);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u16, bool>> {
+        self.consumers.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -127,11 +190,32 @@ mod tests {
         h.set_consumer(0, true);
         h.set_consumer(1, true);
         assert!(h.is_ready());
+        assert_eq!(h.registered(), [0, 1]);
+        h.disown(1);
+        h.set_consumer(1, false);
+        assert!(h.is_ready(), "a shard placed elsewhere no longer counts");
         h.set_database(false);
         assert!(!h.is_ready());
         h.set_database(true);
         h.broker_down();
         assert!(!h.is_ready());
+    }
+
+    #[test]
+    fn a_placed_replica_without_a_shard_is_ready() {
+        let h = Health::new(Role::Worker);
+        h.expect_placement();
+        h.set_database(true);
+        h.broker_up(0);
+        assert!(!h.is_ready(), "not placed yet");
+        h.set_placed(true);
+        assert!(h.is_ready(), "a standby: placed on no shard");
+        h.own(3);
+        assert!(!h.is_ready(), "shard 3 placed here, no consumer yet");
+        h.set_consumer(3, true);
+        assert!(h.is_ready());
+        h.set_consumer(7, true);
+        assert_eq!(h.registered(), [3], "a shard not owned does not count");
     }
 
     #[test]

@@ -44,6 +44,7 @@ pub mod message;
 pub mod metrics;
 pub mod outbox;
 pub mod outcome;
+pub mod replica;
 pub mod reshard;
 mod retry;
 pub mod rfc3339;

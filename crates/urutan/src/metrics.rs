@@ -27,6 +27,8 @@ pub const PARKED_TOTAL: &str = "urutan_parked_total";
 pub const HANDOFF_DURATION_SECONDS: &str = "urutan_handoff_duration_seconds";
 pub const EPOCHS_TOTAL: &str = "urutan_epochs_total";
 pub const SHARDS: &str = "urutan_shards";
+pub const SHARDS_ACTIVE: &str = "urutan_shards_active";
+pub const SHARD_MOVES_TOTAL: &str = "urutan_shard_moves_total";
 pub const RESHARDING: &str = "urutan_resharding";
 pub const RESHARDING_DURATION_SECONDS: &str = "urutan_resharding_duration_seconds";
 pub const OUTBOX_PUBLISH_DURATION_SECONDS: &str = "urutan_outbox_publish_duration_seconds";
@@ -339,6 +341,14 @@ fn describe() {
         "Messages parked until their old shard drains."
     );
     describe_counter!(PARKED_TOTAL, "Messages parked during a resharding.");
+    describe_gauge!(
+        SHARDS_ACTIVE,
+        "Shards placed on this replica with a registered consumer."
+    );
+    describe_counter!(
+        SHARD_MOVES_TOTAL,
+        "Shards placed on this replica, by reason (joined, left, lost, rebalanced)."
+    );
     describe_counter!(
         DEAD_LETTERS_REFUSED_TOTAL,
         "Refused set-aside versions whose dead letter the full DLQ would not take: each waits, set aside, and only its order with it."

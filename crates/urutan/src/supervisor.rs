@@ -1,6 +1,7 @@
 //! `urutan run`: prepares the database and the topology, then keeps one
-//! worker per shard consuming, each on a broker connection of its own that
-//! it reconnects alone when lost (see `shard::link`), until shutdown. The
+//! worker per shard this replica is placed on (see `replica`) consuming,
+//! each on a broker connection of its own that it reconnects alone when
+//! lost (see `shard::link`), until shutdown. The
 //! pool's own connection (`urutan run`) prepares the topology; when it is
 //! lost, or a shard finds the broker restarted, the workers stop cleanly
 //! and everything is prepared again.
@@ -12,6 +13,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
@@ -22,6 +24,8 @@ use crate::handler::SharedHandler;
 use crate::heal::{self, Unhealable};
 use crate::health::{self, Health, Role};
 use crate::metrics as m;
+use crate::replica::Membership;
+use crate::replica::workers::Workers;
 use crate::reshard::handoff::EpochError;
 use crate::reshard::prepare::{PrepareError, Prepared, prepare_topology};
 use crate::reshard::ring;
@@ -218,6 +222,10 @@ async fn consume_until_shutdown(
     // Switched to check mode once the broker refused a declare: a refusal
     // is not transient, and asking again only repeats it.
     let mut prepare_with = settings.clone();
+    // This replica's lease and placement live across reconnects.
+    let membership = Membership::new(settings.replica(), pool.clone());
+    health.expect_placement();
+    info!(replica = %membership.name, "joining the pipeline's replicas");
     loop {
         let failed = |e: &PrepareError| match e {
             PrepareError::Unavailable(EpochError::Database(e)) => {
@@ -275,16 +283,27 @@ async fn consume_until_shutdown(
             health,
             &stop,
         );
+        let (owned_tx, owned) = watch::channel(None);
+        let member = tokio::spawn(membership.clone().keep(
+            plan.consumed,
+            health.clone(),
+            owned_tx,
+            stop.clone(),
+            shutdown.clone(),
+        ));
         let link = shard_link(settings, &conn, &names, node).await;
-        let workers = start_workers(settings, code, pool, health, &names, &link, plan, &stop);
+        let make = |shard| shard_worker(settings, code, pool, health, &names, shard);
+        let mut workers = Workers::new(make, link.clone(), health.clone(), stop.clone());
         tokio::select! {
-            () = workers.wait() => {}
+            () = workers.follow(owned) => {}
             () = stop.cancelled() => {}
             () = link.restart_seen.cancelled() => {}
             () = lost(&conn) => warn!("lost the pool's broker connection"),
         }
         stop.cancel();
-        let ring_changed = wind_down(workers, (side_tasks, watcher), health, &conn).await;
+        workers.stop_all().await;
+        let _ = member.await;
+        let ring_changed = wind_down((side_tasks, watcher), health, &conn).await;
         if shutdown.is_cancelled() {
             info!("all shards stopped; broker connections closed");
             return Ok(());
@@ -308,19 +327,18 @@ fn announce(settings: &Settings, health: &Health, plan: &ShardPlan, lost_before:
     }
     info!(broker = %settings.amqp_url, shards = plan.consumed, bound = plan.bound,
           prefetch = settings.prefetch, "consuming");
-    health.broker_up(plan.consumed);
+    // The shards are owned as the membership places them.
+    health.broker_up(0);
     metrics::gauge!(m::SHARDS).set(f64::from(plan.bound));
 }
 
-/// After `stop` was cancelled: waits for the workers, then the side tasks,
-/// and closes the connection. Returns whether the recorded ring changed.
+/// After `stop` was cancelled and the workers stopped: waits for the side
+/// tasks and closes the connection. Returns whether the recorded ring changed.
 async fn wind_down(
-    workers: TaskTracker,
     (side_tasks, watcher): (TaskTracker, tokio::task::JoinHandle<bool>),
     health: &Health,
     conn: &lapin::Connection,
 ) -> bool {
-    workers.wait().await;
     let ring_changed = watcher.await.unwrap_or(false);
     side_tasks.wait().await;
     health.broker_down();
@@ -405,44 +423,35 @@ async fn connect_and_mark(
     Ok((conn, node, prepared))
 }
 
-/// Starts one worker per consumed shard, each on a broker connection of its
-/// own (see `shard::link`), until `stop`.
-#[allow(clippy::too_many_arguments)]
-fn start_workers(
+/// The worker of `shard`, on a broker connection of its own (see
+/// `shard::link`), started when the placement gives this replica the shard.
+fn shard_worker(
     settings: &Settings,
     code: Code<'_>,
     pool: &PgPool,
     health: &Arc<Health>,
     names: &Names,
-    link: &Arc<Link>,
-    plan: ShardPlan,
-    stop: &CancellationToken,
-) -> TaskTracker {
-    let workers = TaskTracker::new();
-    for shard in 0..plan.consumed {
-        let worker = ShardWorker {
-            shard,
-            queue: names.shard_queue(shard),
-            entity_header: names.entity_header().to_owned(),
-            entry_exchange: names.entry_exchange(),
-            dead_letter_exchange: names.dead_letter_exchange(),
-            retry: crate::store::hold::RetryPolicy::of(settings),
-            prefetch: settings.prefetch,
-            batch_size: settings.batch_size(),
-            batch_linger: Duration::from_millis(settings.batch_linger_ms),
-            delivery_limit: settings.delivery_limit,
-            max_body_bytes: settings.max_body_bytes as usize,
-            database_timeout: settings.database_timeout + Duration::from_secs(5),
-            pool: pool.clone(),
-            health: health.clone(),
-            hooks: code.0.clone(),
-            handler: code.1.cloned(),
-            traces: settings.traces.clone(),
-        };
-        workers.spawn(worker.run_connected(link.clone(), stop.clone()));
+    shard: u16,
+) -> ShardWorker {
+    ShardWorker {
+        shard,
+        queue: names.shard_queue(shard),
+        entity_header: names.entity_header().to_owned(),
+        entry_exchange: names.entry_exchange(),
+        dead_letter_exchange: names.dead_letter_exchange(),
+        retry: crate::store::hold::RetryPolicy::of(settings),
+        prefetch: settings.prefetch,
+        batch_size: settings.batch_size(),
+        batch_linger: Duration::from_millis(settings.batch_linger_ms),
+        delivery_limit: settings.delivery_limit,
+        max_body_bytes: settings.max_body_bytes as usize,
+        database_timeout: settings.database_timeout + Duration::from_secs(5),
+        pool: pool.clone(),
+        health: health.clone(),
+        hooks: code.0.clone(),
+        handler: code.1.cloned(),
+        traces: settings.traces.clone(),
     }
-    workers.close();
-    workers
 }
 
 /// Calls `attempt` with capped, jittered exponential backoff until it

@@ -328,6 +328,7 @@ mod tests {
             active: true,
             exists: Some(true),
             ready: Some(0),
+            replica: Some("a".into()),
             consumers: Some(consumers),
             consumers_registered: None,
             epoch_passed: Some(3),
@@ -365,6 +366,7 @@ mod tests {
             epochs: None,
             windows: Vec::new(),
             shards: vec![shard(0, 1), shard(1, 1)],
+            replicas: Vec::new(),
             replicas_seen: Some(1),
             replicas_unknown: None,
             dead_letters: DeadLetters {

@@ -89,9 +89,12 @@ pub struct Status {
     /// Windows still open (a ring change not yet behind every shard).
     pub windows: Vec<Window>,
     pub shards: Vec<Shard>,
-    /// Most consumers (standbys included) on one shard queue: every replica
-    /// of `urutan run` consumes every shard, one active, the others
-    /// standing by. From the broker's Prometheus endpoint (`None`: unknown).
+    /// The live replicas of `urutan run` (lease not expired), each with
+    /// the shards the placement gives it (docs/contract.md section 13).
+    pub replicas: Vec<Replica>,
+    /// Most consumers (standbys included) on one shard queue: 1, or 2 while
+    /// a shard moves between replicas. From the broker's Prometheus
+    /// endpoint (`None`: unknown).
     pub replicas_seen: Option<u32>,
     /// Why `replicas_seen` is unknown.
     pub replicas_unknown: Option<String>,
@@ -164,6 +167,22 @@ pub struct Ring {
     pub resharding: bool,
 }
 
+/// One live replica of `urutan run`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Replica {
+    /// Its `REPLICA_NAME`.
+    pub name: String,
+    /// How many shards the placement gives it, and which.
+    pub shard_count: usize,
+    pub shards: Vec<u16>,
+    /// The shards it last reported a registered consumer on.
+    pub consumers: Vec<u16>,
+    #[serde(serialize_with = "urutan::rfc3339::one")]
+    pub joined_at: DateTime<Utc>,
+    #[serde(serialize_with = "urutan::rfc3339::one")]
+    pub lease_until: DateTime<Utc>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Shard {
     pub shard: u16,
@@ -175,6 +194,9 @@ pub struct Shard {
     /// Whether the queue exists (`None`: the broker was not reached).
     pub exists: Option<bool>,
     pub ready: Option<u32>,
+    /// The replica placed on this shard, if it is live: the one consuming
+    /// it, or about to once the previous one has handed it over.
+    pub replica: Option<String>,
     /// Active consumers (0 or 1: a passive declare counts no standby).
     pub consumers: Option<u32>,
     /// Every consumer, standbys included (from the broker's Prometheus
@@ -259,6 +281,7 @@ pub async fn gather_on(
         epochs: None,
         windows: Vec::new(),
         shards: Vec::new(),
+        replicas: Vec::new(),
         replicas_seen: None,
         replicas_unknown: None,
         dead_letters: DeadLetters {
@@ -392,6 +415,7 @@ fn combine(status: &mut Status, names: &Names, db: FromDatabase, broker: Option<
             active: position.is_some_and(|p| p.active),
             exists: queue.map(|q| q.is_some()),
             ready: queue.flatten().map(|q| q.ready),
+            replica: db.placement.get(&index).cloned(),
             consumers: queue.flatten().map(|q| q.consumers),
             consumers_registered: None,
             epoch_passed: position.map(|p| p.epoch),
@@ -416,4 +440,5 @@ fn combine(status: &mut Status, names: &Names, db: FromDatabase, broker: Option<
     status.epochs = db.epochs;
     status.windows = db.windows;
     status.outbox = db.outbox;
+    status.replicas = db.replicas;
 }

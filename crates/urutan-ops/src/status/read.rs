@@ -30,6 +30,9 @@ pub(super) struct FromDatabase {
     pub(super) last_applied: BTreeMap<u16, DateTime<Utc>>,
     pub(super) by_reason: Vec<ReasonCount>,
     pub(super) outbox: Option<Outbox>,
+    /// The live replicas, and shard → the live replica placed on it.
+    pub(super) replicas: Vec<super::Replica>,
+    pub(super) placement: BTreeMap<u16, String>,
 }
 
 /// What the broker says.
@@ -85,6 +88,25 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
         .into_iter()
         .map(|(s, t)| (shard(s), t))
         .collect();
+    // Before migration 0042 there is no membership: no replica is shown.
+    if let Ok((replicas, placed)) = urutan::replica::member::live(db).await {
+        read.placement = placed
+            .into_iter()
+            .filter(|(_, owner, _)| replicas.iter().any(|r| &r.name == owner))
+            .map(|(shard, owner, _)| (shard, owner))
+            .collect();
+        read.replicas = replicas
+            .into_iter()
+            .map(|r| super::Replica {
+                name: r.name,
+                shard_count: r.shards.len(),
+                shards: r.shards,
+                consumers: r.active,
+                joined_at: r.joined_at,
+                lease_until: r.lease_until,
+            })
+            .collect();
+    }
     let backlog = urutan::outbox::backlog(db).await?;
     let relay = relay_session(db, names).await?;
     read.outbox = Some(Outbox {
