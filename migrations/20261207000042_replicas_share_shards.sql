@@ -11,14 +11,17 @@ CREATE TABLE urutan_replika (
     nama TEXT PRIMARY KEY,
     bergabung_pada TIMESTAMPTZ NOT NULL DEFAULT now(),
     sewa_sampai TIMESTAMPTZ NOT NULL,
-    aktif INT[] NOT NULL DEFAULT '{}'
+    aktif INT[] NOT NULL DEFAULT '{}',
+    hidup_pid INT
 );
 
 COMMENT ON TABLE urutan_replika IS
     'One row per live replica (`urutan run`) of the pipeline: `nama` (REPLICA_NAME), '
     '`bergabung_pada` (joined at), `sewa_sampai` (lease until: renewed every second, '
     'the replica is dead to the others after it), `aktif` (the shards it has a '
-    'registered consumer on, as it last reported). A replica stopping gracefully '
+    'registered consumer on, as it last reported), `hidup_pid` (alive: the backend '
+    'of the replica''s own connection holding its life lock; when that lock is gone '
+    'the replica is dead at once, without waiting for the lease). A replica stopping gracefully '
     'deletes its row; an expired row is deleted by the next replica that renews.';
 
 CREATE TABLE urutan_penempatan (

@@ -3308,7 +3308,8 @@ CREATE TABLE public.urutan_replika (
     nama text NOT NULL,
     bergabung_pada timestamp with time zone DEFAULT now() NOT NULL,
     sewa_sampai timestamp with time zone NOT NULL,
-    aktif integer[] DEFAULT '{}'::integer[] NOT NULL
+    aktif integer[] DEFAULT '{}'::integer[] NOT NULL,
+    hidup_pid integer
 );
 
 
@@ -3316,7 +3317,7 @@ CREATE TABLE public.urutan_replika (
 -- Name: TABLE urutan_replika; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.urutan_replika IS 'One row per live replica (`urutan run`) of the pipeline: `nama` (REPLICA_NAME), `bergabung_pada` (joined at), `sewa_sampai` (lease until: renewed every second, the replica is dead to the others after it), `aktif` (the shards it has a registered consumer on, as it last reported). A replica stopping gracefully deletes its row; an expired row is deleted by the next replica that renews.';
+COMMENT ON TABLE public.urutan_replika IS 'One row per live replica (`urutan run`) of the pipeline: `nama` (REPLICA_NAME), `bergabung_pada` (joined at), `sewa_sampai` (lease until: renewed every second, the replica is dead to the others after it), `aktif` (the shards it has a registered consumer on, as it last reported), `hidup_pid` (alive: the backend of the replica''s own connection holding its life lock; when that lock is gone the replica is dead at once, without waiting for the lease). A replica stopping gracefully deletes its row; an expired row is deleted by the next replica that renews.';
 
 
 --

@@ -13,6 +13,25 @@ use super::place::{self, Reason};
 // from the shards' handover locks (`hashtext('urutan-shard-handover')`).
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtext('urutan-replika'), 0)";
 
+/// A replica's life lock, held for as long as it lives by a connection of
+/// its own: the second key is that connection's backend pid (unique among
+/// live backends), recorded as `hidup_pid`. A replica killed (kill -9, a
+/// lost node) loses its connection and with it the lock at once, so the
+/// others take its shards at their next renewal instead of when its lease
+/// runs out.
+pub const LIFE_LOCK: &str = "SELECT pg_backend_pid() FROM (
+    SELECT pg_advisory_lock(hashtext('urutan-replika-hidup'), pg_backend_pid())) locked";
+
+/// Replicas whose lease ran out, or whose life lock is gone.
+const DEAD: &str = "DELETE FROM urutan_replika r
+    WHERE r.sewa_sampai < now()
+       OR (r.hidup_pid IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM pg_locks l
+            WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+              AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+              AND l.classid = hashtext('urutan-replika-hidup')::oid
+              AND l.objid = r.hidup_pid::oid))";
+
 /// Renews `name`'s lease for `lease` (joining if it had no row: a new
 /// replica, or one whose lease ran out), reporting `active` (the shards it
 /// has a consumer on), and rebalances shards `0..shards`. Returns the shards
@@ -23,16 +42,18 @@ pub async fn renew(
     shards: u16,
     lease: Duration,
     active: &[u16],
+    life_pid: Option<i32>,
 ) -> Result<Vec<(u16, Reason)>, sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(LOCK).execute(&mut *tx).await?;
     let active: Vec<i32> = active.iter().map(|&s| i32::from(s)).collect();
     let joined: bool = sqlx::query_scalar(
         "WITH old AS (SELECT 1 FROM urutan_replika WHERE nama = $1 AND sewa_sampai >= now())
-         INSERT INTO urutan_replika (nama, sewa_sampai, aktif)
-         VALUES ($1, now() + make_interval(secs => $2), $3)
+         INSERT INTO urutan_replika (nama, sewa_sampai, aktif, hidup_pid)
+         VALUES ($1, now() + make_interval(secs => $2), $3, $4)
          ON CONFLICT (nama) DO UPDATE
             SET sewa_sampai = EXCLUDED.sewa_sampai, aktif = EXCLUDED.aktif,
+                hidup_pid = EXCLUDED.hidup_pid,
                 bergabung_pada = CASE WHEN urutan_replika.sewa_sampai < now()
                                       THEN now() ELSE urutan_replika.bergabung_pada END
          RETURNING NOT EXISTS (SELECT 1 FROM old)",
@@ -40,6 +61,7 @@ pub async fn renew(
     .bind(name)
     .bind(lease.as_secs_f64())
     .bind(&active)
+    .bind(life_pid)
     .fetch_one(&mut *tx)
     .await?;
     rebalance(&mut tx, shards, None, joined.then_some(name)).await?;
@@ -83,9 +105,7 @@ async fn rebalance(
     left: Option<&str>,
     joined: Option<&str>,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM urutan_replika WHERE sewa_sampai < now()")
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query(DEAD).execute(&mut **tx).await?;
     let live: Vec<String> = sqlx::query_scalar("SELECT nama FROM urutan_replika")
         .fetch_all(&mut **tx)
         .await?;

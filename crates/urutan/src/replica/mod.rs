@@ -66,6 +66,9 @@ pub struct Membership {
     /// The shards owned at the last renewal: a shard not among them is a
     /// move (counted in `urutan_shard_moves_total`).
     known: Mutex<BTreeSet<u16>>,
+    /// The connection holding this replica's life lock
+    /// ([`member::LIFE_LOCK`]), and its backend pid; made again when lost.
+    life: tokio::sync::Mutex<Option<(sqlx::PgConnection, i32)>>,
 }
 
 impl Membership {
@@ -78,6 +81,7 @@ impl Membership {
             name,
             pool,
             known: Mutex::new(BTreeSet::new()),
+            life: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -97,7 +101,8 @@ impl Membership {
         loop {
             if health.broker_is_up() {
                 let active = health.registered();
-                match member::renew(&self.pool, &self.name, shards, LEASE, &active).await {
+                let life = self.life_pid().await;
+                match member::renew(&self.pool, &self.name, shards, LEASE, &active, life).await {
                     Ok(mine) => {
                         if std::mem::take(&mut failing) {
                             info!(replica = %self.name, "membership renewed again");
@@ -129,6 +134,43 @@ impl Membership {
                 Err(_) => warn!(replica = %self.name,
                                 "leaving took over 5 s; the others take the shards when the lease runs out"),
             }
+        }
+    }
+
+    /// The backend pid of the connection holding this replica's life lock,
+    /// connecting and locking again if that connection is gone; `None`
+    /// while it cannot (the others then go by the lease alone).
+    async fn life_pid(&self) -> Option<i32> {
+        use sqlx::Connection;
+        let mut life = self.life.lock().await;
+        if let Some((conn, pid)) = life.as_mut() {
+            if tokio::time::timeout(Duration::from_secs(2), conn.ping())
+                .await
+                .is_ok_and(|ok| ok.is_ok())
+            {
+                return Some(*pid);
+            }
+            *life = None;
+        }
+        let options = self.pool.connect_options();
+        let locked = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut conn = sqlx::PgConnection::connect_with(&options).await?;
+            let pid: i32 = sqlx::query_scalar(member::LIFE_LOCK)
+                .fetch_one(&mut conn)
+                .await?;
+            Ok::<_, sqlx::Error>((conn, pid))
+        })
+        .await;
+        match locked {
+            Ok(Ok((conn, pid))) => {
+                *life = Some((conn, pid));
+                Some(pid)
+            }
+            Ok(Err(e)) => {
+                warn!(replica = %self.name, error = %e, "cannot hold the life lock; going by the lease alone");
+                None
+            }
+            Err(_) => None,
         }
     }
 
