@@ -419,6 +419,7 @@ fn start_workers(
     stop: &CancellationToken,
 ) -> TaskTracker {
     let workers = TaskTracker::new();
+    let contention = Arc::new(crate::shard::Contention::default());
     for shard in 0..plan.consumed {
         let worker = ShardWorker {
             shard,
@@ -438,6 +439,7 @@ fn start_workers(
             hooks: code.0.clone(),
             handler: code.1.cloned(),
             traces: settings.traces.clone(),
+            contention: contention.clone(),
         };
         workers.spawn(worker.run_connected(link.clone(), stop.clone()));
     }

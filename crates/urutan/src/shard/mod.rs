@@ -33,6 +33,7 @@
 //! This file runs the consume loop and the clean stop.
 
 mod batch;
+mod contention;
 mod decode;
 mod handover;
 mod hooks;
@@ -45,6 +46,7 @@ mod traced;
 use lease::Session;
 use settle::InHand;
 
+pub use contention::Contention;
 pub(crate) use hooks::env_number;
 pub(crate) use hooks::panic_message;
 pub use hooks::{EventHook, HookError, Hooks, Observed, OutcomeHook};
@@ -117,6 +119,9 @@ pub struct ShardWorker {
     pub handler: Option<crate::handler::SharedHandler>,
     /// Where apply spans go ([`crate::trace`]; off: contexts only).
     pub traces: crate::trace::Traces,
+    /// Shared by the pool's workers: whether their apply transactions go
+    /// one at a time, because they lost to each other ([`Contention`]).
+    pub contention: Arc<Contention>,
 }
 
 /// Why [`ShardWorker::run`] returned.
@@ -221,6 +226,7 @@ impl<'w> Context<'w> {
             worker.shard,
             worker.database_timeout,
             worker.handler.clone(),
+            worker.contention.clone(),
         );
         Ok(Self {
             worker,
