@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use lapin::message::Delivery;
-use tracing::{debug, error, info_span, warn};
+use tracing::{Instrument, debug, error, info_span, warn};
 
 use super::decode::{self, Read};
 use super::steps::{Held, Step, message_id};
@@ -96,8 +96,21 @@ impl Context<'_> {
         &self,
         deliveries: &[Delivery],
     ) -> Result<(Vec<Settle>, bool), BrokerError> {
+        // Instrumented, never entered: a guard held across an await stays
+        // entered on the thread while the task is parked (another shard's
+        // work then runs inside it) and is left on another thread after the
+        // task moved, which corrupts the subscriber's span stack; its
+        // `assert` then panicked a shard's worker task and stranded the
+        // shard (issue 44; clippy.toml forbids holding one across an await).
         let span = info_span!("batch", shard = self.worker.shard, size = deliveries.len());
-        let _enter = span.enter();
+        self.decide_batch(deliveries).instrument(span).await
+    }
+
+    /// [`Self::process_batch`] inside its span.
+    async fn decide_batch(
+        &self,
+        deliveries: &[Delivery],
+    ) -> Result<(Vec<Settle>, bool), BrokerError> {
         let mut traces: Vec<trace::Span> = deliveries
             .iter()
             .map(|d| self.start_apply_span(d))
