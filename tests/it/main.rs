@@ -4,6 +4,7 @@
 
 mod batch;
 mod console;
+mod contention;
 mod dedup;
 mod deploy;
 mod direct;

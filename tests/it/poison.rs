@@ -363,3 +363,43 @@ async fn requeued_messages_are_not_overtaken(prefetch: u16, batch_max: Option<u1
     );
     pool.stop().await;
 }
+
+/// A panic outside a message's own guards (here an outcome hook's, after
+/// the commit and before the ack; in issue 44 the tracing subscriber's,
+/// whose span stack a span entered across an await had corrupted) must not
+/// end the shard's worker: before, its task died and, while the pool's
+/// other shards went on, nothing consumed that shard again: every version
+/// behind waited forever. Now the worker opens its channel again, the
+/// unacked delivery comes back (a duplicate of what committed) and every
+/// version is applied, in strict and batch mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_the_worker_outside_a_message_does_not_strand_its_shard() {
+    for prefetch in [1, 8] {
+        let env = TestEnv::new(&format!("worker_panic_p{prefetch}")).await;
+        let panicked = Arc::new(AtomicUsize::new(0));
+        let mut hooks = Hooks::default();
+        let once = panicked.clone();
+        hooks
+            .on_outcome
+            .replace(Arc::new(move |seen: &urutan::shard::Observed<'_>| {
+                if seen.shard == 1 && once.fetch_add(1, Ordering::SeqCst) == 0 {
+                    std::panic::resume_unwind(Box::new("an observer's bug"));
+                }
+            }));
+        let mut settings = env.settings(2);
+        settings.prefetch = prefetch;
+        let pool = RunningPool::ready_with(settings, hooks).await;
+        let orders = 20;
+        let msgs: Vec<Msg> = (1..=5)
+            .flat_map(|v| (0..orders).map(move |o| Msg::event(&format!("W-{o}"), v)))
+            .collect();
+        env.publisher().await.send_all(&msgs).await;
+        let db = env.db().await;
+        wait_applied(&db, 5 * orders, Duration::from_secs(30)).await;
+        for o in 0..orders {
+            assert_eq!(stored(&db, &format!("W-{o}")).await, Some(5));
+        }
+        assert!(panicked.load(Ordering::SeqCst) > 1, "shard 1 panicked once");
+        pool.stop().await;
+    }
+}

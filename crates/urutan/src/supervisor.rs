@@ -292,7 +292,10 @@ async fn consume_until_shutdown(
             shutdown.clone(),
         ));
         let link = shard_link(settings, &conn, &names, node).await;
-        let make = |shard| shard_worker(settings, code, pool, health, &names, shard);
+        // Shared by this replica's workers: after a loss to each other, their
+        // apply transactions take turns (`shard::contention`).
+        let contention = Arc::new(crate::shard::Contention::default());
+        let make = |shard| shard_worker(settings, code, pool, health, &names, &contention, shard);
         let mut workers = Workers::new(make, link.clone(), health.clone(), stop.clone());
         tokio::select! {
             () = workers.follow(owned) => {}
@@ -431,6 +434,7 @@ fn shard_worker(
     pool: &PgPool,
     health: &Arc<Health>,
     names: &Names,
+    contention: &Arc<crate::shard::Contention>,
     shard: u16,
 ) -> ShardWorker {
     ShardWorker {
@@ -451,6 +455,7 @@ fn shard_worker(
         hooks: code.0.clone(),
         handler: code.1.cloned(),
         traces: settings.traces.clone(),
+        contention: contention.clone(),
     }
 }
 

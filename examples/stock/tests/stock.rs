@@ -67,6 +67,54 @@ async fn scalar(db: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(db).await.expect(sql)
 }
 
+/// 200 orders' lives as published: every other order's v2 before its v1
+/// (v2 waits for it), every 5th order's first message twice. Returns them
+/// and how many versions they hold.
+fn lives() -> (Vec<Msg>, i64) {
+    const ORDERS: usize = 200;
+    let mut msgs = Vec::new();
+    for i in 0..ORDERS {
+        let mut life = life(i);
+        if !i.is_multiple_of(2) {
+            life.swap(0, 1);
+        }
+        if i.is_multiple_of(5) {
+            life.push(life[0].clone());
+        }
+        msgs.extend(life);
+    }
+    let versions = (0..ORDERS).map(|i| life(i).len() as i64).sum::<i64>();
+    (msgs, versions)
+}
+
+/// Waits (at most 120 s) until `versions` versions are applied; else fails
+/// with what still waits (parked and set-aside rows, holds, each shard's
+/// position) and the tail of `pool`'s log.
+async fn every_version_applied(db: &PgPool, versions: i64, pool: &UrutanProcess) {
+    let limit = Duration::from_secs(120);
+    let started = std::time::Instant::now();
+    while scalar(db, "SELECT count(*) FROM pesanan_riwayat").await < versions {
+        if started.elapsed() > limit {
+            let waiting: Vec<String> = sqlx::query_scalar(
+                "SELECT format('parked %s v%s on shard %s (stored v%s, attempts %s, due %s)',
+                               u.message_id, u.versi, u.shard, p.versi, u.percobaan, u.jatuh_tempo)
+                 FROM urutan_parkir u LEFT JOIN pesanan p ON p.id = u.pesanan_id
+                 UNION ALL SELECT format('held %s (%s)', pesanan_id, alasan) FROM urutan_tahan
+                 UNION ALL SELECT format('shard %s at epoch %s', shard, epoch) FROM urutan_shard",
+            )
+            .fetch_all(db)
+            .await
+            .unwrap_or_default();
+            panic!(
+                "not every version applied within {limit:?}; waiting:\n{}\nlog tail:\n{}",
+                waiting.join("\n"),
+                pool.process.tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// 200 orders' lives, published with duplicates and each order's versions
 /// reversed in pairs (so versions wait for the ones before them), through
 /// a kill -9 of the pool mid-stream: stock reserved, charged and given back
@@ -82,19 +130,7 @@ async fn stock_is_reserved_and_charged_once_through_a_kill_9() {
     let mut pool = UrutanProcess::start_binary(binary(), "run", &vars);
     pool.wait_ready().await;
 
-    let mut msgs = Vec::new();
-    for i in 0..ORDERS {
-        let mut life = life(i);
-        // v2 before v1 for every other order: v2 waits for v1.
-        if !i.is_multiple_of(2) {
-            life.swap(0, 1);
-        }
-        if i.is_multiple_of(5) {
-            life.push(life[0].clone());
-        }
-        msgs.extend(life);
-    }
-    let versions = (0..ORDERS).map(|i| life(i).len() as i64).sum::<i64>();
+    let (msgs, versions) = lives();
     let publisher = env.publisher().await;
     let (first, rest) = msgs.split_at(msgs.len() / 2);
     publisher.send_all(first).await;
@@ -106,12 +142,7 @@ async fn stock_is_reserved_and_charged_once_through_a_kill_9() {
     publisher.send_all(rest).await;
     let mut pool = UrutanProcess::start_binary(binary(), "run", &vars);
     pool.wait_ready().await;
-    wait_for(
-        "every version applied",
-        Duration::from_secs(120),
-        || async { scalar(&db, "SELECT count(*) FROM pesanan_riwayat").await == versions },
-    )
-    .await;
+    every_version_applied(&db, versions, &pool).await;
 
     let cancelled = (0..ORDERS).filter(|i| i.is_multiple_of(4)).count() as i64;
     let kept = ORDERS as i64 - cancelled;
@@ -140,6 +171,59 @@ async fn stock_is_reserved_and_charged_once_through_a_kill_9() {
     assert_eq!(
         scalar(&db, "SELECT sum(jumlah)::bigint FROM tagihan").await,
         100 * kept
+    );
+    pool.sigterm();
+    pool.wait_exit(Duration::from_secs(30)).await;
+    let verify = stock_cli(&env, &["verify"]).await;
+    assert!(verify.ok(), "{verify}");
+}
+
+/// The same lives published in four parts, a pool started for each and
+/// killed -9 a varied 50-650 ms later (mid-batch, mid-release, between a
+/// commit and its ack), then a last pool: every version is applied, in
+/// order, and `verify` passes. (Issue 44: one such run stranded a shard
+/// whose worker task had died.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_version_is_applied_through_kill_9s_again_and_again() {
+    let env = TestEnv::new("stock_kills").await;
+    let db = shop(&env, &[("A", 1_000_000), ("B", 1_000_000)]).await;
+    let mut vars = env.process_env(2);
+    vars.push(("GAP_POLICY", "wait".to_owned()));
+    vars.push(("PREFETCH", "8".to_owned()));
+    let (msgs, versions) = lives();
+    let publisher = env.publisher().await;
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    eprintln!("kill delays from seed {seed}");
+    for part in msgs.chunks(msgs.len().div_ceil(4)) {
+        let mut pool = UrutanProcess::start_binary(binary(), "run", &vars);
+        pool.wait_ready().await;
+        publisher.send_all(part).await;
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        tokio::time::sleep(Duration::from_millis(50 + (seed >> 33) % 600)).await;
+        pool.kill().await;
+    }
+    let mut pool = UrutanProcess::start_binary(binary(), "run", &vars);
+    pool.wait_ready().await;
+    every_version_applied(&db, versions, &pool).await;
+    let out_of_order = scalar(
+        &db,
+        "SELECT count(*) FROM (SELECT versi, lag(versi) OVER (PARTITION BY pesanan_id ORDER BY seq)
+                                 AS sebelum FROM pesanan_riwayat) h
+         WHERE versi <> coalesce(sebelum, 0) + 1",
+    )
+    .await;
+    assert_eq!(
+        out_of_order, 0,
+        "every order's versions applied 1, 2, 3 in order"
+    );
+    assert_eq!(
+        scalar(&db, "SELECT count(*) FROM tagihan WHERE jumlah > 0").await,
+        200,
+        "one charge per paid order"
     );
     pool.sigterm();
     pool.wait_exit(Duration::from_secs(30)).await;

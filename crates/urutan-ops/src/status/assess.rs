@@ -219,7 +219,7 @@ fn shard(s: &Shard, at: &Clock, found: &mut Vec<Attention>) {
         found.push(attention(
             "parked_too_long",
             format!(
-                "shard {:03}: {} parked messat.age(s), the oldest for {} (order {}: see \
+                "shard {:03}: {} parked message(s), the oldest for {} (order {}: see \
                  `urutan explain`)",
                 s.shard,
                 s.parked,

@@ -6,6 +6,10 @@
 //! Failures never cost an innocent message:
 //! - a contract violation is dead-lettered alone; the rest goes on in order;
 //! - a transient database error holds the whole batch and retries it, in order;
+//! - a batch that loses to another transaction (a deadlock, a serialization
+//!   failure) is applied in halves, in order, down to single messages, so
+//!   that the rest of it commits; a single message is tried again at once a
+//!   few times, then set aside with a backoff (`steps::again_if_contended`);
 //! - a handler that fails on one message (a panic) is retried in place up to
 //!   the delivery limit, then only that message is dead-lettered
 //!   (`basic.reject` without requeue, reason `delivery_limit`): requeueing it
@@ -19,7 +23,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use lapin::message::Delivery;
-use tracing::{error, info_span, warn};
+use tracing::{Instrument, debug, error, info_span, warn};
 
 use super::decode::{self, Read};
 use super::steps::{Held, Step, message_id};
@@ -92,8 +96,21 @@ impl Context<'_> {
         &self,
         deliveries: &[Delivery],
     ) -> Result<(Vec<Settle>, bool), BrokerError> {
+        // Instrumented, never entered: a guard held across an await stays
+        // entered on the thread while the task is parked (another shard's
+        // work then runs inside it) and is left on another thread after the
+        // task moved, which corrupts the subscriber's span stack; its
+        // `assert` then panicked a shard's worker task and stranded the
+        // shard (issue 44; clippy.toml forbids holding one across an await).
         let span = info_span!("batch", shard = self.worker.shard, size = deliveries.len());
-        let _enter = span.enter();
+        self.decide_batch(deliveries).instrument(span).await
+    }
+
+    /// [`Self::process_batch`] inside its span.
+    async fn decide_batch(
+        &self,
+        deliveries: &[Delivery],
+    ) -> Result<(Vec<Settle>, bool), BrokerError> {
         let mut traces: Vec<trace::Span> = deliveries
             .iter()
             .map(|d| self.start_apply_span(d))
@@ -193,7 +210,9 @@ impl Context<'_> {
     /// (SQLSTATE 53200, "out of shared memory"; about one lock per distinct
     /// entity, held until commit). Then the group is split in halves, applied
     /// in order, each in its own transaction, down to single messages (for
-    /// which 53200 is transient again: held and retried). Smaller
+    /// which 53200 is transient again: held and retried). A group that
+    /// loses to another transaction (class 40) is split the same way, and a
+    /// single message is tried again at once before it is set aside. Smaller
     /// transactions in the same order have the same outcomes, and nothing is
     /// acked before all of them committed. Later batches start from the
     /// size that fit (see [`super::Session::group_limit`]).
@@ -208,13 +227,32 @@ impl Context<'_> {
             let splittable = group.len() > 1;
             // A transient failure of one message's own (the handler asked
             // to retry, a lock timeout, ...): one by one, so that only that
-            // message is set aside.
+            // message is set aside. A single message that lost to another
+            // transaction is tried again at once first.
             let give_up = |e: &StoreError| (splittable && lock_table_full(e)) || e.sets_aside();
             let applied = self
-                .held_unless(give_up, || self.session.apply_batch(group))
+                .held_unless(give_up, || async move {
+                    if splittable {
+                        self.session.apply_batch(group).await
+                    } else {
+                        self.again_if_contended(|| self.session.apply_batch(group))
+                            .await
+                    }
+                })
                 .await;
             match applied {
                 Ok(done) => results.extend(done.into_iter().map(|r| (r, None))),
+                // Lost to another transaction (a deadlock, a serialization
+                // failure): in halves, in order, so that the rest commits
+                // while only the message that keeps losing is set aside.
+                Err(Held::GaveUp(e)) if splittable && e.contended() => {
+                    self.retried(e.reason());
+                    self.session.lost_to_another();
+                    let (first, second) = group.split_at(group.len() / 2);
+                    debug!(messages = group.len(), error = %e, "a batch lost to another transaction; applying it in halves");
+                    groups.push_front(second);
+                    groups.push_front(first);
+                }
                 Err(Held::GaveUp(e)) if e.sets_aside() => {
                     results.extend(self.one_by_one(group).await?);
                 }
@@ -250,7 +288,9 @@ impl Context<'_> {
             let single = std::slice::from_ref(item);
             let give_up = |e: &StoreError| e.sets_aside() && matches!(item, BatchItem::Event(_));
             let applied = self
-                .held_unless(give_up, || self.session.apply_batch(single))
+                .held_unless(give_up, || {
+                    self.again_if_contended(|| self.session.apply_batch(single))
+                })
                 .await;
             results.push(match (applied, item) {
                 (Ok(mut one), _) => (one.pop().unwrap_or(BatchResult::Marker), None),

@@ -17,12 +17,13 @@
 //! broken); it is never kept across a transaction boundary (every statement
 //! run on it commits or rolls back before it is put back).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres};
 
+use super::contention::Contention;
 use crate::handler::SharedHandler;
 use crate::message::Event;
 use crate::store::{self, Applied, BatchItem, BatchResult, NewDeadLetter, StoreError};
@@ -50,6 +51,8 @@ pub(super) struct Session {
     kept: Mutex<Option<Leased>>,
     /// The team's Rust handler, called in each apply transaction.
     handler: Option<SharedHandler>,
+    /// Whether the pool's apply transactions go one at a time now.
+    contention: Arc<Contention>,
     /// Batch mode: most messages per transaction since PostgreSQL's lock
     /// table last overflowed, and when that was.
     group_limit: Mutex<Option<(usize, Instant)>>,
@@ -61,6 +64,7 @@ impl Session {
         shard: u16,
         limit: std::time::Duration,
         handler: Option<SharedHandler>,
+        contention: Arc<Contention>,
     ) -> Self {
         Self {
             pool,
@@ -68,6 +72,7 @@ impl Session {
             limit,
             kept: Mutex::new(None),
             handler,
+            contention,
             group_limit: Mutex::new(None),
         }
     }
@@ -151,28 +156,49 @@ impl Session {
                 ))),
             };
         }
-        self.on_kept(async |conn| store::apply(conn, event, self.shard).await)
-            .await
+        self.on_kept(async |conn| {
+            if self.contention.serialized() {
+                let apply =
+                    async |tx: &mut sqlx::PgConnection| store::apply(tx, event, self.shard).await;
+                return store::one_at_a_time(conn, apply).await;
+            }
+            store::apply(conn, event, self.shard).await
+        })
+        .await
     }
 
     /// [`store::apply_batch`] on the kept connection (with the Rust
-    /// handler: [`store::apply_with_handler`]).
+    /// handler: [`store::apply_with_handler`]); one transaction at a time
+    /// across the pool's shards while they lose to each other
+    /// ([`Contention`]).
     pub async fn apply_batch(
         &self,
         items: &[BatchItem<'_>],
     ) -> Result<Vec<BatchResult>, StoreError> {
-        match &self.handler {
+        let apply = async |conn: &mut sqlx::PgConnection| match &self.handler {
             Some(handler) => {
-                self.on_kept(async |conn| {
-                    store::apply_with_handler(conn, items, self.shard, handler.as_ref()).await
-                })
-                .await
+                store::apply_with_handler(conn, items, self.shard, handler.as_ref()).await
             }
-            None => {
-                self.on_kept(async |conn| store::apply_batch(conn, items, self.shard).await)
-                    .await
+            None => store::apply_batch(conn, items, self.shard).await,
+        };
+        self.on_kept(async |conn| {
+            if self.contention.serialized() {
+                return store::one_at_a_time(conn, apply).await;
             }
-        }
+            apply(conn).await
+        })
+        .await
+    }
+
+    /// The pool's apply transactions lost to each other: one at a time for
+    /// a while ([`Contention`]).
+    pub fn lost_to_another(&self) {
+        self.contention.lost();
+    }
+
+    /// Whether the pool's apply transactions go one at a time now.
+    pub fn one_at_a_time(&self) -> bool {
+        self.contention.serialized()
     }
 
     /// [`store::hold::set_aside`] on the kept connection.

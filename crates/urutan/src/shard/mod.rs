@@ -7,6 +7,9 @@
 //!   acked only after its transaction committed;
 //! - a transient database failure holds the message (retried with capped,
 //!   jittered backoff) so nothing behind it overtakes it;
+//! - a panic anywhere in the worker reopens its channel (what it held comes
+//!   back from the queue): it never ends the worker, whose shard nothing
+//!   else would consume;
 //! - on shutdown the in-flight message is finished and acked, and the
 //!   consumer is cancelled *before* that ack, so no further delivery is
 //!   pushed to this worker while a standby takes over; the standby applies
@@ -33,6 +36,7 @@
 //! This file runs the consume loop and the clean stop.
 
 mod batch;
+mod contention;
 mod decode;
 mod handover;
 mod hooks;
@@ -45,6 +49,7 @@ mod traced;
 use lease::Session;
 use settle::InHand;
 
+pub use contention::Contention;
 pub(crate) use hooks::env_number;
 pub(crate) use hooks::panic_message;
 pub use hooks::{EventHook, HookError, Hooks, Observed, OutcomeHook};
@@ -61,7 +66,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Connection, Consumer};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, debug, field, info_span, warn};
+use tracing::{Instrument, debug, error, field, info_span, warn};
 
 use crate::broker::{BrokerError, call};
 use crate::health::Health;
@@ -117,6 +122,9 @@ pub struct ShardWorker {
     pub handler: Option<crate::handler::SharedHandler>,
     /// Where apply spans go ([`crate::trace`]; off: contexts only).
     pub traces: crate::trace::Traces,
+    /// Shared by the pool's workers: whether their apply transactions go
+    /// one at a time, because they lost to each other ([`Contention`]).
+    pub contention: Arc<Contention>,
 }
 
 /// Why [`ShardWorker::run`] returned.
@@ -136,8 +144,23 @@ impl ShardWorker {
     /// channel-level failure on a live connection reopens the channel.
     pub async fn run(self, conn: Arc<Connection>, shutdown: CancellationToken) -> Ended {
         loop {
-            let result = self.consume(&conn, &shutdown).await;
+            let consumed = AssertUnwindSafe(self.consume(&conn, &shutdown))
+                .catch_unwind()
+                .await;
             self.health.set_consumer(self.shard, false);
+            let result = consumed.unwrap_or_else(|panic| {
+                // A panic outside a message's own guards (urutan's, a
+                // hook's, the tracing subscriber's) must not end the
+                // shard's worker: nothing would consume the shard again
+                // and its versions would wait forever. Its channel is
+                // gone with it: what it held comes back from the queue.
+                let panic = hooks::panic_message(panic.as_ref());
+                error!(
+                    shard = self.shard,
+                    panic, "the shard's worker panicked; opening its channel again"
+                );
+                Err(BrokerError::ChannelLost)
+            });
             let Err(e) = result else {
                 return Ended::Stopped;
             };
@@ -221,6 +244,7 @@ impl<'w> Context<'w> {
             worker.shard,
             worker.database_timeout,
             worker.handler.clone(),
+            worker.contention.clone(),
         );
         Ok(Self {
             worker,

@@ -22,6 +22,15 @@ use crate::trace;
 /// Entities released per release call (one transaction).
 const RELEASE_BATCH: i32 = 200;
 
+/// How many more times a message whose transaction lost to another one (a
+/// serialization failure, a deadlock) is tried at once, each in a fresh
+/// transaction, before it is set aside with a backoff.
+pub(super) const CONTENDED_AGAIN: u32 = 3;
+
+/// The longest pause before such a try (jittered from 1 ms), so that two
+/// shards that deadlocked do not meet again in step.
+const CONTENDED_JITTER_MS: u64 = 20;
+
 /// How one delivery ends, in strict and batch mode alike.
 pub(super) enum Step {
     /// Recorded and parked (its outcome comes at release), or an epoch
@@ -105,7 +114,7 @@ impl Context<'_> {
         let applied = self
             .held_unless(StoreError::sets_aside, || {
                 attempts += 1;
-                self.session.apply(&event)
+                self.again_if_contended(|| self.session.apply(&event))
             })
             .await;
         traced::applied_in(span, started.elapsed(), attempts);
@@ -380,6 +389,33 @@ impl Context<'_> {
         }
     }
 
+    /// Runs `step`, one message's transaction, and runs it again at once
+    /// (after a pause of a few milliseconds) while it loses to another
+    /// transaction (serialization failure, deadlock: [`StoreError::contended`]),
+    /// at most [`CONTENDED_AGAIN`] more times. Each try is a transaction of
+    /// its own, so nothing of a lost one remains. Its last answer is returned:
+    /// still contended, the caller sets the message aside.
+    pub(super) async fn again_if_contended<T, F, Fut>(&self, mut step: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let mut again = 0;
+        loop {
+            match step().await {
+                Err(e) if e.contended() && again < CONTENDED_AGAIN => {
+                    again += 1;
+                    self.session.lost_to_another();
+                    self.retried(e.reason());
+                    debug!(error = %e, again, "lost to another transaction; trying again at once");
+                    let pause = rand::random_range(1..=CONTENDED_JITTER_MS);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
     /// Counts one retry (`urutan_retries_total`), whatever its reason.
     pub(super) fn retried(&self, reason: RetryReason) {
         let shard = self.metrics.shard.clone();
@@ -501,6 +537,12 @@ impl Context<'_> {
                 "retry" => {
                     let reason = r.reason.as_deref().unwrap_or_default();
                     let reason = RetryReason::ALL.into_iter().find(|x| x.label() == reason);
+                    if matches!(
+                        reason,
+                        Some(RetryReason::Deadlock | RetryReason::Serialization)
+                    ) {
+                        self.session.lost_to_another();
+                    }
                     self.retried(reason.unwrap_or(RetryReason::Database));
                     warn!(message_id = ?r.message_id, error = ?r.error, "set aside again after another transient failure");
                     continue;
@@ -586,6 +628,11 @@ impl Context<'_> {
     async fn release_in_transaction(&self) -> Result<Vec<handoff::Released>, String> {
         let worker = self.worker;
         let mut tx = worker.pool.begin().await.map_err(|e| e.to_string())?;
+        if self.session.one_at_a_time() {
+            store::take_one_at_a_time(&mut tx)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         let handler = worker.handler.as_deref();
         let released =
             handoff::release_with(&mut tx, worker.shard, RELEASE_BATCH, &worker.retry, handler)

@@ -275,6 +275,32 @@ pub async fn apply_with_handler(
     Ok(results)
 }
 
+/// The lock that puts a pipeline's apply transactions one at a time while
+/// they lose to each other (`shard::contention`): transaction-level, in a
+/// key space of its own (the two-key form), one per schema.
+const ONE_AT_A_TIME: &str =
+    "SELECT pg_advisory_xact_lock(hashtext('urutan-contention'), hashtext(current_schema()))";
+
+/// Runs `work` on `conn` (not inside a transaction) in a transaction that
+/// takes the lock of [`ONE_AT_A_TIME`] first, so that it holds nothing
+/// while it waits for it. `work`'s own transactions become savepoints.
+pub(crate) async fn one_at_a_time<T>(
+    conn: &mut PgConnection,
+    work: impl AsyncFnOnce(&mut PgConnection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let mut tx = conn.begin().await?;
+    take_one_at_a_time(&mut tx).await?;
+    let done = work(&mut tx).await?;
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// Takes the lock of [`ONE_AT_A_TIME`] in `tx`, an open transaction that
+/// holds no other lock yet.
+pub(crate) async fn take_one_at_a_time(tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query(ONE_AT_A_TIME).execute(tx).await.map(drop)
+}
+
 /// How many applied versions had `status` (history rows; a full scan, for
 /// demos and checks).
 pub async fn applied_with_status(db: &PgPool, status: &str) -> Result<i64, sqlx::Error> {

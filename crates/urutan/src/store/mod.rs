@@ -21,6 +21,7 @@ pub use apply::{
     Applied, BatchItem, BatchResult, applied_with_status, apply, apply_batch, apply_with_handler,
     parse_result, record_returned,
 };
+pub(crate) use apply::{one_at_a_time, take_one_at_a_time};
 pub use dead_letter::{
     NewDeadLetter, insert_dead_letter, purge_dead_letter_before, purge_dead_letter_by_key,
     purge_dead_letters_before, purge_resolved_dead_letters, purge_unresolved_dead_letters,
@@ -93,6 +94,20 @@ impl StoreError {
                         | RetryReason::StatementTimeout,
                     ..
                 }
+        )
+    }
+
+    /// This message's transaction lost to another one (SQLSTATE class 40:
+    /// a serialization failure or a deadlock): the one it lost to usually
+    /// commits at once, so it is tried again at once, in a fresh
+    /// transaction, a few times before it is set aside with a backoff.
+    pub fn contended(&self) -> bool {
+        matches!(
+            self,
+            Self::Transient {
+                reason: RetryReason::Serialization | RetryReason::Deadlock,
+                ..
+            }
         )
     }
 
