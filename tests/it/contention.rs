@@ -155,9 +155,11 @@ fn median(mut xs: Vec<f64>) -> f64 {
 /// rows (in an order that depends on the event) with one that touches no
 /// shared row: per version, the contended drain takes at most 3× the
 /// other (medians of 3 rounds each); every version applied once and in
-/// order, the handler called once per version.
+/// order, the handler called once per version. A ratio of timings: it
+/// runs alone (`serial_`), not beside the parallel suite, which would skew
+/// the rounds it measures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_contended_handler_drains_within_three_times_an_uncontended_one() {
+async fn serial_a_contended_handler_drains_within_three_times_an_uncontended_one() {
     let env = TestEnv::new("contended").await;
     let db = env.db().await;
     sqlx::raw_sql(HANDLERS)
