@@ -8,7 +8,7 @@
 //! answers only requests for a loopback name or its own address (no DNS
 //! rebinding); with it, every page needs the token (`Authorization: Bearer
 //! <token>`, or the login form's session cookie), and wrong tokens are
-//! rate-limited, logged and audited ([`admit`]). It serves through the
+//! rate-limited, logged and audited (`admit`). It serves through the
 //! metrics port's accept loop (`urutan::http::serve_router`: header-read
 //! timeout, connection lifetime and cap). Every response carries a strict
 //! Content-Security-Policy (no script at all, no framing) and no-store.

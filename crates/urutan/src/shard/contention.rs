@@ -41,7 +41,7 @@ pub struct Contention {
 
 impl Contention {
     /// An apply or release transaction lost to another one: the pool's
-    /// transactions go one at a time for [`SERIALIZE_FOR`] from now.
+    /// transactions go one at a time for `SERIALIZE_FOR` from now.
     pub fn lost(&self) {
         let mut last = self.last_lost.lock().unwrap_or_else(|e| e.into_inner());
         let was = last.is_some_and(|at| at.elapsed() < SERIALIZE_FOR);
