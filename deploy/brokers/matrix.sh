@@ -108,7 +108,7 @@ if ((CI)); then
         pipeline::every_kind_of_bad_input poison::a_panicking_message poison::a_requeued_message)
     HANDOFF=(handoff::a_moved_entity handoff::growing_4_to_6_to_9 direct::a_remap)
     RELAY=(relay::outbox_rows_reach relay::two_relays_at_once
-        recovery::worker_killed_with_sigkill replicas::two_replicas_never)
+        recovery::worker_killed_with_sigkill replicas::two_replicas_share)
     PRIVILEGE=(privilege:: topology::a_least_privilege)
     SERIAL=(
         handoff::serial_broker_restart_with_a_backlog_keeps_per_entity_order_on_12_shards
