@@ -107,8 +107,10 @@ if ((CI)); then
     CONTRACT=(topology::declares pipeline::applies_every_version pipeline::duplicates_and_stale
         pipeline::every_kind_of_bad_input poison::a_panicking_message poison::a_requeued_message)
     HANDOFF=(handoff::a_moved_entity handoff::growing_4_to_6_to_9 direct::a_remap)
+    # replicas:: (replicas sharing the shards, issue 45) is not yet in the CI
+    # selection: it has not been run on 4.0/4.3 (the full matrix runs it).
     RELAY=(relay::outbox_rows_reach relay::two_relays_at_once
-        recovery::worker_killed_with_sigkill replicas::two_replicas_share)
+        recovery::worker_killed_with_sigkill)
     PRIVILEGE=(privilege:: topology::a_least_privilege)
     SERIAL=(
         handoff::serial_broker_restart_with_a_backlog_keeps_per_entity_order_on_12_shards
