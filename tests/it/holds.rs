@@ -214,6 +214,16 @@ async fn a_refused_version_holds_its_order_until_it_is_replayed() {
             metric_sum(&scrape, "urutan_orders_held", &["reason=\"refused\""]) == 1.0
         })
         .await;
+        // The dry run says what follows the refused version once it applies.
+        let dry = urutan(&s.env, &[], &["dlq", "replay", "A-v2", "--dry-run"]).await;
+        assert!(dry.ok(), "{dry}");
+        assert!(
+            dry.stdout.contains(
+                "it holds its order: once it applies, the 2 waiting version(s) follow in order \
+                 (v3, v4) and the hold ends"
+            ),
+            "{dry}"
+        );
 
         mend(&s.db).await;
         let replay = urutan(&s.env, &[], &["dlq", "replay", "A-v2"]).await;

@@ -37,6 +37,9 @@ pub const ORDERS_HELD: &str = "urutan_orders_held";
 pub const HOLDS_TOTAL: &str = "urutan_holds_total";
 pub const ORDERS_RETRYING: &str = "urutan_orders_retrying";
 pub const HOLD_OLDEST_SECONDS: &str = "urutan_hold_oldest_seconds";
+pub const RELAY_WAKEUPS_TOTAL: &str = "urutan_relay_wakeups_total";
+pub const ORDERS_OVERDUE: &str = "urutan_orders_overdue";
+pub const SET_ASIDE_TOTAL: &str = "urutan_set_aside_total";
 pub const DEAD_LETTERS_REFUSED_TOTAL: &str = "urutan_dead_letters_refused_total";
 
 /// The `reason` label of `urutan_orders_held` and `urutan_holds_total`.
@@ -151,6 +154,8 @@ impl ShardMetrics {
         for reason in RetryReason::ALL.map(RetryReason::label) {
             metrics::counter!(RETRIES_TOTAL, "shard" => label.clone(), "reason" => reason)
                 .increment(0);
+            metrics::counter!(SET_ASIDE_TOTAL, "shard" => label.clone(), "reason" => reason)
+                .increment(0);
         }
         Self {
             applied: outcome("applied"),
@@ -162,6 +167,13 @@ impl ShardMetrics {
             parked: metrics::counter!(PARKED_TOTAL, "shard" => label.clone()),
             shard: label,
         }
+    }
+
+    /// Counts a message set aside after a transient failure (`reason`) in
+    /// `urutan_set_aside_total`: not a parked message.
+    pub fn set_aside(&self, reason: RetryReason) {
+        metrics::counter!(SET_ASIDE_TOTAL, "shard" => self.shard.clone(), "reason" => reason.label())
+            .increment(1);
     }
 
     /// Counts one outcome in `urutan_messages_total`.
@@ -189,12 +201,16 @@ pub fn register_worker() {
     }
     metrics::gauge!(ORDERS_RETRYING).set(0.0);
     metrics::gauge!(HOLD_OLDEST_SECONDS).set(0.0);
+    for kind in crate::store::overdue::KINDS {
+        metrics::gauge!(ORDERS_OVERDUE, "kind" => kind).set(0.0);
+    }
 }
 
 /// Registers the series of `urutan relay` at zero (see [`register_worker`]).
 pub fn register_relay() {
     metrics::counter!(OUTBOX_PUBLISHED_TOTAL).increment(0);
     metrics::counter!(OUTBOX_UNROUTABLE_TOTAL).increment(0);
+    metrics::counter!(RELAY_WAKEUPS_TOTAL).increment(0);
     for reason in crate::outbox::check::SetAside::ALL {
         metrics::counter!(OUTBOX_SET_ASIDE_TOTAL, "reason" => reason.reason()).increment(0);
         metrics::gauge!(OUTBOX_SET_ASIDE, "reason" => reason.reason()).set(0.0);
@@ -340,7 +356,10 @@ fn describe() {
         PARKED_MESSAGES,
         "Messages parked until their old shard drains."
     );
-    describe_counter!(PARKED_TOTAL, "Messages parked during a resharding.");
+    describe_counter!(
+        PARKED_TOTAL,
+        "Messages parked behind an older version of their order (a resharding, a gap, a hold, a message set aside); set-aside messages count in urutan_set_aside_total."
+    );
     describe_gauge!(
         SHARDS_ACTIVE,
         "Shards placed on this replica with a registered consumer."
@@ -366,6 +385,18 @@ fn describe() {
         HOLD_OLDEST_SECONDS,
         Unit::Seconds,
         "Age of the oldest hold (0: none)."
+    );
+    describe_counter!(
+        RELAY_WAKEUPS_TOTAL,
+        "Times the idle relay was woken by its pipeline's NOTIFY (an enqueue committed) before its one-second poll."
+    );
+    describe_gauge!(
+        ORDERS_OVERDUE,
+        "Orders with a version waiting longer than it should, by kind (set_aside: due more than 30 s ago; gap: missing longer than GAP_TIMEOUT + 30 s and not held; parked: releasable for more than 30 s)."
+    );
+    describe_counter!(
+        SET_ASIDE_TOTAL,
+        "Messages set aside after a transient failure of their own transaction, by shard and reason (later tries count in urutan_retries_total only)."
     );
     describe_histogram!(
         HANDOFF_DURATION_SECONDS,

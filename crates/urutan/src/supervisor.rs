@@ -160,7 +160,11 @@ impl Supervisor {
             health.clone(),
             background.clone(),
         ));
-        tasks.spawn(store::hold::watch(pool.clone(), background.clone()));
+        tasks.spawn(store::hold::watch(
+            pool.clone(),
+            settings.gap_timeout,
+            background.clone(),
+        ));
         tasks.spawn(store::run_retention(
             pool.clone(),
             store::Retention::of(&settings),

@@ -147,7 +147,55 @@ async fn predict(ctx: &Ctx, c: &Candidate) -> Result<String, sqlx::Error> {
         (false, Some(e)) => format!("; it is valid, the handler failed on it before ({e})"),
         (false, None) => "; it is valid, why it was dead-lettered is not recorded".to_owned(),
     };
-    Ok(format!("would be {fence}{handler}"))
+    let held = held_behind(ctx, &event).await?;
+    Ok(format!("would be {fence}{handler}{held}"))
+}
+
+/// Most waiting versions a prediction names one by one.
+const NAMED_WAITING: usize = 5;
+
+/// What a replay of `event` means to its order's hold: the versions that
+/// follow once it applies (it holds its order), or the hold it waits behind.
+async fn held_behind(ctx: &Ctx, event: &message::Event) -> Result<String, sqlx::Error> {
+    let holds = store::hold::holds(&ctx.db, Some(&event.entity_id), 10).await?;
+    let Some(hold) = holds
+        .iter()
+        .find(|h| h.reason != urutan::effects::hold::REASON)
+    else {
+        return Ok(String::new());
+    };
+    if hold.message_id.as_deref() != Some(event.message_id.as_str()) {
+        let by = hold
+            .versi
+            .map_or_else(|| "a missing version".to_owned(), |v| format!("v{v}"));
+        return Ok(format!(
+            "; its order is held ({}) by {by}: it waits behind that (`urutan hold list`)",
+            hold.reason
+        ));
+    }
+    let waiting: Vec<i64> = store::parked_versions(&ctx.db, &event.entity_id)
+        .await?
+        .into_iter()
+        .map(|p| p.versi)
+        .filter(|v| *v != event.versi)
+        .collect();
+    if waiting.is_empty() {
+        return Ok("; it holds its order, and no later version waits behind it".into());
+    }
+    let mut named: Vec<String> = waiting
+        .iter()
+        .take(NAMED_WAITING)
+        .map(|v| format!("v{v}"))
+        .collect();
+    if waiting.len() > NAMED_WAITING {
+        named.push("...".into());
+    }
+    Ok(format!(
+        "; it holds its order: once it applies, the {} waiting version(s) follow in order ({}) \
+         and the hold ends",
+        waiting.len(),
+        named.join(", ")
+    ))
 }
 
 /// A reason that is a contract rule (as opposed to the handler failing).

@@ -19,8 +19,53 @@ pub fn assess(status: &Status, now: DateTime<Utc>, stuck_after: Duration) -> Vec
     dead_letters(status, &mut found);
     outbox(status, &at, &mut found);
     orders(status, &at, &mut found);
+    overdue(status, &at, &mut found);
     effects(status, &mut found);
     found
+}
+
+/// Versions that have waited longer than they should: what should have
+/// moved them (a shard's release step, its gap check) has not.
+fn overdue(status: &Status, at: &Clock, found: &mut Vec<Attention>) {
+    use urutan::store::overdue::MARGIN;
+    for o in status.overdue.iter().flatten() {
+        let late = format!(
+            "{} order(s), the longest overdue by {} (order {}: see `urutan explain`)",
+            o.orders,
+            at.age(o.since),
+            crate::terminal::Clean(&o.example)
+        );
+        let margin = MARGIN.as_secs();
+        let (code, message) = match o.kind.as_str() {
+            "set_aside" => (
+                "set_aside_overdue",
+                format!(
+                    "{late}: a message set aside after a transient failure is past its next try \
+                     by more than {margin} s, and its order's later versions wait behind it: is \
+                     the worker of its shard running and releasing? (its log, \
+                     `urutan_orders_overdue`)"
+                ),
+            ),
+            "gap" => (
+                "gap_overdue",
+                format!(
+                    "{late}: an order's next version has been missing longer than GAP_TIMEOUT \
+                     + {margin} s and the order is not held (with GAP_POLICY=wait its shard's \
+                     worker holds it within a second): is that worker running? `urutan hold \
+                     release ORDER_ID` applies what waits without the missing version"
+                ),
+            ),
+            _ => (
+                "parked_overdue",
+                format!(
+                    "{late}: a parked version free to go (nothing older is missing or held) \
+                     has not been released for more than {margin} s: is the worker of its \
+                     shard running and releasing?"
+                ),
+            ),
+        };
+        found.push(attention(code, message));
+    }
 }
 
 /// Dead-lettered effects no operator has dealt with: a webhook the
@@ -390,6 +435,7 @@ mod tests {
                 retrying: 0,
             }),
             effects: Some(Summary::default()),
+            overdue: Some(Vec::new()),
         }
     }
 
@@ -478,6 +524,37 @@ mod tests {
             .into_iter()
             .map(|a| a.code)
             .collect()
+    }
+
+    #[test]
+    fn versions_overdue_need_attention_per_kind() {
+        use urutan::store::overdue::Overdue;
+        let mut s = healthy();
+        let late = |kind: &str, example: &str| Overdue {
+            kind: kind.into(),
+            orders: 2,
+            since: minutes_ago(3),
+            example: example.into(),
+        };
+        s.overdue = Some(vec![
+            late("set_aside", "S"),
+            late("gap", "G"),
+            late("parked", "P"),
+        ]);
+        assert_eq!(
+            codes(&s),
+            ["set_aside_overdue", "gap_overdue", "parked_overdue"]
+        );
+        let found = assess(&s, now(), Duration::from_secs(300));
+        assert!(
+            found[1]
+                .message
+                .starts_with("2 order(s), the longest overdue by 3 min (order G:"),
+            "{}",
+            found[1].message
+        );
+        s.overdue = None;
+        assert_eq!(codes(&s), Vec::<&str>::new(), "unread: nothing to say");
     }
 
     #[test]

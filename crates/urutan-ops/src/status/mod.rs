@@ -40,7 +40,10 @@ Needs attention: the database or the broker unreachable; urutan's tables missing
 a shard that has not passed an epoch opened longer than --stuck-after ago, or
 whose position no recorded epoch explains (a forged marker); a window or a resharding open longer than that; a message parked longer than that;
 any message in the dead-letter queue; an unsent outbox row older than that;
-an order on hold or retrying; a dead-lettered effect (webhook) not yet replayed
+an order on hold or retrying; a version waiting longer than it should (not
+held, and set aside past its due time, or missing a predecessor longer than
+GAP_TIMEOUT, or free to go but not released, each by more than 30 s: is its
+shard's worker running?); a dead-lettered effect (webhook) not yet replayed
 or released.
 
 Reads only: passive declares on the broker (no permission beyond the vhost),
@@ -105,6 +108,10 @@ pub struct Status {
     /// The webhooks (`urutan effects`): pending, dead-lettered, of those
     /// unresolved (`None`: unread, or no effect tables).
     pub effects: Option<urutan::effects::read::Summary>,
+    /// Orders with a version waiting longer than it should, per kind
+    /// (`set_aside`, `gap`, `parked`; a kind with none is left out; `None`:
+    /// unread). See [`urutan::store::overdue`].
+    pub overdue: Option<Vec<urutan::store::overdue::Overdue>>,
 }
 
 /// Orders that wait: held after a refused version, or retrying a message
@@ -145,7 +152,7 @@ pub struct Attention {
     /// `shard_without_consumer`, `epoch_not_passed`, `epoch_unexplained`, `parked_too_long`,
     /// `dead_letter_queue_missing`, `dead_letters`, `outbox_backlog`,
     /// `outbox_unroutable`, `outbox_set_aside`, `orders_held`, `orders_retrying`,
-    /// `effects_dead_lettered`.
+    /// `set_aside_overdue`, `gap_overdue`, `parked_overdue`, `effects_dead_lettered`.
     pub code: &'static str,
     pub message: String,
 }
@@ -293,6 +300,7 @@ pub async fn gather_on(
         outbox: None,
         orders: None,
         effects: None,
+        overdue: None,
     };
     let mut notes = Vec::new();
     let owned_db = match open.db {
@@ -317,6 +325,9 @@ pub async fn gather_on(
         }
         status.orders = read::orders(db).await.ok();
         status.effects = urutan::effects::read::summary(db).await.ok();
+        status.overdue = urutan::store::overdue::overdue(db, settings.gap_timeout)
+            .await
+            .ok();
     }
     if let Some(db) = owned_db {
         db.close().await;

@@ -18,8 +18,34 @@ pub use read::{Backlog, OrderRow, SetAsideCount, SetAsideRow, backlog, rows_of_o
 use serde_json::Value;
 use sqlx::{PgConnection, PgPool};
 
-/// Channel the relay LISTENs on; [`enqueue`] notifies it (delivered at commit).
+/// The channel of the pipeline in schema `public`, and the start of every
+/// other's ([`notify_channel`]).
 pub const NOTIFY_CHANNEL: &str = "urutan_outbox";
+
+/// The channel the relay of the pipeline in `schema` (`DATABASE_SCHEMA`)
+/// LISTENs on, and [`enqueue`] and `urutan_enqueue` notify (at commit): one
+/// per pipeline, so an enqueue wakes only its own pipeline's relay.
+/// `urutan_outbox` in `public` (as before migration 0045),
+/// `urutan_outbox_<schema>` elsewhere, or `urutan_outbox_` and the first
+/// 32 hex digits of the schema name's SHA-256 where that would pass
+/// PostgreSQL's 63-byte identifier limit (a longer LISTEN name would be cut,
+/// a longer `pg_notify` one refused). The SQL function
+/// `urutan_saluran_outbox()` computes the same name (a test holds them equal).
+pub fn notify_channel(schema: &str) -> String {
+    use sha2::Digest as _;
+    /// PostgreSQL's longest identifier in bytes (NAMEDATALEN - 1).
+    const LONGEST: usize = 63;
+    if schema == crate::config::DEFAULT_SCHEMA {
+        return NOTIFY_CHANNEL.to_owned();
+    }
+    let plain = format!("{NOTIFY_CHANNEL}_{schema}");
+    if plain.len() <= LONGEST {
+        return plain;
+    }
+    let digest = sha2::Sha256::digest(schema.as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("{NOTIFY_CHANNEL}_{hex}")
+}
 
 /// An event about one order, as a producer states it. Optional fields
 /// default (`..Default::default()`), so adding one touches no call site.
@@ -115,8 +141,7 @@ pub async fn enqueue(conn: &mut PgConnection, event: &NewEvent<'_>) -> Result<i6
     .bind(event.traceparent)
     .fetch_one(&mut *conn)
     .await?;
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(NOTIFY_CHANNEL)
+    sqlx::query("SELECT pg_notify(urutan_saluran_outbox(), '')")
         .execute(&mut *conn)
         .await?;
     Ok(id)
@@ -210,6 +235,18 @@ fn validate(event: &NewEvent<'_>) -> Result<(), EnqueueError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_schema_has_its_own_channel_within_63_bytes() {
+        assert_eq!(notify_channel("public"), "urutan_outbox");
+        assert_eq!(notify_channel("pengiriman"), "urutan_outbox_pengiriman");
+        let fits = "a".repeat(63 - "urutan_outbox_".len());
+        assert_eq!(notify_channel(&fits), format!("urutan_outbox_{fits}"));
+        let long = format!("{fits}b");
+        let hashed = notify_channel(&long);
+        assert_eq!(hashed.len(), "urutan_outbox_".len() + 32, "{hashed}");
+        assert_ne!(hashed, notify_channel(&format!("{fits}c")));
+    }
 
     fn event(id: &str, status: &str, versi: i64) -> NewEvent<'static> {
         NewEvent {

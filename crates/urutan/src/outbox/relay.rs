@@ -37,7 +37,6 @@ use sqlx::{Connection as _, PgConnection};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::NOTIFY_CHANNEL;
 use super::check::{self, Candidate, SetAside};
 use super::publish::{Row, publish_waves};
 use crate::broker::{self, BrokerError, Names, call};
@@ -218,7 +217,7 @@ impl Relay {
         )
         .await?;
         self.health.broker_up(0);
-        let mut listener = listen(url).await?;
+        let mut listener = listen(url, &self.settings.database_schema).await?;
         done.active = true;
         heal::broker_outage(&self.settings.amqp_url).recovered();
         heal::database_outage(&self.settings.database_url).recovered();
@@ -250,7 +249,11 @@ impl Relay {
             // Nothing to send: sleep until NOTIFY, at most one second.
             tokio::select! {
                 () = shutdown.cancelled() => {}
-                _ = tokio::time::timeout(Duration::from_secs(1), listener.recv()) => {}
+                woken = tokio::time::timeout(Duration::from_secs(1), listener.recv()) => {
+                    if let Ok(Ok(_)) = woken {
+                        metrics::counter!(crate::metrics::RELAY_WAKEUPS_TOTAL).increment(1);
+                    }
+                }
             }
         };
         let _ = call("channel.close", channel.close(200, "relay stopping".into())).await;
@@ -405,9 +408,10 @@ async fn acquire_lock(
     }
 }
 
-async fn listen(url: &SecretUrl) -> Result<PgListener, sqlx::Error> {
+/// Listens on the pipeline's own channel ([`super::notify_channel`]).
+async fn listen(url: &SecretUrl, schema: &str) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect(url.expose()).await?;
-    listener.listen(NOTIFY_CHANNEL).await?;
+    listener.listen(&super::notify_channel(schema)).await?;
     Ok(listener)
 }
 

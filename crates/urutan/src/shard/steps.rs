@@ -224,6 +224,10 @@ impl Context<'_> {
                 .held(|| self.session.set_aside(event, &text, policy))
                 .await?
             {
+                Ok(Applied::Parked) => {
+                    self.metrics.set_aside(reason);
+                    Step::Ack
+                }
                 Ok(applied) => self.applied(Some(event), applied, None),
                 Err(refusal) => requeued(refusal),
             },

@@ -281,11 +281,20 @@ pub async fn skips(db: &PgPool, order: &str) -> Result<Vec<Skip>, sqlx::Error> {
     .await
 }
 
-/// Keeps `urutan_orders_held{reason}`, `urutan_orders_retrying` and
-/// `urutan_hold_oldest_seconds` current (every 5 s) until `stop`.
-pub async fn watch(db: PgPool, stop: tokio_util::sync::CancellationToken) {
+/// Keeps `urutan_orders_held{reason}`, `urutan_orders_retrying`,
+/// `urutan_hold_oldest_seconds` and `urutan_orders_overdue{kind}`
+/// ([`super::overdue`], with the pipeline's `gap_timeout`) current (every
+/// 5 s) until `stop`.
+pub async fn watch(db: PgPool, gap_timeout: Duration, stop: tokio_util::sync::CancellationToken) {
     use crate::metrics as m;
     loop {
+        if let Ok(overdue) = super::overdue::overdue(&db, gap_timeout).await {
+            for kind in super::overdue::KINDS {
+                let found = overdue.iter().find(|o| o.kind == kind);
+                let orders = found.map_or(0, |o| o.orders);
+                metrics::gauge!(m::ORDERS_OVERDUE, "kind" => kind).set(orders as f64);
+            }
+        }
         if let Ok(held) = held_by_reason(&db).await {
             for reason in m::HOLD_REASONS {
                 let found = held.iter().find(|(r, _, _)| r == reason);
