@@ -28,6 +28,7 @@ mod limits;
 mod nodelay;
 mod nodes;
 mod ops;
+mod outside;
 mod partitions;
 mod pipeline;
 mod poison;
