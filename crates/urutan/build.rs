@@ -9,11 +9,16 @@
 //! unpatched codec. The patched crate declares `links = "urutan_amqp_codec"`
 //! and says `PATCHED` from its build script; when that is missing, this
 //! script stops the build and prints the exact lines the team must add.
+//!
+//! It also names the commit built (`URUTAN_COMMIT`, for
+//! `urutan_build_info{version,commit}`): `unknown` outside a git checkout.
 use std::env;
 use std::path::Path;
+use std::process::Command;
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
+    commit();
     if env::var_os("DEP_URUTAN_AMQP_CODEC_PATCHED").is_some() {
         return;
     }
@@ -43,4 +48,30 @@ fn main() {
          (docs/handlers.md, \"Your own crate\")\n"
     );
     std::process::exit(1);
+}
+
+/// `cargo::rustc-env=URUTAN_COMMIT=<12 hex digits>`, rebuilt when HEAD moves.
+fn commit() {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .map(|s| s.trim().to_owned())
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    // HEAD and the branch it points at: a new commit or a checkout reruns this.
+    for path in ["HEAD", "packed-refs"] {
+        if let Some(file) = git(&["rev-parse", "--git-path", path]) {
+            println!("cargo::rerun-if-changed={file}");
+        }
+    }
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        if let Some(file) = git(&["rev-parse", "--git-path", &branch]) {
+            println!("cargo::rerun-if-changed={file}");
+        }
+    }
+    println!("cargo::rustc-env=URUTAN_COMMIT={commit}");
 }

@@ -25,6 +25,7 @@ mod holds;
 mod hostile;
 mod interleave;
 mod limits;
+mod metrics;
 mod nodelay;
 mod nodes;
 mod ops;

@@ -33,7 +33,9 @@ fn copy_out(dir: &Path, with_patch: bool) {
         .replace("\"../../", &format!("\"{root}/"))
         .replace("\"../..\"", &format!("\"{root}\""));
     if !with_patch {
-        let start = manifest.find("[patch.crates-io]").expect("a [patch] section");
+        let start = manifest
+            .find("[patch.crates-io]")
+            .expect("a [patch] section");
         let end = manifest[start..]
             .find("\n\n")
             .map_or(manifest.len(), |n| start + n);
@@ -77,7 +79,10 @@ async fn a_teams_own_crate_needs_the_codec_patch_and_survives_a_deep_header() {
     copy_out(&bare, false);
     let refused = cargo_build(&bare, &target);
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success(), "built without the patch:\n{stderr}");
+    assert!(
+        !refused.status.success(),
+        "built without the patch:\n{stderr}"
+    );
     let line = format!(
         "amq-protocol-types = {{ path = \"{}/patches/amq-protocol-types\" }}",
         repo().display()
@@ -138,7 +143,13 @@ async fn a_teams_own_crate_needs_the_codec_patch_and_survives_a_deep_header() {
     .await;
     publisher.send_all(&[Msg::event("T-2", 1)]).await;
 
-    wait_count(&db, "SELECT count(*) FROM buku_besar", 2, Duration::from_secs(60)).await;
+    wait_count(
+        &db,
+        "SELECT count(*) FROM buku_besar",
+        2,
+        Duration::from_secs(60),
+    )
+    .await;
     wait_count(
         &db,
         "SELECT count(*) FROM urutan_dead_letter
