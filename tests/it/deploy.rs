@@ -231,7 +231,7 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
         .await;
     assert_eq!(http_get(worker.http(), "/readyz").await.0, 200);
 
-    // Zero-initialised from the first scrape: every bounded counter series.
+    // Zero-initialised from the first scrape: each shard's outcomes.
     for shard in ["0", "1"] {
         let shard = format!("shard=\"{shard}\"");
         for outcome in ["applied", "stale", "duplicate", "dead_lettered"] {
@@ -241,20 +241,14 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
                 "urutan_messages_total{{{shard},{outcome}}} missing:\n{first}"
             );
         }
-        for reason in urutan::message::Rejection::ALL.map(|r| r.reason()) {
-            let reason = format!("reason=\"{reason}\"");
-            assert!(
-                has_series(&first, "urutan_dead_letters_total", &[&shard, &reason]),
-                "urutan_dead_letters_total{{{shard},{reason}}} missing"
-            );
-        }
-        for reason in urutan::metrics::RetryReason::ALL.map(|r| r.label()) {
-            let reason = format!("reason=\"{reason}\"");
-            assert!(
-                has_series(&first, "urutan_retries_total", &[&shard, &reason]),
-                "urutan_retries_total{{{shard},{reason}}} missing"
-            );
-        }
+    }
+    // A dead-letter or retry reason appears when first counted (issue 48:
+    // no shards x reasons of zeros up front): none yet.
+    for lazy in ["urutan_dead_letters_total", "urutan_retries_total"] {
+        assert!(
+            !has_series(&first, lazy, &[]),
+            "{lazy} before any was counted:\n{first}"
+        );
     }
     assert!(has_series(&first, "urutan_broker_reconnects_total", &[]));
 
@@ -351,7 +345,13 @@ async fn every_metric_of_the_dashboard_and_alerts_is_exported() {
     let (in_worker, in_relay) = (scrape_names(&worker_scrape), scrape_names(&relay_scrape));
     let mut missing = Vec::new();
     let mut exporter = BTreeMap::new();
-    for name in used.iter().filter(|n| n.starts_with("urutan_")) {
+    // Created by the first retry (tests/it/rust_handler.rs, dlq.rs count it);
+    // this traffic has none.
+    let counted_on_first_use = ["urutan_retries_total"];
+    for name in used
+        .iter()
+        .filter(|n| n.starts_with("urutan_") && !counted_on_first_use.contains(&n.as_str()))
+    {
         let by = match (in_worker.contains(name), in_relay.contains(name)) {
             (true, true) => "worker+relay",
             (true, false) => "worker",

@@ -648,3 +648,38 @@ async fn day_tag(db: &PgPool, days_ago: i32) -> String {
         .await
         .expect("a day")
 }
+
+/// A relay and a worker that start together both prepare the next id-range
+/// partition: the second waits for the first and finds it made (the demo's
+/// log once had `WARN relation "outbox_p16777217" already exists`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_preparing_the_next_id_partition_never_collide() {
+    let env = TestEnv::new("partition_race").await;
+    let db = env.db().await;
+    // The first id handed out: the next range partition is now due.
+    sqlx::query("SELECT urutan_enqueue('R-1', 'dibuat', 1)")
+        .execute(&db)
+        .await
+        .expect("enqueue");
+    let mut first = db.begin().await.expect("begin");
+    let made = urutan::store::prepare_id_partitions(&mut *first)
+        .await
+        .expect("the first preparation");
+    assert_eq!(made, 1, "the next outbox partition");
+    let second = tokio::spawn({
+        let db = db.clone();
+        async move { urutan::store::prepare_id_partitions(&db).await }
+    });
+    // The second runs while the first has not committed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.commit().await.expect("commit");
+    let second = tokio::time::timeout(Duration::from_secs(30), second)
+        .await
+        .expect("the second preparation ends")
+        .expect("join");
+    assert_eq!(
+        second.expect("the second preparation"),
+        0,
+        "nothing left to make"
+    );
+}

@@ -142,8 +142,7 @@ pub async fn serve_router(
 
 async fn render_metrics(State(state): State<AppState>) -> String {
     state.health.report();
-    state.metrics.run_upkeep();
-    state.metrics.render()
+    crate::metrics::render(&state.metrics)
 }
 
 async fn ready(State(state): State<AppState>) -> (StatusCode, &'static str) {

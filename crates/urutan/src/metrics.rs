@@ -6,7 +6,6 @@ use std::sync::OnceLock;
 use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::message::Rejection;
 use crate::outcome::Outcome;
 
 pub const MESSAGES_TOTAL: &str = "urutan_messages_total";
@@ -41,6 +40,11 @@ pub const RELAY_WAKEUPS_TOTAL: &str = "urutan_relay_wakeups_total";
 pub const ORDERS_OVERDUE: &str = "urutan_orders_overdue";
 pub const SET_ASIDE_TOTAL: &str = "urutan_set_aside_total";
 pub const DEAD_LETTERS_REFUSED_TOTAL: &str = "urutan_dead_letters_refused_total";
+/// 1, labelled with the crate's version and the commit it was built from.
+pub const BUILD_INFO: &str = "urutan_build_info";
+
+/// The commit this binary was built from (crates/urutan/build.rs), or `unknown`.
+pub const COMMIT: &str = env!("URUTAN_COMMIT");
 
 /// The `reason` label of `urutan_orders_held` and `urutan_holds_total`.
 pub const HOLD_REASONS: [&str; 3] = ["refused", "gap", "effect"];
@@ -141,22 +145,18 @@ pub struct ShardMetrics {
 }
 
 impl ShardMetrics {
-    /// Registers every bounded counter series of the shard at zero (each
-    /// outcome, each dead-letter reason, each retry reason), so `rate()` and
-    /// `increase()` see a series from the first scrape, not from its first event.
+    /// The shard's series. Its four outcomes of `urutan_messages_total`
+    /// are registered at zero, so `rate()` sees them from the first scrape;
+    /// dead-letter and retry reasons (about 30 per shard) appear when first
+    /// counted: a pool of many shards does not export hundreds of zeros.
     pub fn new(shard: u16) -> Self {
         let label = shard.to_string();
-        let outcome = |o: &'static str| metrics::counter!(MESSAGES_TOTAL, "shard" => label.clone(), "outcome" => o);
-        for reason in Rejection::ALL.map(Rejection::reason) {
-            metrics::counter!(DEAD_LETTERS_TOTAL, "shard" => label.clone(), "reason" => reason)
-                .increment(0);
-        }
-        for reason in RetryReason::ALL.map(RetryReason::label) {
-            metrics::counter!(RETRIES_TOTAL, "shard" => label.clone(), "reason" => reason)
-                .increment(0);
-            metrics::counter!(SET_ASIDE_TOTAL, "shard" => label.clone(), "reason" => reason)
-                .increment(0);
-        }
+        let outcome = |o: &'static str| {
+            let counter =
+                metrics::counter!(MESSAGES_TOTAL, "shard" => label.clone(), "outcome" => o);
+            counter.increment(0);
+            counter
+        };
         Self {
             applied: outcome("applied"),
             stale: outcome("stale"),
@@ -231,6 +231,20 @@ const LAG_BUCKETS: &[f64] = &[
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// The process's own series (CPU seconds, resident and virtual memory, open
+/// and maximum file descriptors, threads, start time), read on each scrape.
+static PROCESS: OnceLock<metrics_process::Collector> = OnceLock::new();
+
+/// The `/metrics` body: the process's series read now, histogram samples
+/// folded into their buckets, then everything in Prometheus text format.
+pub fn render(handle: &PrometheusHandle) -> String {
+    if let Some(process) = PROCESS.get() {
+        process.collect();
+    }
+    handle.run_upkeep();
+    handle.render()
+}
+
 /// Installs the process-wide Prometheus recorder once and returns its handle
 /// (later calls, e.g. several pools in one test process, share it).
 pub fn install() -> PrometheusHandle {
@@ -278,6 +292,11 @@ pub fn install() -> PrometheusHandle {
                 tracing::warn!("another metrics recorder is installed; /metrics will be empty");
             }
             describe();
+            metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "commit" => COMMIT)
+                .set(1.0);
+            let process = PROCESS.get_or_init(metrics_process::Collector::default);
+            process.describe();
+            process.collect();
             // Histogram samples stay in memory until upkeep drains them into
             // buckets; without a scrape nobody would, and memory would grow
             // with every message.
@@ -300,6 +319,10 @@ const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_gauge!(
+        BUILD_INFO,
+        "1, labelled with the version and the commit this binary was built from."
+    );
     describe_counter!(MESSAGES_TOTAL, "Deliveries by shard and outcome.");
     describe_counter!(DEAD_LETTERS_TOTAL, "Dead-lettered deliveries by reason.");
     describe_counter!(

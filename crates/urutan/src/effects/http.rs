@@ -26,10 +26,7 @@ pub async fn serve(
                 move || {
                     report(&ready);
                     let metrics = metrics.clone();
-                    async move {
-                        metrics.run_upkeep();
-                        metrics.render()
-                    }
+                    async move { crate::metrics::render(&metrics) }
                 }
             }),
         )

@@ -64,6 +64,11 @@ impl Expiring {
 /// that stops for less than this finds them there when it comes back.
 pub const DAYS_AHEAD: i32 = 7;
 
+/// Both preparations below take one lock per pipeline (held to the end of
+/// the caller's transaction) before they look at what exists: a relay and
+/// a worker that start together would otherwise both create the next
+/// partition, and one fail with `relation "outbox_p…" already exists`.
+///
 /// Creates the day partitions of `pesan_diproses` and `pesanan_riwayat`
 /// from today to [`DAYS_AHEAD`] days ahead (and validates the default
 /// partitions' bound the first time, without blocking writes). Returns how
@@ -72,7 +77,10 @@ pub const DAYS_AHEAD: i32 = 7;
 /// It also creates the id-range partitions of the outbox and the effects
 /// ahead ([`prepare_id_partitions`]).
 pub async fn prepare_partitions<'c>(db: impl sqlx::PgExecutor<'c>) -> Result<i32, sqlx::Error> {
-    sqlx::query_scalar("SELECT urutan_partisi_siapkan($1) + urutan_partisi_id_siapkan()")
+    sqlx::query_scalar(
+        "SELECT urutan_partisi_siapkan($1) + urutan_partisi_id_siapkan()
+         FROM (SELECT pg_advisory_xact_lock(hashtext('urutan-partitions'), hashtext(current_schema()))) l",
+    )
         .bind(DAYS_AHEAD)
         .fetch_one(db)
         .await
@@ -85,7 +93,10 @@ pub async fn prepare_partitions<'c>(db: impl sqlx::PgExecutor<'c>) -> Result<i32
 /// call it before they expire rows, so they keep their table ready where
 /// no pool runs.
 pub async fn prepare_id_partitions<'c>(db: impl sqlx::PgExecutor<'c>) -> Result<i32, sqlx::Error> {
-    sqlx::query_scalar("SELECT urutan_partisi_id_siapkan()")
+    sqlx::query_scalar(
+        "SELECT urutan_partisi_id_siapkan()
+         FROM (SELECT pg_advisory_xact_lock(hashtext('urutan-partitions'), hashtext(current_schema()))) l",
+    )
         .fetch_one(db)
         .await
 }
