@@ -307,6 +307,7 @@ pub async fn gather_on(
     };
     let db = open.db.or(owned_db.as_ref());
     let mut from_db = FromDatabase::default();
+    let mut advice = None;
     if let Some(db) = &db {
         match read::read_database(db, &names).await {
             Ok(read) => from_db = read,
@@ -317,15 +318,20 @@ pub async fn gather_on(
         }
         status.orders = read::orders(db).await.ok();
         status.effects = urutan::effects::read::summary(db).await.ok();
+        advice = super::pipeline_advice(db, settings).await;
     }
     if let Some(db) = owned_db {
         db.close().await;
     }
-    if !from_db.tables.core && status.database.reachable {
-        notes.push(attention(
+    match advice {
+        // Never "run migrate" where that would start a second pipeline.
+        Some(advice) if !from_db.tables.core => notes.push(attention("not_migrated", advice)),
+        Some(advice) => notes.push(attention("wrong_pipeline", advice)),
+        None if !from_db.tables.core && status.database.reachable => notes.push(attention(
             "not_migrated",
             "the database has no urutan tables (or old ones): run `urutan migrate`".into(),
-        ));
+        )),
+        None => {}
     }
     let broker = read::read_broker(settings, &names, &from_db, open).await;
     if let Err(e) = &broker {

@@ -5,6 +5,7 @@
 mod apply;
 pub mod dead_letter;
 pub mod hold;
+pub mod pipeline;
 mod read;
 mod retention;
 
