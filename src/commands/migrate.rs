@@ -70,7 +70,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot create the views of ENTITY={}", settings.entity))?;
     if !views.is_empty() {
-        info!(?views, "state and history readable under the entity's own name");
+        info!(
+            ?views,
+            "state and history readable under the entity's own name"
+        );
     }
     pool.close().await;
     if recorded == urutan::outbox::defaults::Recorded::Refused {

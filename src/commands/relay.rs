@@ -39,7 +39,7 @@ pub async fn run(settings: Settings, relay: RelaySettings) -> anyhow::Result<()>
         after_publish: after_publish_from_env(),
         health,
     }
-    .run(shutdown.clone())
+    .run_checked(shutdown.clone())
     .await;
     shutdown.cancel();
     let _ = http.await;

@@ -276,7 +276,7 @@ fn apart(mut settings: Settings) -> (Settings, String) {
 struct Pipeline {
     shutdown: CancellationToken,
     pool: tokio::task::JoinHandle<Result<(), urutan::supervisor::RunError>>,
-    relay: tokio::task::JoinHandle<Result<(), urutan::heal::WrongSetting>>,
+    relay: tokio::task::JoinHandle<()>,
 }
 
 impl Pipeline {

@@ -27,6 +27,7 @@ mod interleave;
 mod limits;
 mod nodelay;
 mod nodes;
+mod operator_loop;
 mod ops;
 mod partitions;
 mod pipeline;
@@ -47,6 +48,7 @@ mod silence;
 mod tooling;
 mod topology;
 mod traces;
+mod words;
 
 use urutan_testkit::fixtures as common;
 use urutan_testkit::{proxy, scratch, wire};

@@ -292,4 +292,5 @@ pub async fn pipeline_advice(db: &PgPool, settings: &Settings) -> Option<String>
 }
 
 /// What to say when the dead-letter records cannot be read.
-pub const NO_DEAD_LETTER_RECORDS: &str = "dead-letter records: not available (run urutan migrate)";
+pub const NO_DEAD_LETTER_RECORDS: &str =
+    "dead-letter records: not available (no urutan_dead_letter table in DATABASE_SCHEMA)";

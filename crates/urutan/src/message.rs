@@ -99,9 +99,7 @@ pub enum Rejection {
     MissingEntityHeader,
     #[error("the entity header is not an AMQP string")]
     EntityHeaderNotString,
-    #[error(
-        "the entity header must be 1-128 bytes of UTF-8, without control characters or U+FFFD"
-    )]
+    #[error("the entity header must be 1-128 bytes of UTF-8, without control characters or U+FFFD")]
     InvalidEntityHeader,
     #[error("delivery_mode is not 2 (persistent)")]
     NotPersistent,
@@ -619,7 +617,10 @@ mod tests {
         assert_eq!(said, "the body `id` differs from the x-tagihan-id header");
         for rejection in Rejection::ALL {
             let said = rejection.describe("x-tagihan-id");
-            assert!(!said.contains("pesanan") && !said.contains("entity header"), "{said}");
+            assert!(
+                !said.contains("pesanan") && !said.contains("entity header"),
+                "{said}"
+            );
         }
     }
 

@@ -228,6 +228,10 @@ pub struct DeadLetters {
     pub records_available: bool,
     /// Records of messages still in the DLQ, by reason (most first).
     pub by_reason: Vec<ReasonCount>,
+    /// Of those, the settled ones: their versions were released past
+    /// (`urutan hold release`) or applied since; their messages need no
+    /// attention (`urutan dlq purge --settled` removes them).
+    pub settled: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -289,6 +293,7 @@ pub async fn gather_on(
             depth: None,
             records_available: false,
             by_reason: Vec::new(),
+            settled: 0,
         },
         outbox: None,
         orders: None,
@@ -442,6 +447,7 @@ fn combine(status: &mut Status, names: &Names, db: FromDatabase, broker: Option<
     }
     status.dead_letters.records_available = db.tables.dead_letters;
     status.dead_letters.by_reason = db.by_reason;
+    status.dead_letters.settled = db.settled;
     status.ring = db.ring;
     status.epochs = db.epochs;
     status.windows = db.windows;

@@ -147,7 +147,10 @@ pub fn found_in_queue(
     );
     let (reason, detail) =
         match message::decode(&delivery::envelope(delivery, entity_header), max_body_bytes) {
-            Err(rejection) => (rejection.reason().to_owned(), rejection.describe(entity_header)),
+            Err(rejection) => (
+                rejection.reason().to_owned(),
+                rejection.describe(entity_header),
+            ),
             Ok(_) => match first.map(|d| d.reason.as_str()) {
                 Some("delivery_limit") => (
                     "delivery_limit".to_owned(),

@@ -140,9 +140,18 @@ pub struct Relay {
 
 impl Relay {
     /// Relays until `shutdown`; the batch in progress is finished first.
-    /// Stops early, with the one line naming the setting, when `ENTITY` or
-    /// `DATABASE_SCHEMA` name another pipeline than the database holds.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), WrongSetting> {
+    /// Stops early, logging the one line that names the setting, when
+    /// `ENTITY` or `DATABASE_SCHEMA` name another pipeline than the
+    /// database holds (see [`Self::run_checked`]).
+    pub async fn run(self, shutdown: CancellationToken) {
+        if let Err(wrong) = self.run_checked(shutdown).await {
+            tracing::error!("{wrong}");
+        }
+    }
+
+    /// [`Self::run`], returning the wrong setting it stopped on (`urutan
+    /// relay` exits 2 with it).
+    pub async fn run_checked(self, shutdown: CancellationToken) -> Result<(), WrongSetting> {
         let mut backoff = retry::backoff();
         let mut carry = Carry::default();
         while !shutdown.is_cancelled() {

@@ -171,8 +171,15 @@ impl Found {
     /// to set; `None` when they do, or when the database holds no pipeline
     /// at all (then, and only then, `urutan migrate` is the advice).
     pub fn advice(&self) -> Option<String> {
-        if let Some(refusal) = self.refusal() {
+        if let Some(refusal) = self.entity_refusal() {
             return Some(refusal);
+        }
+        if let Some(r) = self.this_entity_elsewhere() {
+            return Some(format!(
+                "DATABASE_SCHEMA={} holds no urutan tables, but schema {} holds the pipeline of \
+                 ENTITY={}: set DATABASE_SCHEMA={}",
+                self.schema, r.schema, r.entity, r.schema
+            ));
         }
         if self.here.is_some() || self.elsewhere.is_empty() {
             return None;
