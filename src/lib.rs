@@ -247,7 +247,16 @@ fn needs(command: &Command) -> Option<preflight::Needs> {
         | Command::Status { .. }
         | Command::Explain { .. } => (true, true),
     };
-    Some(preflight::Needs { database, broker })
+    let pipeline = match command {
+        Command::Run | Command::Relay { .. } => preflight::Pipeline::Whole,
+        Command::Migrate { .. } => preflight::Pipeline::Entity,
+        _ => preflight::Pipeline::Unchecked,
+    };
+    Some(preflight::Needs {
+        database,
+        broker,
+        pipeline,
+    })
 }
 
 async fn execute(cli: Cli, handler: Option<SharedHandler>) -> anyhow::Result<()> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx::Connection;
 use urutan::broker;
 use urutan::config::Settings;
-use urutan::heal::Unhealable;
+use urutan::heal::{Unhealable, WrongSetting};
 
 /// How long each look may take; longer counts as "cannot tell yet".
 const LOOK: Duration = Duration::from_secs(4);
@@ -19,22 +19,46 @@ const LOOK: Duration = Duration::from_secs(4);
 pub struct Needs {
     pub database: bool,
     pub broker: bool,
+    /// How much of the pipeline the database holds its settings must name.
+    pub pipeline: Pipeline,
+}
+
+/// What `ENTITY` and `DATABASE_SCHEMA` must agree with (see
+/// [`urutan::store::pipeline`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pipeline {
+    /// Nothing checked (reports say it themselves).
+    Unchecked,
+    /// The schema's pipeline, if it holds state, is of this `ENTITY`
+    /// (`urutan migrate`).
+    Entity,
+    /// That, and no other schema holds this entity's pipeline when this
+    /// one holds none (a pool, a relay).
+    Whole,
 }
 
 /// Logs in to what `needs` names, once, and says no when a service refuses
-/// in a way no retry can change.
-pub async fn check(settings: &Settings, needs: Needs, command: &str) -> Result<(), Unhealable> {
+/// in a way no retry can change, or when `ENTITY`/`DATABASE_SCHEMA` name
+/// another pipeline than the database holds ([`WrongSetting`]).
+pub async fn check(settings: &Settings, needs: Needs, command: &str) -> anyhow::Result<()> {
     if needs.database {
         let url = settings.database();
         let look = sqlx::PgConnection::connect(url.expose());
         if let Ok(answer) = tokio::time::timeout(LOOK, look).await {
             match answer {
-                Ok(conn) => {
+                Ok(mut conn) => {
+                    let refusal = match needs.pipeline {
+                        Pipeline::Unchecked => None,
+                        how => pipeline_refusal(&mut conn, settings, how).await,
+                    };
                     let _ = tokio::time::timeout(LOOK, conn.close()).await;
+                    if let Some(refusal) = refusal {
+                        return Err(WrongSetting(refusal).into());
+                    }
                 }
                 Err(e) => {
                     if let Some(refused) = Unhealable::database(&settings.database_url, &e) {
-                        return Err(refused);
+                        return Err(refused.into());
                     }
                 }
             }
@@ -61,11 +85,26 @@ pub async fn check(settings: &Settings, needs: Needs, command: &str) -> Result<(
                 Err(e) => {
                     let e = broker::BrokerError::Amqp(e);
                     if let Some(refused) = Unhealable::broker(&settings.amqp_url, &e) {
-                        return Err(refused);
+                        return Err(refused.into());
                     }
                 }
             }
         }
     }
     Ok(())
+}
+
+/// Why these settings must not start a pool or a relay on this database
+/// (one line naming the setting), if the look answers in time.
+async fn pipeline_refusal(
+    conn: &mut sqlx::PgConnection,
+    settings: &Settings,
+    how: Pipeline,
+) -> Option<String> {
+    let look = urutan::store::pipeline::look(conn, settings);
+    match tokio::time::timeout(LOOK, look).await {
+        Ok(Ok(found)) if how == Pipeline::Whole => found.refusal(),
+        Ok(Ok(found)) => found.entity_refusal(),
+        _ => None,
+    }
 }

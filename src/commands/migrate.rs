@@ -65,6 +65,16 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let recorded = urutan::outbox::defaults::record(&pool, &settings)
         .await
         .context("cannot record the pipeline's settings in urutan_pengaturan")?;
+    // The entity's own names for its state and history (views).
+    let views = urutan::store::pipeline::name_views(&pool, &settings.entity, true)
+        .await
+        .with_context(|| format!("cannot create the views of ENTITY={}", settings.entity))?;
+    if !views.is_empty() {
+        info!(
+            ?views,
+            "state and history readable under the entity's own name"
+        );
+    }
     pool.close().await;
     if recorded == urutan::outbox::defaults::Recorded::Refused {
         anyhow::bail!(

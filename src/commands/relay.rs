@@ -33,15 +33,17 @@ pub async fn run(settings: Settings, relay: RelaySettings) -> anyhow::Result<()>
         health.clone(),
         shutdown.clone(),
     ));
-    Relay {
+    let relayed = Relay {
         settings,
         relay,
         after_publish: after_publish_from_env(),
         health,
     }
-    .run(shutdown)
+    .run_checked(shutdown.clone())
     .await;
+    shutdown.cancel();
     let _ = http.await;
+    relayed?;
     info!("relay stopped cleanly");
     Ok(())
 }

@@ -15,6 +15,19 @@ Examples:
   urutan verify || echo 'an invariant is broken'";
 
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    // Before `prepare` migrates: with a forgotten DATABASE_SCHEMA or
+    // ENTITY it would verify a new, empty pipeline and pass.
+    let advice = match store::connect(&settings.database(), 1).await {
+        Ok(db) => {
+            let advice = urutan_ops::pipeline_advice(&db, &settings).await;
+            db.close().await;
+            advice
+        }
+        Err(_) => None, // `prepare` says why
+    };
+    if let Some(advice) = advice {
+        return Err(urutan::heal::WrongSetting(advice).into());
+    }
     let pool = store::prepare(&settings.database(), 2)
         .await
         .with_context(|| format!("cannot open {}", settings.database_url))?;

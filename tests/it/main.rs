@@ -28,6 +28,7 @@ mod limits;
 mod metrics;
 mod nodelay;
 mod nodes;
+mod operator_loop;
 mod ops;
 mod outside;
 mod overdue;
@@ -50,6 +51,7 @@ mod silence;
 mod tooling;
 mod topology;
 mod traces;
+mod words;
 
 use urutan_testkit::fixtures as common;
 use urutan_testkit::{proxy, scratch, wire};

@@ -182,13 +182,33 @@ async fn release(db: &sqlx::PgPool, order: &str) -> anyhow::Result<()> {
         (None, Some(v)) => format!("v{v}"),
         _ => "what held it".to_owned(),
     };
-    println!(
-        "released order {} without {skipped} ({}; recorded as skipped); {} waiting version(s) \
-         now go on, in order",
-        Clean(order),
-        released.reason,
-        released.waiting
+    let result = format!(
+        "released without {skipped} ({}; recorded as skipped); {} waiting version(s) now go on, \
+         in order",
+        released.reason, released.waiting
     );
+    println!("order {}: {result}", Clean(order));
+    if let Some(id) = &released.message_id {
+        // Its dead letter is settled (`urutan status` no longer counts it);
+        // the message itself stays in the DLQ until purged.
+        println!(
+            "its dead letter is settled; remove it from the DLQ with `urutan dlq purge {} \
+             --order {}`",
+            Clean(id),
+            Clean(order)
+        );
+    }
+    let version = released
+        .versi
+        .map_or_else(String::new, |v| format!(" v{v}"));
+    crate::audit::record_cli(
+        db,
+        "hold_release",
+        Some(order),
+        &format!("{} hold{version}", released.reason),
+        &result,
+    )
+    .await;
     Ok(())
 }
 
@@ -224,6 +244,24 @@ async fn release_effects(db: &sqlx::PgPool, order: &str) -> anyhow::Result<()> {
         return Err(Exit(crate::EXIT_ATTENTION).into());
     }
     let waiting = skipped.last().map_or(0, |s| s.waiting);
+    crate::audit::record_cli(
+        db,
+        "hold_release",
+        Some(order),
+        &format!(
+            "effect hold: effect(s) {}",
+            skipped
+                .iter()
+                .map(|s| s.effect.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        &format!(
+            "effect hold released: {} effect(s) skipped, {waiting} go on",
+            skipped.len()
+        ),
+    )
+    .await;
     let list: Vec<String> = skipped
         .iter()
         .map(|s| {

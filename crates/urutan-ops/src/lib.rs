@@ -278,5 +278,19 @@ impl Tables {
     }
 }
 
+/// Which setting to set when `settings` do not name the pipeline the
+/// database holds (no urutan tables in `DATABASE_SCHEMA` but some in
+/// another schema, or another entity's pipeline here): see
+/// [`urutan::store::pipeline::Found::advice`]. `None` when they do, when
+/// the database holds no pipeline at all, or when it cannot tell.
+pub async fn pipeline_advice(db: &PgPool, settings: &Settings) -> Option<String> {
+    let mut conn = db.acquire().await.ok()?;
+    let found = urutan::store::pipeline::look(&mut conn, settings)
+        .await
+        .ok()?;
+    found.advice()
+}
+
 /// What to say when the dead-letter records cannot be read.
-pub const NO_DEAD_LETTER_RECORDS: &str = "dead-letter records: not available (run urutan migrate)";
+pub const NO_DEAD_LETTER_RECORDS: &str =
+    "dead-letter records: not available (no urutan_dead_letter table in DATABASE_SCHEMA)";

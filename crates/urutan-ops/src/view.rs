@@ -245,6 +245,14 @@ impl Status {
             }
             reasons.pop();
         }
+        if dl.settled > 0 {
+            let _ = write!(
+                reasons,
+                "; {} settled (their versions were released past or applied since: `urutan dlq \
+                 purge --settled`)",
+                dl.settled
+            );
+        }
         writeln!(f, "{:<13}{}: {depth}; {reasons}", "dead letters", dl.queue)
     }
 }

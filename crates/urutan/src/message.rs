@@ -14,7 +14,7 @@ mod jsonb;
 pub struct Envelope<'a> {
     /// `message_id` property.
     pub message_id: Option<&'a str>,
-    /// Header `x-pesanan-id`.
+    /// Header `x-<ENTITY>-id` (`x-pesanan-id` by default).
     pub entity_header: EntityHeader<'a>,
     /// `delivery_mode` property (2 = persistent).
     pub delivery_mode: Option<u8>,
@@ -47,7 +47,7 @@ pub const MAX_HEADERS_DEPTH: usize = 16;
 /// producer represents exactly (contract section 2).
 pub const MAX_VERSI: i64 = (1 << 53) - 1;
 
-/// What the `x-pesanan-id` header held.
+/// What the entity header (`x-<ENTITY>-id`) held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntityHeader<'a> {
     Missing,
@@ -84,6 +84,9 @@ pub struct Event {
 }
 
 /// Why a delivery breaks the contract. Each maps to a bounded metric label.
+///
+/// Its `Display` says "the entity header"; [`Rejection::describe`] names
+/// the pipeline's own (`x-<ENTITY>-id`), as every record and log line does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Rejection {
     #[error("the header table is larger than {MAX_HEADERS_BYTES} bytes")]
@@ -92,13 +95,11 @@ pub enum Rejection {
     MissingMessageId,
     #[error("the message_id must be 1-255 bytes of text, without control characters or U+FFFD")]
     InvalidMessageId,
-    #[error("the x-pesanan-id header is missing")]
+    #[error("the entity header is missing")]
     MissingEntityHeader,
-    #[error("the x-pesanan-id header is not an AMQP string")]
+    #[error("the entity header is not an AMQP string")]
     EntityHeaderNotString,
-    #[error(
-        "the x-pesanan-id header must be 1-128 bytes of UTF-8, without control characters or U+FFFD"
-    )]
+    #[error("the entity header must be 1-128 bytes of UTF-8, without control characters or U+FFFD")]
     InvalidEntityHeader,
     #[error("delivery_mode is not 2 (persistent)")]
     NotPersistent,
@@ -112,7 +113,7 @@ pub enum Rejection {
     InvalidStatus,
     #[error("`versi` must be an integer from 1 to 2^53 - 1")]
     InvalidVersi,
-    #[error("the body `id` differs from the x-pesanan-id header")]
+    #[error("the body `id` differs from the entity header")]
     IdMismatch,
     #[error("a text value contains a NUL character, which PostgreSQL cannot store")]
     NulCharacter,
@@ -166,6 +167,13 @@ impl Rejection {
         Rejection::RetriesExhausted,
         Rejection::GapLimit,
     ];
+
+    /// The rejection in the pipeline's own words: "the entity header"
+    /// named as `entity_header` (`x-<ENTITY>-id`, e.g. `x-tagihan-id`).
+    pub fn describe(self, entity_header: &str) -> String {
+        self.to_string()
+            .replace("the entity header", &format!("the {entity_header} header"))
+    }
 
     /// The `reason` label of `urutan_dead_letters_total`.
     pub fn reason(self) -> &'static str {
@@ -599,6 +607,21 @@ mod tests {
         // An escaped backslash followed by `u0000` is plain text.
         let body = br#"{"id":"P","status":"s","versi":1,"data":"\\u0000"}"#;
         assert!(decode(&envelope(b"P", body), LIMIT).is_ok());
+    }
+
+    #[test]
+    fn the_words_name_the_pipelines_header() {
+        let said = Rejection::MissingEntityHeader.describe("x-tagihan-id");
+        assert_eq!(said, "the x-tagihan-id header is missing");
+        let said = Rejection::IdMismatch.describe("x-tagihan-id");
+        assert_eq!(said, "the body `id` differs from the x-tagihan-id header");
+        for rejection in Rejection::ALL {
+            let said = rejection.describe("x-tagihan-id");
+            assert!(
+                !said.contains("pesanan") && !said.contains("entity header"),
+                "{said}"
+            );
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::broker::{self, Names, ShardPlan};
 use crate::config::{Settings, TopologyMode};
@@ -141,6 +141,13 @@ impl Supervisor {
             Err(e) => {
                 warn!(error = %e, "could not create the day partitions ahead; the retention task will try again")
             }
+        }
+        // Before anything consumes or records this process's entity: the
+        // pipeline this schema holds must be the one these settings name.
+        if let Some(refusal) = pipeline_refusal(&pool, &settings).await {
+            background.cancel();
+            pool.close().await;
+            return Err(RunError::Setting(refusal));
         }
         record_producer_defaults(&pool, &settings).await;
         if let Some(handler) = &settings.handler_function {
@@ -494,6 +501,15 @@ where
     }
 }
 
+/// Why this pool must not run on this schema (`ENTITY` names another
+/// pipeline than the one it holds), if it can tell; a failed look is no
+/// verdict (the pool's own reads will meet what failed).
+async fn pipeline_refusal(pool: &PgPool, settings: &Settings) -> Option<String> {
+    let mut conn = pool.acquire().await.ok()?;
+    let found = store::pipeline::look(&mut conn, settings).await.ok()?;
+    found.refusal()
+}
+
 /// Keeps `urutan_enqueue`'s defaults (entity, topology prefix, body limit)
 /// equal to this pool's settings. Never fatal: what it cannot write only
 /// affects SQL producers that rely on the default routing key, so it says
@@ -512,5 +528,15 @@ async fn record_producer_defaults(pool: &PgPool, settings: &Settings) {
              not change it: run `urutan migrate` with these settings as the database owner"
         ),
         Err(e) => warn!(error = %e, "could not record urutan_enqueue's defaults"),
+    }
+    match store::pipeline::name_views(pool, &settings.entity, false).await {
+        Ok(views) if views.is_empty() => {}
+        Ok(views) => debug!(?views, "the entity's views are up to date"),
+        Err(e) => warn!(
+            error = %e,
+            entity = %settings.entity,
+            "could not create the entity's views (<entity>, <entity>_riwayat): run `urutan \
+             migrate` as the database owner"
+        ),
     }
 }

@@ -190,6 +190,16 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
             Replayed::settled(effect, outcome)
         })
         .collect();
+    for r in &report {
+        crate::audit::record_cli(
+            &ctx.db,
+            "dlq_replay_effect",
+            Some(&r.effect.order_id),
+            &format!("effect {} of v{}", r.effect.effect, r.effect.versi),
+            r.result,
+        )
+        .await;
+    }
     print_report(&report, args.json)?;
     if let Some(problem) = not_sent(&report, args.wait) {
         bail!("{problem}");

@@ -57,10 +57,27 @@ pub(super) async fn list(ctx: &Ctx, args: &ListArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     print!("{}", crate::terminal::Lines(&table(&rows)));
+    let settled = rows.iter().filter(|r| r.settled.is_some()).count();
+    if settled > 0 {
+        println!(
+            "{settled} settled: nothing left to do for their versions; `urutan dlq purge \
+             --settled` removes them from {queue}"
+        );
+    }
     if rows.len() as u32 == args.limit {
         println!("(first {} shown: --limit)", args.limit);
     }
     Ok(())
+}
+
+/// What a settled record's `settled` says, for people.
+fn settled_words(how: &str) -> &str {
+    match how {
+        "released" => "version released past",
+        "applied" => "version applied since",
+        "superseded" => "a later version is stored",
+        other => other,
+    }
 }
 
 /// The people's table: one line per message, columns aligned.
@@ -90,7 +107,13 @@ fn table(rows: &[Listed]) -> String {
                 r.message_id
                     .clone()
                     .unwrap_or_else(|| short_key(&r.delivery_key)),
-                shorten(&r.detail, 70),
+                match &r.settled {
+                    Some(how) => shorten(
+                        &format!("(settled: {}) {}", settled_words(how), r.detail),
+                        70,
+                    ),
+                    None => shorten(&r.detail, 70),
+                },
             ]
             .map(|cell| crate::terminal::clean(&cell))
         })
@@ -160,6 +183,7 @@ mod tests {
             },
             dead_lettered_at: DateTime::from_timestamp(1_800_000_000, 0).expect("time"),
             recorded_by: "worker".into(),
+            settled: None,
         };
         let text = table(&[row("invalid_json", Some("A")), row("delivery_limit", None)]);
         let lines: Vec<&str> = text.lines().collect();

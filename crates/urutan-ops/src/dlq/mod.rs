@@ -52,7 +52,8 @@ pub enum DlqCommand {
     /// Publish dead-lettered messages back to the entry exchange and report what each became.
     #[command(after_help = REPLAY_HELP)]
     Replay(ReplayArgs),
-    /// Empty the DLQ (asks first on a terminal).
+    /// Remove dead-lettered messages for good: those named, of a reason, the
+    /// settled ones, or the whole DLQ (asks first on a terminal).
     #[command(after_help = PURGE_HELP)]
     Purge(PurgeArgs),
 }
@@ -96,12 +97,19 @@ amq.default. --dry-run changes nothing and predicts each outcome from the databa
 
 const PURGE_HELP: &str = "\
 Examples:
-  urutan dlq purge
-  urutan dlq purge --yes
+  urutan dlq purge order-17-v3 order-17-v4
+  urutan dlq purge order-17-v3 --order order-17   (only that order's message with this id)
+  urutan dlq purge --reason invalid_json --dry-run
+  urutan dlq purge --settled       (versions released past or applied since: nothing left to do)
+  urutan dlq purge --yes           (the whole DLQ)
 
-Removes every message the DLQ holds when it starts and marks their records purged (kept for
-DEAD_LETTER_RETENTION). Asks for confirmation on a terminal; elsewhere it needs --yes. Needs
-read on pesanan.dlq.";
+Removes the chosen messages from the DLQ (each taken and dropped, the others kept in order)
+and marks their records purged (kept for DEAD_LETTER_RETENTION); a message id names every
+unresolved message with that id, --order narrows it to one order. Without a choice it removes
+every message the DLQ holds when it starts. Asks for confirmation on a terminal unless the
+messages are named by id; elsewhere --reason, --settled and the whole DLQ need --yes.
+--dry-run changes nothing and lists what would be removed. Each purge leaves an audit row.
+Needs read on the DLQ and write on amq.default.";
 
 /// `urutan dlq list`.
 #[derive(Debug, Args)]
@@ -170,9 +178,36 @@ pub struct ReplayArgs {
 /// `urutan dlq purge`.
 #[derive(Debug, Args)]
 pub struct PurgeArgs {
+    /// Only these messages (ids or `sha256:` keys); with no choice at all,
+    /// the whole DLQ.
+    pub message_ids: Vec<String>,
+    /// Only the messages dead-lettered for this reason.
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Only the settled messages: their versions were released past
+    /// (`urutan hold release`) or applied since.
+    #[arg(long)]
+    pub settled: bool,
+    /// Only the messages of this order (its entity id: a message id is
+    /// unique per order only).
+    #[arg(long = "order", value_name = "ORDER_ID")]
+    pub order: Option<String>,
+    /// Change nothing: list what would be removed.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Do not ask for confirmation.
     #[arg(long)]
     pub yes: bool,
+}
+
+impl PurgeArgs {
+    /// Nothing chosen: the whole DLQ (the contract's `dlq purge [--yes]`).
+    fn whole(&self) -> bool {
+        self.message_ids.is_empty()
+            && self.reason.is_none()
+            && !self.settled
+            && self.order.is_none()
+    }
 }
 
 /// A failure of a DLQ operation, worded for the operator.

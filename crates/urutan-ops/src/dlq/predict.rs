@@ -121,8 +121,9 @@ async fn predict(ctx: &Ctx, c: &Candidate) -> Result<String, sqlx::Error> {
         Ok(event) => event,
         Err(rejection) => {
             return Ok(format!(
-                "would be dead-lettered again: {}: {rejection}",
-                rejection.reason()
+                "would be dead-lettered again: {}: {}",
+                rejection.reason(),
+                rejection.describe(ctx.names.entity_header())
             ));
         }
     };

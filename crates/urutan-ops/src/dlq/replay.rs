@@ -123,6 +123,9 @@ pub(crate) struct Selection<'a> {
     ids: HashSet<&'a str>,
     reason: Option<&'a str>,
     all: bool,
+    /// Only the messages of this order (a message id is unique per order
+    /// only: several orders' messages may share one).
+    order: Option<&'a str>,
 }
 
 impl<'a> Selection<'a> {
@@ -132,13 +135,18 @@ impl<'a> Selection<'a> {
             ids: ids.into_iter().collect(),
             reason: None,
             all: false,
+            order: None,
         }
     }
 
     /// Only ids were asked for, and every one was met: `met` holds the
-    /// keys and message ids of the messages taken so far.
+    /// keys and message ids of the messages taken so far. (A message id
+    /// may name messages of several orders: then every one is looked for.)
     fn found_all(&self, met: &HashSet<String>) -> bool {
-        !self.all && self.reason.is_none() && self.ids.iter().all(|id| met.contains(*id))
+        !self.all
+            && self.reason.is_none()
+            && self.order.is_some()
+            && self.ids.iter().all(|id| met.contains(*id))
     }
 
     /// The ids asked for that `met` does not hold.
@@ -148,6 +156,14 @@ impl<'a> Selection<'a> {
 
     fn matches(&self, taken: &Taken) -> bool {
         let row = taken.row.as_ref();
+        if let Some(order) = self.order
+            && row.and_then(|r| r.pesanan_id.as_deref()) != Some(order)
+        {
+            return false;
+        }
+        if self.order.is_some() && self.ids.is_empty() && self.reason.is_none() {
+            return true; // every message of the order
+        }
         self.all
             || self.ids.contains(taken.key.as_str())
             || row
@@ -167,11 +183,24 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
         ids: ids.iter().map(String::as_str).collect(),
         reason: args.reason.as_deref(),
         all: args.all,
+        order: None,
     };
     if args.dry_run {
         return super::predict::dry_run(ctx, args, &ids).await;
     }
     let replayed = replay_messages(ctx, &selection, args.wait).await?;
+    for r in &replayed {
+        let who = r.message_id.as_deref().unwrap_or(&r.key);
+        let version = r.versi.map_or_else(String::new, |v| format!(", v{v}"));
+        crate::audit::record_cli(
+            &ctx.db,
+            "dlq_replay",
+            r.pesanan_id.as_deref(),
+            &format!("message {}{version}", crate::terminal::clean(who)),
+            &r.became.describe(),
+        )
+        .await;
+    }
     report(ctx, &replayed, args.json)
 }
 
@@ -374,14 +403,130 @@ fn report(ctx: &Ctx, replayed: &[Replayed], json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `urutan dlq purge`.
+/// `urutan dlq purge`: the chosen messages, or the whole DLQ.
 pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
+    if args.whole() {
+        return purge_all(ctx, args).await;
+    }
+    let mut ids = Vec::with_capacity(args.message_ids.len());
+    for id in &args.message_ids {
+        ids.push(super::full_key(&ctx.db, id).await?);
+    }
+    if args.settled {
+        let settled = dead_letter::settled_keys(&ctx.db, 10_000).await?;
+        if settled.is_empty() && ids.is_empty() && args.reason.is_none() {
+            println!("no settled message in {}", ctx.names.dead_letter_queue());
+            return Ok(());
+        }
+        ids.extend(settled);
+    }
+    let selection = Selection {
+        ids: ids.iter().map(String::as_str).collect(),
+        reason: args.reason.as_deref(),
+        all: false,
+        order: args.order.as_deref(),
+    };
+    if args.dry_run {
+        return dry_purge(ctx, &selection).await;
+    }
+    // Messages named one by one are chosen already; a reason or "settled"
+    // may take more than the operator thinks.
+    if !args.yes && (args.reason.is_some() || args.settled) {
+        confirm(&format!(
+            "Remove the chosen messages from {} for good? [y/N] ",
+            ctx.names.dead_letter_queue()
+        ))?;
+    }
+    let purged = purge_messages(ctx, &selection).await?;
+    let queue = ctx.names.dead_letter_queue();
+    if purged.is_empty() {
+        println!("nothing to purge: no message in {queue} matches");
+    } else {
+        println!("purged from {queue}:");
+    }
+    for p in &purged {
+        let line = format!("{}: {}", p.key, p.gone.describe());
+        println!("  {}", crate::terminal::Clean(&line));
+        crate::audit::record_cli(
+            &ctx.db,
+            "dlq_purge",
+            p.order.as_deref(),
+            &format!("message {}", crate::terminal::clean(&p.key)),
+            &p.gone.describe(),
+        )
+        .await;
+    }
+    let failed = purged
+        .iter()
+        .filter(|p| matches!(p.gone, Gone::NotFound(_)))
+        .count();
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} of {} message(s) asked for were not purged (see above)",
+        purged.len()
+    );
+    Ok(())
+}
+
+/// `dlq purge --dry-run` of chosen messages: their records, from the
+/// database (nothing is taken from the queue).
+async fn dry_purge(ctx: &Ctx, selection: &Selection<'_>) -> anyhow::Result<()> {
+    let rows = dead_letter::list_unresolved(
+        &ctx.db,
+        selection.reason,
+        selection.order,
+        None,
+        u32::MAX / 2,
+    )
+    .await?;
+    let chosen: Vec<_> = rows
+        .iter()
+        .filter(|r| {
+            selection.ids.is_empty()
+                || selection.ids.contains(r.delivery_key.as_str())
+                || r.message_id
+                    .as_deref()
+                    .is_some_and(|id| selection.ids.contains(id))
+        })
+        .collect();
+    let queue = ctx.names.dead_letter_queue();
+    if chosen.is_empty() {
+        println!("dry run: no recorded message in {queue} matches; nothing would be purged");
+        return Ok(());
+    }
+    println!(
+        "dry run: would purge {} message(s) from {queue}:",
+        chosen.len()
+    );
+    for r in chosen {
+        let who = r.message_id.as_deref().unwrap_or(&r.delivery_key);
+        let order = match (&r.pesanan_id, r.versi) {
+            (Some(o), Some(v)) => format!(" (order {o}, v{v})"),
+            (Some(o), None) => format!(" (order {o})"),
+            _ => String::new(),
+        };
+        let settled = r
+            .settled
+            .as_deref()
+            .map_or_else(String::new, |how| format!(", settled: {how}"));
+        let line = format!("{who}{order}: {}{settled}", r.reason);
+        println!("  {}", crate::terminal::Clean(&line));
+    }
+    Ok(())
+}
+
+/// `urutan dlq purge [--yes]`: the whole DLQ.
+async fn purge_all(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
     let queue = ctx.names.dead_letter_queue();
     let conn = ctx.broker().await?;
     let depth = walk::depth(&conn, &ctx.names).await?;
     let recorded = ctx.recorded().await?;
     if depth == 0 && recorded == 0 {
         println!("{queue} is empty: nothing to purge");
+        return Ok(());
+    }
+    if args.dry_run {
+        println!("dry run: would remove the {depth} message(s) in {queue} ({recorded} recorded)");
         return Ok(());
     }
     if !args.yes {
@@ -394,6 +539,7 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
         ids: HashSet::new(),
         reason: None,
         all: true,
+        order: None,
     };
     let (removed, _) = remove_chosen(ctx, &conn, &all).await?;
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
@@ -407,6 +553,14 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
     if ghosts > 0 {
         println!("{ghosts} record(s) whose message was no longer in {queue} marked purged too");
     }
+    crate::audit::record_cli(
+        &ctx.db,
+        "dlq_purge",
+        None,
+        &format!("the whole DLQ ({queue})"),
+        &format!("purged {removed} message(s) and {ghosts} record(s) without one"),
+    )
+    .await;
     Ok(())
 }
 
@@ -415,6 +569,8 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
 pub(crate) struct Purged {
     /// Its delivery key, or the id asked for when it was not found.
     pub key: String,
+    /// Its order, when its record names one.
+    pub order: Option<String>,
     pub gone: Gone,
 }
 
@@ -459,9 +615,11 @@ async fn remove_chosen(
         }
         meet(&mut met, &taken);
         let key = taken.key.clone();
+        let order = taken.row.as_ref().and_then(|r| r.pesanan_id.clone());
         walker.remove(taken).await?;
         removed.push(Purged {
             key,
+            order,
             gone: Gone::Removed,
         });
         if selection.found_all(&met) {
@@ -488,13 +646,18 @@ pub(crate) async fn purge_messages(
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     let (mut purged, met) = removed?;
     for id in selection.missing(&met) {
-        let gone = if urutan::store::purge_dead_letter_before(&ctx.db, id, started).await? {
+        // Of one order only: its message may be in the DLQ for another.
+        let gone = if let Some(order) = selection.order {
+            let queue = ctx.names.dead_letter_queue();
+            Gone::NotFound(format!("no message {id} of order {order} in {queue}"))
+        } else if urutan::store::purge_dead_letter_before(&ctx.db, id, started).await? {
             Gone::RecordOnly
         } else {
             Gone::NotFound(not_in_queue(ctx, id).await?)
         };
         purged.push(Purged {
             key: id.to_owned(),
+            order: None,
             gone,
         });
     }

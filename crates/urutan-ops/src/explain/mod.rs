@@ -141,6 +141,10 @@ pub enum ExplainError {
     Database(String),
     #[error("the database has no urutan tables: run `urutan migrate` (or check DATABASE_URL)")]
     NotMigrated,
+    /// No urutan tables in the configured schema, but the database holds a
+    /// pipeline elsewhere (or another entity's here): which setting to set.
+    #[error("{0}")]
+    WrongPipeline(String),
 }
 
 /// Reads what the database and the broker know of `order_id`.
@@ -154,19 +158,29 @@ pub async fn gather_on(
     order_id: &str,
     open: crate::Open<'_>,
 ) -> Result<Explanation, ExplainError> {
-    let read = match open.db {
-        Some(db) => read::read(db, order_id).await,
-        None => {
-            let db = crate::open_database(settings, "urutan explain")
+    let owned = match open.db {
+        Some(_) => None,
+        None => Some(
+            crate::open_database(settings, "urutan explain")
                 .await
-                .map_err(ExplainError::Database)?;
-            let read = read::read(&db, order_id).await;
-            db.close().await;
-            read
-        }
+                .map_err(ExplainError::Database)?,
+        ),
     };
+    let Some(db) = open.db.or(owned.as_ref()) else {
+        return Err(ExplainError::Database("no database connection".into()));
+    };
+    let mut read = read::read(db, order_id).await;
+    if let Err(read::ReadError::NotMigrated) = &read
+        && let Some(advice) = crate::pipeline_advice(db, settings).await
+    {
+        read = Err(read::ReadError::WrongPipeline(advice));
+    }
+    if let Some(db) = owned {
+        db.close().await;
+    }
     let mut found = read.map_err(|e| match e {
         read::ReadError::NotMigrated => ExplainError::NotMigrated,
+        read::ReadError::WrongPipeline(advice) => ExplainError::WrongPipeline(advice),
         read::ReadError::Sql(e) => {
             ExplainError::Database(format!("reading the database failed: {e}"))
         }

@@ -14,6 +14,8 @@ use urutan::store::{self, dead_letter};
 
 pub(super) enum ReadError {
     NotMigrated,
+    /// Not migrated here, the pipeline is elsewhere: which setting to set.
+    WrongPipeline(String),
     Sql(sqlx::Error),
 }
 

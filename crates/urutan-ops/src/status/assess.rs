@@ -287,11 +287,14 @@ fn dead_letters(status: &Status, found: &mut Vec<Attention>) {
                     dl.queue
                 ),
             )),
-            Some(n) if n > 0 => found.push(attention(
+            // Settled ones (their versions released past or applied
+            // since) need nobody: only the others count.
+            Some(n) if i64::from(n) > dl.settled => found.push(attention(
                 "dead_letters",
                 format!(
-                    "{n} message(s) in {}: see `urutan dlq list`, fix the cause, then \
+                    "{} message(s) in {}: see `urutan dlq list`, fix the cause, then \
                      `urutan dlq replay`",
+                    i64::from(n) - dl.settled,
                     dl.queue
                 ),
             )),
@@ -419,6 +422,7 @@ mod tests {
                 depth: Some(0),
                 records_available: true,
                 by_reason: Vec::new(),
+                settled: 0,
             },
             outbox: Some(Outbox {
                 unsent: 0,

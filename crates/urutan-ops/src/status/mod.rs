@@ -235,6 +235,10 @@ pub struct DeadLetters {
     pub records_available: bool,
     /// Records of messages still in the DLQ, by reason (most first).
     pub by_reason: Vec<ReasonCount>,
+    /// Of those, the settled ones: their versions were released past
+    /// (`urutan hold release`) or applied since; their messages need no
+    /// attention (`urutan dlq purge --settled` removes them).
+    pub settled: i64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -296,6 +300,7 @@ pub async fn gather_on(
             depth: None,
             records_available: false,
             by_reason: Vec::new(),
+            settled: 0,
         },
         outbox: None,
         orders: None,
@@ -315,6 +320,7 @@ pub async fn gather_on(
     };
     let db = open.db.or(owned_db.as_ref());
     let mut from_db = FromDatabase::default();
+    let mut advice = None;
     if let Some(db) = &db {
         match read::read_database(db, &names).await {
             Ok(read) => from_db = read,
@@ -328,15 +334,20 @@ pub async fn gather_on(
         status.overdue = urutan::store::overdue::overdue(db, settings.gap_timeout)
             .await
             .ok();
+        advice = super::pipeline_advice(db, settings).await;
     }
     if let Some(db) = owned_db {
         db.close().await;
     }
-    if !from_db.tables.core && status.database.reachable {
-        notes.push(attention(
+    match advice {
+        // Never "run migrate" where that would start a second pipeline.
+        Some(advice) if !from_db.tables.core => notes.push(attention("not_migrated", advice)),
+        Some(advice) => notes.push(attention("wrong_pipeline", advice)),
+        None if !from_db.tables.core && status.database.reachable => notes.push(attention(
             "not_migrated",
             "the database has no urutan tables (or old ones): run `urutan migrate`".into(),
-        ));
+        )),
+        None => {}
     }
     let broker = read::read_broker(settings, &names, &from_db, open).await;
     if let Err(e) = &broker {
@@ -447,6 +458,7 @@ fn combine(status: &mut Status, names: &Names, db: FromDatabase, broker: Option<
     }
     status.dead_letters.records_available = db.tables.dead_letters;
     status.dead_letters.by_reason = db.by_reason;
+    status.dead_letters.settled = db.settled;
     status.ring = db.ring;
     status.epochs = db.epochs;
     status.windows = db.windows;

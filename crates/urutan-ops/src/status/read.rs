@@ -29,6 +29,9 @@ pub(super) struct FromDatabase {
     pub(super) parked: BTreeMap<u16, (i64, DateTime<Utc>, String)>,
     pub(super) last_applied: BTreeMap<u16, DateTime<Utc>>,
     pub(super) by_reason: Vec<ReasonCount>,
+    /// Unresolved records whose versions are settled (see
+    /// `store::dead_letter::settled_count`).
+    pub(super) settled: i64,
     pub(super) outbox: Option<Outbox>,
     /// The live replicas, and shard → the live replica placed on it.
     pub(super) replicas: Vec<super::Replica>,
@@ -58,6 +61,9 @@ pub(super) async fn read_database(db: &PgPool, names: &Names) -> Result<FromData
     }
     if !read.tables.core {
         return Ok(read);
+    }
+    if read.tables.dead_letters {
+        read.settled = store::dead_letter::settled_count(db).await?;
     }
     read.ring = urutan::reshard::ring::current(&mut *db.acquire().await?)
         .await?

@@ -122,7 +122,7 @@ pub fn rejected(
         delivery,
         entity_header,
         rejection.reason(),
-        &rejection.to_string(),
+        &rejection.describe(entity_header),
     );
     row.subject.shard = i32::from(shard);
     row.subject.last_error = last_error.map(capped_text);
@@ -147,11 +147,14 @@ pub fn found_in_queue(
     );
     let (reason, detail) =
         match message::decode(&delivery::envelope(delivery, entity_header), max_body_bytes) {
-            Err(rejection) => (rejection.reason().to_owned(), rejection.to_string()),
+            Err(rejection) => (
+                rejection.reason().to_owned(),
+                rejection.describe(entity_header),
+            ),
             Ok(_) => match first.map(|d| d.reason.as_str()) {
                 Some("delivery_limit") => (
                     "delivery_limit".to_owned(),
-                    Rejection::DeliveryLimit.to_string(),
+                    Rejection::DeliveryLimit.describe(entity_header),
                 ),
                 Some(other) => (other.to_owned(), "the message itself is valid".to_owned()),
                 None => (
@@ -241,7 +244,7 @@ pub fn refused_later(
         (entry, ""),
         entity_header,
         rejection.reason(),
-        &rejection.to_string(),
+        &rejection.describe(entity_header),
     );
     record.routing_key = None;
     record.subject.shard = i32::from(shard);

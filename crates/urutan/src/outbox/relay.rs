@@ -41,12 +41,12 @@ use super::check::{self, Candidate, SetAside};
 use super::publish::{Row, publish_waves};
 use crate::broker::{self, BrokerError, Names, call};
 use crate::config::{SecretUrl, Settings};
-use crate::heal;
+use crate::heal::{self, WrongSetting};
 use crate::health::Health;
 use crate::metrics as m;
 use crate::reshard::handoff;
 use crate::retry;
-use crate::store::IdPartitioned;
+use crate::store::{IdPartitioned, pipeline};
 
 /// Pause between two purges of sent rows.
 const PURGE_EVERY: Duration = Duration::from_secs(300);
@@ -100,6 +100,10 @@ pub enum RelayError {
     /// rows being published (a frame or precondition error): not an outage.
     #[error("the broker refused outbox row(s) {ids:?}: {said}")]
     Refused { ids: Vec<i64>, said: String },
+    /// `ENTITY` or `DATABASE_SCHEMA` name another pipeline than the
+    /// database holds (see `store::pipeline`): no retry can fix it.
+    #[error("{0}")]
+    Setting(String),
 }
 
 /// What the relay keeps from one session to the next.
@@ -135,7 +139,18 @@ pub struct Relay {
 
 impl Relay {
     /// Relays until `shutdown`; the batch in progress is finished first.
+    /// Stops early, logging the one line that names the setting, when
+    /// `ENTITY` or `DATABASE_SCHEMA` name another pipeline than the
+    /// database holds (see [`Self::run_checked`]).
     pub async fn run(self, shutdown: CancellationToken) {
+        if let Err(wrong) = self.run_checked(shutdown).await {
+            tracing::error!("{wrong}");
+        }
+    }
+
+    /// [`Self::run`], returning the wrong setting it stopped on (`urutan
+    /// relay` exits 2 with it).
+    pub async fn run_checked(self, shutdown: CancellationToken) -> Result<(), WrongSetting> {
         let mut backoff = retry::backoff();
         let mut carry = Carry::default();
         while !shutdown.is_cancelled() {
@@ -148,14 +163,15 @@ impl Relay {
             }
             self.health.broker_down();
             match result {
-                Ok(()) => return,
+                Ok(()) => return Ok(()),
+                Err(RelayError::Setting(line)) => return Err(WrongSetting(line)),
                 // Logged with its rows where it happened; the backoff goes on
                 // growing (no batch went through), so a broker that refuses
                 // row after row is never met with a reconnect storm.
                 Err(RelayError::Refused { .. }) => {
                     let delay = retry::next_delay(&mut backoff);
                     if !retry::sleep_unless_stopped(delay, &shutdown).await {
-                        return;
+                        return Ok(());
                     }
                 }
                 Err(e) => {
@@ -163,11 +179,12 @@ impl Relay {
                     self.outage(&e);
                     let delay = retry::next_delay(&mut backoff);
                     if !retry::sleep_unless_stopped(delay, &shutdown).await {
-                        return;
+                        return Ok(());
                     }
                 }
             }
         }
+        Ok(())
     }
 
     /// Logs `e` once per change of the service's state (see `heal`): the
@@ -197,6 +214,12 @@ impl Relay {
         let url = &self.settings.database();
         let mut db = PgConnection::connect(url.expose()).await?;
         self.health.set_database(true);
+        // Before anything is published or marked: the pipeline this
+        // database holds must be the one these settings name.
+        let found = pipeline::look(&mut db, &self.settings).await?;
+        if let Some(refusal) = found.refusal() {
+            return Err(RelayError::Setting(refusal));
+        }
         if !acquire_lock(&mut db, &self.settings.topology_prefix, shutdown).await? {
             return Ok(()); // shutdown while standby
         }

@@ -440,7 +440,8 @@ impl Context<'_> {
         self.metrics.outcome(outcome);
         match outcome {
             Outcome::DeadLettered(rejection) => {
-                warn!(reason = rejection.reason(), detail = %rejection, "dead-lettering a message");
+                let detail = rejection.describe(&self.worker.entity_header);
+                warn!(reason = rejection.reason(), %detail, "dead-lettering a message");
                 let shard = self.metrics.shard.clone();
                 metrics::counter!(m::DEAD_LETTERS_TOTAL, "shard" => shard, "reason" => rejection.reason())
                     .increment(1);

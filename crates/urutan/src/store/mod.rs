@@ -6,6 +6,7 @@ mod apply;
 pub mod dead_letter;
 pub mod hold;
 pub mod overdue;
+pub mod pipeline;
 mod read;
 mod retention;
 

@@ -22,7 +22,8 @@ mod read;
 pub use read::{
     Candidate, Listed, Reason, ReasonCount, Record, Resolved, Shown, Unresolved, candidates,
     dead_lettered_again, find_unresolved, is_unresolved, keys_with_prefix, last_resolution,
-    list_unresolved, newest, of_order, shown_by_id, unresolved_by_reason, unresolved_count,
+    list_unresolved, newest, of_order, settled_count, settled_keys, shown_by_id,
+    unresolved_by_reason, unresolved_count,
 };
 
 /// Which message a dead-letter record is about, and why it is there: the

@@ -72,11 +72,37 @@ pub async fn keys_with_prefix(db: &PgPool, prefix: &str) -> Result<Vec<String>, 
     .await
 }
 
+/// How an unresolved record's version was settled while its message sat in
+/// the DLQ, as SQL over `urutan_dead_letter` (unaliased): `released` (its
+/// version was skipped by `urutan hold release`), `applied` (that version
+/// is the stored one: replayed, or sent again, by other means),
+/// `superseded` (a later version is stored: replaying it would be stale);
+/// NULL while it still needs an operator (or has no order and version).
+macro_rules! settled_sql {
+    () => {
+        "CASE WHEN urutan_dead_letter.resolved_at IS NOT NULL
+                   OR urutan_dead_letter.pesanan_id IS NULL
+                   OR urutan_dead_letter.versi IS NULL THEN NULL
+              WHEN EXISTS (SELECT 1 FROM urutan_lewati l
+                           WHERE l.pesanan_id = urutan_dead_letter.pesanan_id
+                             AND l.versi = urutan_dead_letter.versi) THEN 'released'
+              ELSE (SELECT CASE WHEN p.versi = urutan_dead_letter.versi THEN 'applied'
+                                ELSE 'superseded' END
+                    FROM pesanan p
+                    WHERE p.id = urutan_dead_letter.pesanan_id
+                      AND p.versi >= urutan_dead_letter.versi) END"
+    };
+}
+
 /// The columns of a [`Listed`] record, in its order.
 macro_rules! listed_columns {
     () => {
-        "id, delivery_key, message_id, pesanan_id, versi, shard, reason, detail, last_error,
-         dead_lettered_at, recorded_by"
+        concat!(
+            "id, delivery_key, message_id, pesanan_id, versi, shard, reason, detail, last_error,
+             dead_lettered_at, recorded_by, ",
+            settled_sql!(),
+            " AS settled"
+        )
     };
 }
 
@@ -92,6 +118,10 @@ pub struct Listed {
     pub dead_lettered_at: DateTime<Utc>,
     /// `worker` or `queue`.
     pub recorded_by: String,
+    /// Unresolved, but nothing left to do: `released`, `applied` or
+    /// `superseded` (see [`settled_count`]); `None` while it needs an
+    /// operator.
+    pub settled: Option<String>,
 }
 
 impl std::ops::Deref for Listed {
@@ -338,6 +368,34 @@ pub struct ReasonCount {
     /// When the newest of them was dead-lettered.
     #[serde(serialize_with = "crate::rfc3339::one")]
     pub last_at: DateTime<Utc>,
+}
+
+/// Unresolved records whose version needs nothing more (their message
+/// may still sit in the DLQ): the version was skipped by `urutan hold
+/// release`, or it (or a later one) is the stored state. `urutan status`
+/// does not count their messages as needing attention; `urutan dlq purge
+/// --settled` removes them.
+pub async fn settled_count(db: &PgPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(concat!(
+        "SELECT count(*) FROM urutan_dead_letter WHERE resolved_at IS NULL AND (",
+        settled_sql!(),
+        ") IS NOT NULL"
+    ))
+    .fetch_one(db)
+    .await
+}
+
+/// The keys of the settled unresolved records (see [`settled_count`]),
+/// at most `limit`.
+pub async fn settled_keys(db: &PgPool, limit: i64) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(concat!(
+        "SELECT delivery_key FROM urutan_dead_letter WHERE resolved_at IS NULL AND (",
+        settled_sql!(),
+        ") IS NOT NULL ORDER BY id LIMIT $1"
+    ))
+    .bind(limit)
+    .fetch_all(db)
+    .await
 }
 
 /// The unresolved records counted by reason, most first (then by reason).
