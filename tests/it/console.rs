@@ -1656,3 +1656,125 @@ async fn wrong_tokens_are_rate_limited_logged_and_audited() {
         );
     }
 }
+
+/// The overview shows each shard's active replica and each live replica
+/// with its shard count, as `urutan status` does (docs/contract.md section
+/// 13). Replica names come from the environment (`REPLICA_NAME`, a pod's
+/// name): two replicas named with markup are shown as text, in a real
+/// browser (headless chromium) and in the HTML itself, never as markup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_shows_each_replica_and_its_shards_as_text() {
+    const FIRST: &str = "<script>alert(1)</script>";
+    const SECOND: &str = "r2 <b>bold</b> & \"quoted\"";
+    let env = TestEnv::new("console_replicas").await;
+    let mut settings = env.settings(4);
+    settings.replica_name = Some(FIRST.to_owned());
+    let first = RunningPool::start(settings).await;
+    first.wait_ready().await;
+    let mut settings = env.settings(4);
+    settings.replica_name = Some(SECOND.to_owned());
+    let second = RunningPool::start(settings).await;
+    second.wait_ready().await;
+    let db = env.db().await;
+    wait_for(
+        "2 shards placed on each replica",
+        Duration::from_secs(30),
+        || {
+            let db = db.clone();
+            async move {
+                let per: Vec<i64> = sqlx::query_scalar(
+                    "SELECT count(*) FROM urutan_penempatan GROUP BY replika ORDER BY replika",
+                )
+                .fetch_all(&db)
+                .await
+                .unwrap_or_default();
+                per == [2, 2]
+            }
+        },
+    )
+    .await;
+
+    let console = Console::start(&env, &[]).await;
+    let (status, _, body) = get(console.addr, "/").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("<script"), "a name is never markup:\n{body}");
+    assert!(!body.contains("<b>bold"), "a name is never markup:\n{body}");
+    for escaped in [
+        "&lt;script&gt;alert(1)&lt;/script&gt;",
+        "r2 &lt;b&gt;bold&lt;/b&gt; &amp; &quot;quoted&quot;",
+    ] {
+        assert!(body.contains(escaped), "{escaped} missing:\n{body}");
+    }
+
+    let (_chromedriver, browser, _profile) = start_browser(&[]).await;
+    std::fs::create_dir_all(&browser.shots).expect("screenshot directory");
+    browser.open(&format!("http://{}/", console.addr)).await;
+    browser.check("overview-replicas", "Replicas").await;
+    let markup = browser
+        .run("return document.querySelectorAll('script, main b').length")
+        .await;
+    assert_eq!(markup, 0, "no element made of a replica's name");
+    // Each live replica with its shard count, as the browser shows them.
+    let rows = browser
+        .run(
+            "return [...document.querySelectorAll('table.replicas tbody tr')]
+                .map(r => [...r.cells].slice(0, 2).map(c => c.innerText))",
+        )
+        .await;
+    let mut rows: Vec<(String, String)> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            let cell = |i: usize| r[i].as_str().expect("a cell").to_owned();
+            (cell(0), cell(1))
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            (FIRST.to_owned(), "2".to_owned()),
+            (SECOND.to_owned(), "2".to_owned())
+        ],
+        "each live replica with its shard count"
+    );
+    // Each shard's replica: the one the placement gives it.
+    let shown = browser
+        .run("return [...document.querySelectorAll('td.replica')].map(c => c.innerText)")
+        .await;
+    let placed: Vec<String> =
+        sqlx::query_scalar("SELECT replika FROM urutan_penempatan ORDER BY shard")
+            .fetch_all(&db)
+            .await
+            .expect("placement");
+    assert_eq!(shown, serde_json::json!(placed), "each shard's replica");
+
+    // One replica stops: the page says the other holds all 4.
+    second.stop().await;
+    wait_for(
+        "the first replica holds every shard",
+        Duration::from_secs(30),
+        || {
+            let db = db.clone();
+            async move {
+                count(&db, "SELECT count(*) FROM urutan_replika").await == 1
+                    && count(&db, "SELECT count(DISTINCT replika) FROM urutan_penempatan").await
+                        == 1
+            }
+        },
+    )
+    .await;
+    let (_, _, body) = get(console.addr, "/").await;
+    assert!(
+        !body.contains("r2 &lt;b&gt;"),
+        "a replica that left is not shown:\n{body}"
+    );
+    assert_eq!(
+        body.matches("&lt;script&gt;alert(1)&lt;/script&gt;")
+            .count(),
+        5,
+        "the first replica on its row and on each of the 4 shards:\n{body}"
+    );
+    first.stop().await;
+}

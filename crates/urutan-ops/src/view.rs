@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use super::clock::{age, when};
 use super::explain::Explanation;
 use super::status::Status;
+use super::terminal::clean;
 
 fn ago(now: DateTime<Utc>, t: Option<DateTime<Utc>>) -> String {
     t.map_or("-".into(), |t| format!("{} ago", age(now, t)))
@@ -181,7 +182,7 @@ impl Status {
                 opt(s.ready),
                 opt(s.epoch_passed),
                 ago(now, s.last_applied_at),
-                s.replica.as_deref().unwrap_or("-")
+                s.replica.as_deref().map_or_else(|| "-".into(), clean)
             )?;
         }
         if self.shards.is_empty() {
@@ -213,7 +214,7 @@ impl Status {
             writeln!(
                 f,
                 "  {:<30} {role}; {} consuming; joined {}",
-                r.name,
+                clean(&r.name),
                 r.consumers.len(),
                 ago(now, Some(r.joined_at))
             )?;

@@ -141,11 +141,10 @@ pub(super) fn overview(s: &Status) -> Markup {
                 },
                 None => p { "No ring recorded." },
             }
-            @if let Some(n) = s.replicas_seen { p { "Replicas seen (consumers per shard queue): " (n) } }
             h2 { "Shards" }
             table {
                 thead { tr {
-                    th { "shard" } th { "queue" } th { "ready" } th { "consumer" }
+                    th { "shard" } th { "queue" } th { "ready" } th { "consumer" } th { "replica" }
                     th { "epoch passed" } th { "parked" } th { "oldest parked" } th { "last applied" }
                 } }
                 tbody {
@@ -154,7 +153,8 @@ pub(super) fn overview(s: &Status) -> Markup {
                             td { (sh.shard) }
                             td { code { (sh.queue) } @if !sh.bound { " (not bound)" } }
                             td { (opt(sh.ready)) }
-                            td { (opt(sh.consumers)) }
+                            td { (consumers(sh)) }
+                            td.replica { @match &sh.replica { Some(r) => { (clean(r)) }, None => { "-" } } }
                             td { (opt(sh.epoch_passed)) @if sh.epoch_unexplained { " (unexplained)" } }
                             td { (sh.parked) }
                             td {
@@ -166,6 +166,7 @@ pub(super) fn overview(s: &Status) -> Markup {
                     }
                 }
             }
+            (replicas(s))
             h2 { "Dead letters" }
             p {
                 code { (s.dead_letters.queue) } ": " (opt(s.dead_letters.depth)) " message(s)"
@@ -207,6 +208,53 @@ pub(super) fn overview(s: &Status) -> Markup {
             }
         },
     )
+}
+
+/// A shard's consumers: the active one, and standbys when the broker's
+/// Prometheus endpoint counts them (a shard moving between replicas).
+fn consumers(sh: &crate::status::Shard) -> String {
+    match (sh.consumers, sh.consumers_registered) {
+        (Some(active), Some(all)) if all > active => {
+            format!("{active} (+{} standby)", all - active)
+        }
+        (active, _) => opt(active),
+    }
+}
+
+/// The live replicas of `urutan run`, each with its share of the shards,
+/// as `urutan status` shows them (docs/contract.md section 13). A name is
+/// what `REPLICA_NAME` said (the environment's, a pod's): text, never
+/// markup.
+fn replicas(s: &Status) -> Markup {
+    html! {
+        h2 { "Replicas" }
+        @if s.replicas.is_empty() {
+            p {
+                "None live."
+                @if let Some(n) = s.replicas_seen { " The broker sees up to " (n) " consumer(s) on a shard queue." }
+            }
+        } @else {
+            table.replicas {
+                thead { tr {
+                    th { "replica" } th { "shards" } th { "which" } th { "consuming" } th { "joined" }
+                } }
+                tbody {
+                    @for r in &s.replicas {
+                        tr {
+                            td { code { (clean(&r.name)) } }
+                            td { (r.shard_count) }
+                            td {
+                                @if r.shards.is_empty() { "standby (no shard)" }
+                                @else { (r.shards.iter().map(|s| format!("{s:03}")).collect::<Vec<_>>().join(" ")) }
+                            }
+                            td { (r.consumers.len()) }
+                            td { (when(r.joined_at)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn reach(r: &crate::status::Reach) -> Markup {

@@ -443,6 +443,27 @@ mod tests {
         }
     }
 
+    /// A replica's name is what its environment said (`REPLICA_NAME`):
+    /// a bidirectional override in it would rewrite the operator's
+    /// terminal line, so the text screen shows it escaped.
+    #[test]
+    fn a_replica_name_reaches_the_terminal_escaped() {
+        let mut status = healthy();
+        let name = "evil\u{202E}eman";
+        status.shards[0].replica = Some(name.into());
+        status.replicas = vec![Replica {
+            name: name.into(),
+            shard_count: 1,
+            shards: vec![0],
+            consumers: vec![0],
+            joined_at: minutes_ago(5),
+            lease_until: now(),
+        }];
+        let text = status.to_string();
+        assert!(!text.contains('\u{202E}'), "{text}");
+        assert_eq!(text.matches("evil\\u{202e}eman").count(), 2, "{text}");
+    }
+
     #[test]
     fn unresolved_dead_lettered_effects_need_attention() {
         let mut status = healthy();
