@@ -68,10 +68,10 @@ fn commit() {
             println!("cargo::rerun-if-changed={file}");
         }
     }
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        if let Some(file) = git(&["rev-parse", "--git-path", &branch]) {
-            println!("cargo::rerun-if-changed={file}");
-        }
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"])
+        && let Some(file) = git(&["rev-parse", "--git-path", &branch])
+    {
+        println!("cargo::rerun-if-changed={file}");
     }
     println!("cargo::rustc-env=URUTAN_COMMIT={commit}");
 }
