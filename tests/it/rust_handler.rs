@@ -403,6 +403,7 @@ fn shipment(
         routing_key: "pengiriman.dikirim",
         props: lapin::BasicProperties::default()
             .with_message_id(format!("{id}-v{versi}").into())
+            .with_delivery_mode(2)
             .with_headers(headers),
         body: body.to_string().into_bytes(),
     }
