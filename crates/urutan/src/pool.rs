@@ -7,7 +7,7 @@
 //! #     async fn handle(&self, _: &mut sqlx::PgConnection, _: &urutan::HandlerEvent)
 //! #         -> Result<(), urutan::HandlerError> { Ok(()) }
 //! # }
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn start() -> Result<(), Box<dyn std::error::Error>> {
 //! urutan::Pool::from_env()?.handler(Stock).run().await?;
 //! # Ok(()) }
 //! ```
