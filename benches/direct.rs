@@ -37,7 +37,6 @@ use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use urutan::config::Settings;
-use urutan::shard::Hooks;
 use urutan::supervisor::Supervisor;
 
 use env::{BenchEnv, admin};
@@ -150,7 +149,7 @@ struct Pool {
 
 impl Pool {
     async fn start(settings: &Settings) -> anyhow::Result<Self> {
-        let supervisor = Supervisor::build(settings.clone(), Hooks::default()).await?;
+        let supervisor = Supervisor::build(settings.clone()).await?;
         let stop = CancellationToken::new();
         let task = tokio::spawn(supervisor.run(stop.clone()));
         Ok(Self { stop, task })

@@ -1,19 +1,17 @@
 //! The `urutan` command line as a library: parse settings, start logging,
-//! run the command (`commands/`, `demo/`) on the core library. The
-//! `urutan` binary is [`main`]; a team builds its own binary, with every
-//! command and its Rust handler in the pool, with [`main_with`]:
+//! run the command (`commands/`, `demo/`) on the core library (`urutan
+//! run` is [`urutan::Pool`]). The `urutan` binary is [`main`]; a team
+//! builds its own binary, with every command and its Rust handler in the
+//! pool, with [`main_with`]:
 //!
 //! ```no_run
-//! # use std::sync::Arc;
 //! # struct Stock;
-//! # impl urutan::handler::Handler for Stock {
-//! #     fn handle<'a>(&'a self, _: &'a mut sqlx::PgConnection, _: &'a urutan::handler::HandlerEvent)
-//! #         -> futures::future::BoxFuture<'a, Result<(), urutan::handler::HandlerError>> {
-//! #         Box::pin(async { Ok(()) })
-//! #     }
+//! # impl urutan::Handler for Stock {
+//! #     async fn handle(&self, _: &mut sqlx::PgConnection, _: &urutan::HandlerEvent)
+//! #         -> Result<(), urutan::HandlerError> { Ok(()) }
 //! # }
 //! fn main() -> std::process::ExitCode {
-//!     urutan_cli::main_with(Some(Arc::new(Stock)))
+//!     urutan_cli::main_with(Stock)
 //! }
 //! ```
 //!
@@ -29,7 +27,7 @@ use std::process::ExitCode;
 use crate::demo::DemoOptions;
 use crate::settings::{EffectsArgs, RelayArgs, SettingsArgs};
 use clap::{Parser, Subcommand};
-use urutan::handler::SharedHandler;
+use urutan::handler::{Handler, SharedHandler};
 use urutan::heal::Unhealable;
 use urutan::telemetry;
 
@@ -132,7 +130,7 @@ impl Cli {
 
 /// The `urutan` binary: every command, no Rust handler.
 pub fn main() -> ExitCode {
-    main_with(None)
+    main_of(None)
 }
 
 /// Every `urutan` command, with `handler` called in the apply transaction
@@ -142,7 +140,12 @@ pub fn main() -> ExitCode {
 /// a refused login, an unknown vhost or database, a permission refusal:
 /// one line naming the setting and the fix); 1 any other failure (one
 /// line); a command's own codes (`status`, `explain`, `verify`).
-pub fn main_with(handler: Option<SharedHandler>) -> ExitCode {
+pub fn main_with(handler: impl Handler) -> ExitCode {
+    main_of(Some(std::sync::Arc::new(handler)))
+}
+
+/// [`main`] or [`main_with`].
+fn main_of(handler: Option<SharedHandler>) -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Status { .. }
@@ -266,10 +269,12 @@ async fn execute(cli: Cli, handler: Option<SharedHandler>) -> anyhow::Result<()>
         settings.traces = urutan::trace::Traces::from_env().map_err(urutan::heal::WrongSetting)?;
     }
     let traces = settings.traces.clone();
+    // `urutan run` (the pool) sends its last spans itself.
+    let sends_its_spans = matches!(cli.command, Command::Run);
     let result = execute_with(cli.command, settings, name, handler).await;
     // The spans still queued are sent before the process ends (blocking:
     // off the async runtime's threads).
-    if traces.is_on() {
+    if traces.is_on() && !sends_its_spans {
         let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
     }
     result
@@ -290,8 +295,11 @@ async fn execute_with(
     name: &'static str,
     handler: Option<SharedHandler>,
 ) -> anyhow::Result<()> {
-    for contradiction in settings.contradictions() {
-        tracing::warn!("{contradiction}");
+    // The pool warns of them itself (`urutan::Pool::run`).
+    if !matches!(command, Command::Run) {
+        for contradiction in settings.contradictions() {
+            tracing::warn!("{contradiction}");
+        }
     }
     if let Command::Migrate {
         create_database: true,

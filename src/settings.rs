@@ -731,4 +731,120 @@ mod tests {
             "amqp://user:hunter2@broker:5672/%2f"
         );
     }
+
+    /// A value for each variable, none of them the default.
+    const SAMPLES: [(&str, &str); 34] = [
+        ("AMQP_URL", "amqp://u:p@h:5673/v"),
+        ("AMQP_HEARTBEAT", "30"),
+        ("DATABASE_URL", "postgres://u@h/db"),
+        ("DATABASE_TIMEOUT", "45s"),
+        ("SHARD_COUNT", "7"),
+        ("PREFETCH", "9"),
+        ("BATCH_MAX", "3"),
+        ("BATCH_LINGER_MS", "12"),
+        ("DELIVERY_LIMIT", "8"),
+        ("QUORUM_GROUP_SIZE", "3"),
+        ("METRICS_ADDR", "127.0.0.1:9999"),
+        ("DEDUP_RETENTION", "12h"),
+        ("HISTORY_RETENTION", "400d"),
+        ("DEAD_LETTER_RETENTION", "10d"),
+        ("DEAD_LETTER_UNRESOLVED_RETENTION", "11d"),
+        ("LOG_FORMAT", "json"),
+        ("ENTITY", "pengiriman"),
+        ("DATABASE_SCHEMA", "kirim"),
+        ("HANDLER_FUNCTION", "tim.catat"),
+        ("RETRY_BACKOFF_MIN", "2s"),
+        ("RETRY_BACKOFF_MAX", "9s"),
+        ("RETRY_MAX_ATTEMPTS", "6"),
+        ("ON_REFUSED", "skip"),
+        ("GAP_POLICY", "wait"),
+        ("GAP_TIMEOUT", "3m"),
+        ("GAP_WAITING_MAX", "50"),
+        ("TOPOLOGY_PREFIX", "kirim.x"),
+        ("MAX_BODY_BYTES", "2048"),
+        ("DATABASE_POOL_SIZE", "4"),
+        ("TOPOLOGY_MODE", "check"),
+        ("ALLOW_SHRINK", "true"),
+        ("DLQ_MAX_LENGTH", "77"),
+        ("DLQ_MAX_BYTES", "88"),
+        ("REPLICA_NAME", "pod-1"),
+    ];
+
+    /// `vars` as the command line's flags (`--shard-count 7`).
+    fn as_flags(vars: &[(&str, &str)]) -> Vec<String> {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let mut argv = Vec::new();
+        for (name, value) in vars {
+            let arg = cli
+                .get_arguments()
+                .find(|a| a.get_env().is_some_and(|e| e == *name))
+                .unwrap_or_else(|| panic!("no flag reads {name}"));
+            let flag = format!("--{}", arg.get_long().expect("a long flag"));
+            match *value {
+                "true" if *name == "ALLOW_SHRINK" => argv.push(flag),
+                _ => argv.extend([flag, (*value).to_owned()]),
+            }
+        }
+        argv
+    }
+
+    fn from_vars(vars: &[(&str, &str)]) -> Result<Settings, urutan::WrongSetting> {
+        Settings::from_vars(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    /// The library's `Settings::from_env` (an embedded pool's settings)
+    /// reads every variable the command line reads, alike.
+    #[test]
+    fn the_library_reads_the_environment_as_the_command_line_does() {
+        use clap::CommandFactory;
+        let mut read_here: Vec<String> = Cli::command()
+            .get_arguments()
+            .filter_map(|a| a.get_env())
+            .map(|e| e.to_string_lossy().into_owned())
+            .collect();
+        let mut read_there: Vec<String> = urutan::config::VARIABLES
+            .iter()
+            .map(|v| (*v).to_owned())
+            .collect();
+        read_here.sort();
+        read_there.sort();
+        assert_eq!(read_here, read_there, "the same variables");
+        let mut sampled: Vec<String> = SAMPLES.iter().map(|(n, _)| (*n).to_owned()).collect();
+        sampled.sort();
+        assert_eq!(sampled, read_there, "a sample of each");
+
+        let flags = as_flags(&SAMPLES);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let here = parse(&flags).expect("the flags");
+        let there = from_vars(&SAMPLES).expect("the variables");
+        assert_eq!(format!("{there:?}"), format!("{here:?}"));
+        assert_ne!(format!("{there:?}"), format!("{:?}", Settings::default()));
+
+        // Out of range or malformed: refused by both.
+        for wrong in [
+            ("SHARD_COUNT", "1000"),
+            ("SHARD_COUNT", "0"),
+            ("PREFETCH", "0"),
+            ("AMQP_HEARTBEAT", "601"),
+            ("BATCH_LINGER_MS", "10001"),
+            ("QUORUM_GROUP_SIZE", "100"),
+            ("RETRY_MAX_ATTEMPTS", "1000001"),
+            ("GAP_WAITING_MAX", "0"),
+            ("DELIVERY_LIMIT", "-1"),
+            ("ENTITY", "Pesanan"),
+            ("LOG_FORMAT", "xml"),
+            ("AMQP_URL", "http://h"),
+        ] {
+            let flags = as_flags(&[wrong]);
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            assert!(parse(&flags).is_err(), "the flags take {wrong:?}");
+            let refused = from_vars(&[wrong]).expect_err("refused");
+            assert!(refused.0.starts_with(wrong.0), "{refused}");
+        }
+    }
 }

@@ -10,26 +10,5 @@ pub mod run;
 pub mod topology;
 pub mod verify;
 
-use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
-
-/// Cancels `shutdown` on the first SIGTERM, SIGINT or SIGHUP (each a
-/// clean stop, docs/contract.md section 6), and logs which came.
-pub async fn stop_on_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        error!("cannot listen for signals; stop with SIGKILL");
-        return;
-    };
-    let name = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-        _ = hup.recv() => "SIGHUP",
-    };
-    info!("{name}: stopping; finishing in-flight messages");
-    shutdown.cancel();
-}
+/// Cancels a token on the first SIGTERM, SIGINT or SIGHUP (the pool's own).
+pub use urutan::pool::stop_on_signal;

@@ -1,13 +1,11 @@
 //! `urutan run`: the worker pool (topology, one worker per shard) until a
-//! signal.
+//! signal: the core library's [`urutan::Pool`], with the crash drills'
+//! fault hooks (`URUTAN_FAULT_*`, [`Hooks::from_env`]).
 
-use anyhow::Context;
-use tokio_util::sync::CancellationToken;
-use tracing::info;
 use urutan::config::Settings;
 use urutan::handler::SharedHandler;
 use urutan::shard::Hooks;
-use urutan::supervisor::Supervisor;
+use urutan::{Pool, RunError};
 
 pub const HELP: &str = "\
 Examples:
@@ -19,22 +17,12 @@ Examples:
 Health: GET /healthz (alive) and /readyz (consuming) on METRICS_ADDR; metrics on /metrics.";
 
 pub async fn run(settings: Settings, handler: Option<SharedHandler>) -> anyhow::Result<()> {
-    let hooks = Hooks::from_env()?;
-    let mut supervisor = Supervisor::build(settings.clone(), hooks)
-        .await
-        .with_context(|| format!("cannot listen on METRICS_ADDR {}", settings.metrics_addr))?;
+    let mut pool = Pool::new(settings).with_hooks(Hooks::from_env()?);
     if let Some(handler) = handler {
-        supervisor = supervisor.with_handler(handler);
+        pool = pool.shared_handler(handler);
     }
-    info!(http = %supervisor.http_addr(), "urutan run starting");
-    let shutdown = CancellationToken::new();
-    tokio::spawn(super::stop_on_signal(shutdown.clone()));
-    match supervisor.run(shutdown).await {
-        Err(urutan::supervisor::RunError::Setting(wrong)) => {
-            return Err(urutan::heal::WrongSetting(wrong).into());
-        }
-        other => other?,
+    match pool.run().await {
+        Err(RunError::Setting(wrong)) => Err(urutan::heal::WrongSetting(wrong).into()),
+        other => Ok(other?),
     }
-    info!("stopped cleanly");
-    Ok(())
 }

@@ -281,16 +281,13 @@ struct Pipeline {
 
 impl Pipeline {
     async fn start(settings: &Settings, db: &PgPool, stats: &Arc<Stats>) -> anyhow::Result<Self> {
-        use anyhow::Context;
         let observer = stats.clone();
         let hooks = Hooks {
             on_outcome: Some(Arc::new(move |o: &Observed<'_>| observer.observe(o))),
             ..Hooks::default()
         };
         let shutdown = CancellationToken::new();
-        let supervisor = Supervisor::build(settings.clone(), hooks)
-            .await
-            .with_context(|| format!("cannot listen on {}", settings.metrics_addr))?;
+        let supervisor = Supervisor::build_with_hooks(settings.clone(), hooks).await?;
         println!("metrics on http://{}/metrics", supervisor.http_addr());
         let pool = tokio::spawn(supervisor.run(shutdown.clone()));
         // The relay publishes into the topology the pool declares.

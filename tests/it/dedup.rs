@@ -9,7 +9,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use sqlx::PgPool;
 use urutan::config::GapPolicy;
 use urutan::handler::{Handler, HandlerError, HandlerEvent, SharedHandler};
@@ -258,19 +257,17 @@ async fn a_broker_producer_cannot_take_the_outboxs_future_message_ids() {
 struct Calls(Mutex<Vec<(String, String, i64)>>);
 
 impl Handler for Calls {
-    fn handle<'a>(
-        &'a self,
-        _tx: &'a mut sqlx::PgConnection,
-        event: &'a HandlerEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            self.0.lock().unwrap_or_else(|p| p.into_inner()).push((
-                event.id.clone(),
-                event.message_id.clone(),
-                event.versi,
-            ));
-            Ok(())
-        })
+    async fn handle(
+        &self,
+        _tx: &mut sqlx::PgConnection,
+        event: &HandlerEvent,
+    ) -> Result<(), HandlerError> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push((
+            event.id.clone(),
+            event.message_id.clone(),
+            event.versi,
+        ));
+        Ok(())
     }
 }
 

@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use sqlx::PgPool;
 use urutan::config::{GapPolicy, Settings};
 use urutan::handler::{Handler, HandlerError, HandlerEvent};
@@ -57,40 +56,38 @@ impl Recorder {
 }
 
 impl Handler for Recorder {
-    fn handle<'a>(
-        &'a self,
-        tx: &'a mut sqlx::PgConnection,
-        event: &'a HandlerEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            match self.mode(event) {
-                Some(Mode::Retry(None)) => return Err(HandlerError::retry("not yet")),
-                Some(Mode::Retry(Some(after))) => {
-                    return Err(HandlerError::retry_after(after, "not yet"));
-                }
-                Some(Mode::Refuse) => {
-                    return Err(HandlerError::refuse(format!("no stock for {}", event.id)));
-                }
-                Some(Mode::Panic) => panic!("the handler broke on {}", event.message_id),
-                Some(Mode::BadSql) => {
-                    sqlx::query("SELECT 1 / 0").execute(&mut *tx).await?;
-                }
-                None => {}
+    async fn handle(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        event: &HandlerEvent,
+    ) -> Result<(), HandlerError> {
+        match self.mode(event) {
+            Some(Mode::Retry(None)) => return Err(HandlerError::retry("not yet")),
+            Some(Mode::Retry(Some(after))) => {
+                return Err(HandlerError::retry_after(after, "not yet"));
             }
-            sqlx::query(
-                "INSERT INTO langkah (message_id, pesanan_id, versi, previous_versi, shard, data)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(&event.message_id)
-            .bind(&event.id)
-            .bind(event.versi)
-            .bind(event.previous_versi)
-            .bind(i32::from(event.shard))
-            .bind(&event.data)
-            .execute(&mut *tx)
-            .await?;
-            Ok(())
-        })
+            Some(Mode::Refuse) => {
+                return Err(HandlerError::refuse(format!("no stock for {}", event.id)));
+            }
+            Some(Mode::Panic) => panic!("the handler broke on {}", event.message_id),
+            Some(Mode::BadSql) => {
+                sqlx::query("SELECT 1 / 0").execute(&mut *tx).await?;
+            }
+            None => {}
+        }
+        sqlx::query(
+            "INSERT INTO langkah (message_id, pesanan_id, versi, previous_versi, shard, data)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&event.message_id)
+        .bind(&event.id)
+        .bind(event.versi)
+        .bind(event.previous_versi)
+        .bind(i32::from(event.shard))
+        .bind(&event.data)
+        .execute(tx)
+        .await?;
+        Ok(())
     }
 }
 
@@ -356,4 +353,152 @@ async fn a_rust_handler_refusal_holds_the_order_until_the_replay() {
     assert_one_call_per_applied_version(&s.db).await;
     assert_eq!(count(&s.db, "SELECT count(*) FROM urutan_tahan").await, 0);
     s.pool.stop().await;
+}
+
+/// The crate root's example, as a team writes it for a new entity
+/// (shipments): no boxing, no lifetimes, its data read by `data_as`.
+mod from_the_crate_docs {
+    use urutan::{Handler, HandlerError, HandlerEvent};
+
+    #[derive(serde::Deserialize)]
+    struct Shipment {
+        courier: String,
+        kg: i64,
+    }
+
+    pub struct Shipments;
+
+    impl Handler for Shipments {
+        async fn handle(
+            &self,
+            tx: &mut sqlx::PgConnection,
+            event: &HandlerEvent,
+        ) -> Result<(), HandlerError> {
+            let shipment: Shipment = event.data_as()?;
+            sqlx::query("INSERT INTO shipments (id, version, courier, kg) VALUES ($1, $2, $3, $4)")
+                .bind(&event.id)
+                .bind(event.versi)
+                .bind(shipment.courier)
+                .bind(shipment.kg)
+                .execute(tx)
+                .await?;
+            Ok(())
+        }
+    }
+}
+
+/// A shipment event with `data`, its id in `x-pengiriman-id`.
+fn shipment(
+    id: &str,
+    versi: i64,
+    data: serde_json::Value,
+) -> urutan_testkit::fixtures::Raw<'static> {
+    use lapin::types::{AMQPValue, FieldTable, LongString};
+    let mut headers = FieldTable::default();
+    let header = AMQPValue::LongString(LongString::from(id.as_bytes()));
+    headers.insert("x-pengiriman-id".into(), header);
+    let body = serde_json::json!({"id": id, "status": "dikirim", "versi": versi, "data": data});
+    urutan_testkit::fixtures::Raw {
+        exchange: "pengiriman",
+        routing_key: "pengiriman.dikirim",
+        props: lapin::BasicProperties::default()
+            .with_message_id(format!("{id}-v{versi}").into())
+            .with_delivery_mode(2)
+            .with_headers(headers),
+        body: body.to_string().into_bytes(),
+    }
+}
+
+/// The crate root's handler for a new entity (`ENTITY=pengiriman`), run
+/// by the library's own entry point (`urutan::Pool`): its versions applied
+/// once each through a duplicate, a version whose data does not fit
+/// refused with a reason that names the field and the type, and the pool
+/// stopped cleanly by its shutdown token.
+#[tokio::test]
+async fn the_crate_docs_handler_runs_a_new_entity_in_the_library_pool() {
+    let env = TestEnv::new("rust_crate_docs").await;
+    let db = env.db().await;
+    sqlx::raw_sql(
+        "CREATE SCHEMA pengiriman; CREATE TABLE pengiriman.shipments (
+             id TEXT, version BIGINT, courier TEXT, kg BIGINT, PRIMARY KEY (id, version))",
+    )
+    .execute(&db)
+    .await
+    .expect("the team's table");
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let http = free.local_addr().expect("its address");
+    drop(free);
+    let settings = Settings {
+        entity: "pengiriman".to_owned(),
+        database_schema: "pengiriman".to_owned(),
+        topology_prefix: "pengiriman".to_owned(),
+        metrics_addr: http,
+        ..env.settings(2)
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let pool = urutan::Pool::new(settings)
+        .handler(from_the_crate_docs::Shipments)
+        .shutdown_on(shutdown.clone());
+    let running = tokio::spawn(pool.run());
+    wait_for("/readyz 200", Duration::from_secs(30), || async move {
+        http_get(http, "/readyz").await.0 == 200
+    })
+    .await;
+
+    let jne = |kg: i64| serde_json::json!({"courier": "jne", "kg": kg});
+    let publisher = env.publisher().await;
+    publisher
+        .send_raw(vec![
+            shipment("K-1", 1, jne(2)),
+            shipment("K-1", 2, jne(3)),
+            shipment("K-1", 2, jne(3)),
+            shipment("K-2", 1, serde_json::json!({"courier": "pos"})),
+            shipment("K-3", 1, jne(7)),
+        ])
+        .await;
+    wait_count(
+        &db,
+        "SELECT count(*) FROM pengiriman.urutan_dead_letter",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    wait_count(
+        &db,
+        "SELECT count(*) FROM pengiriman.pesanan_riwayat",
+        3,
+        Duration::from_secs(30),
+    )
+    .await;
+    let shipped: Vec<(String, i64, String, i64)> = sqlx::query_as(
+        "SELECT id, version, courier, kg FROM pengiriman.shipments ORDER BY id, version",
+    )
+    .fetch_all(&db)
+    .await
+    .expect("shipments");
+    let row = |id: &str, version, kg| (id.to_owned(), version, "jne".to_owned(), kg);
+    assert_eq!(
+        shipped,
+        [row("K-1", 1, 2), row("K-1", 2, 3), row("K-3", 1, 7)]
+    );
+    let (reason, error): (String, String) = sqlx::query_as(
+        "SELECT reason, last_error FROM pengiriman.urutan_dead_letter WHERE message_id = 'K-2-v1'",
+    )
+    .fetch_one(&db)
+    .await
+    .expect("K-2's record");
+    assert_eq!(reason, "handler_refused");
+    assert!(
+        error.contains("K-2 v1")
+            && error.contains("Shipment")
+            && error.contains("missing field `kg`"),
+        "{error}"
+    );
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("the pool stops within 30 s")
+        .expect("the pool's task")
+        .expect("a clean stop");
 }

@@ -672,7 +672,9 @@ impl RunningPool {
         hooks: Hooks,
         handler: Option<urutan::handler::SharedHandler>,
     ) -> Self {
-        let mut supervisor = Supervisor::build(settings, hooks).await.expect("build");
+        let mut supervisor = Supervisor::build_with_hooks(settings, hooks)
+            .await
+            .expect("build");
         if let Some(handler) = handler {
             supervisor = supervisor.with_handler(handler);
         }

@@ -7,6 +7,9 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
+mod env;
+pub use env::VARIABLES;
+
 /// Everything the worker pool and the other commands need to know.
 #[derive(Debug, Clone)]
 pub struct Settings {

@@ -1,7 +1,8 @@
 //! Your code in the apply transaction, written in Rust (docs/contract.md
-//! section 10): the same contract as `HANDLER_FUNCTION`, for teams that
-//! build their own `urutan` binary (see the `urutan-cli` crate's
-//! `main_with` and `examples/stock`).
+//! section 10): the same contract as `HANDLER_FUNCTION`. Implement
+//! [`Handler`] with an `async fn` and hand it to [`crate::Pool`] (or to
+//! the `urutan-cli` crate's `main_with`, for a binary with every `urutan`
+//! command; see `examples/stock`).
 //!
 //! For every version urutan applies (strict mode, batch mode, a parked or
 //! set-aside message applied later) the worker calls
@@ -18,9 +19,10 @@
 //!   back, the message is set aside and tried again later (after the
 //!   duration it asked for, or `RETRY_BACKOFF_MIN`..`RETRY_BACKOFF_MAX`);
 //!   the shard goes on with every other order.
-//! - [`HandlerError::Refuse`] (or SQL that the database refuses as data):
-//!   dead-lettered as `handler_refused`; with `ON_REFUSED=hold` its order
-//!   is held until the message is replayed or the order released.
+//! - [`HandlerError::Refuse`] (or SQL that the database refuses as data,
+//!   or `data` that [`HandlerEvent::data_as`] cannot read): dead-lettered
+//!   as `handler_refused`; with `ON_REFUSED=hold` its order is held until
+//!   the message is replayed or the order released.
 //! - a lost database connection: the shard waits and tries again, in order.
 //!
 //! ```
@@ -29,19 +31,17 @@
 //! struct Audit;
 //!
 //! impl Handler for Audit {
-//!     fn handle<'a>(
-//!         &'a self,
-//!         tx: &'a mut sqlx::PgConnection,
-//!         event: &'a HandlerEvent,
-//!     ) -> futures::future::BoxFuture<'a, Result<(), HandlerError>> {
-//!         Box::pin(async move {
-//!             sqlx::query("INSERT INTO audit (order_id, versi) VALUES ($1, $2)")
-//!                 .bind(&event.id)
-//!                 .bind(event.versi)
-//!                 .execute(&mut *tx)
-//!                 .await?;
-//!             Ok(())
-//!         })
+//!     async fn handle(
+//!         &self,
+//!         tx: &mut sqlx::PgConnection,
+//!         event: &HandlerEvent,
+//!     ) -> Result<(), HandlerError> {
+//!         sqlx::query("INSERT INTO audit (order_id, versi) VALUES ($1, $2)")
+//!             .bind(&event.id)
+//!             .bind(event.versi)
+//!             .execute(tx)
+//!             .await?;
+//!         Ok(())
 //!     }
 //! }
 //! ```
@@ -53,6 +53,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use crate::metrics::RetryReason;
 use crate::store::StoreError;
@@ -72,6 +73,43 @@ pub struct HandlerEvent {
     pub previous_versi: Option<i64>,
     /// The shard whose worker applies it.
     pub shard: u16,
+}
+
+impl HandlerEvent {
+    /// The event's `data` read as `T` (a missing `data` reads as JSON
+    /// `null`, so `Option<T>` accepts it). Data that does not fit `T` is
+    /// the version's fault, not the handler's: the error is a
+    /// [`HandlerError::Refuse`] naming the entity, the version, `T` and
+    /// what did not fit, so `?` dead-letters the version as
+    /// `handler_refused` with that reason.
+    ///
+    /// ```
+    /// # use urutan::handler::HandlerEvent;
+    /// #[derive(serde::Deserialize)]
+    /// struct Paid {
+    ///     total: i64,
+    /// }
+    /// # let event: HandlerEvent = serde_json::from_str(r#"{"message_id": "m-1", "id": "P-1",
+    /// #   "status": "dibayar", "versi": 2, "data": {"total": 5}, "previous_versi": 1, "shard": 0}"#).unwrap();
+    /// let paid: Paid = event.data_as()?;
+    /// assert_eq!(paid.total, 5);
+    /// # Ok::<(), urutan::handler::HandlerError>(())
+    /// ```
+    pub fn data_as<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
+        let null = serde_json::Value::Null;
+        T::deserialize(self.data.as_ref().unwrap_or(&null)).map_err(|e| {
+            let wanted = std::any::type_name::<T>();
+            // `my_crate::orders::Paid` reads as `Paid`; generics stay whole.
+            let wanted = match wanted.split_once('<') {
+                None => wanted.rsplit("::").next().unwrap_or(wanted),
+                Some(_) => wanted,
+            };
+            HandlerError::refuse(format!(
+                "{} v{} ({}): data does not fit {wanted}: {e}",
+                self.id, self.versi, self.message_id
+            ))
+        })
+    }
 }
 
 /// Why the handler did not do its work: the message's fate.
@@ -119,24 +157,50 @@ impl HandlerError {
 }
 
 /// A team's code, run in the apply transaction of every applied version.
+///
+/// Implement it with an `async fn` (the future must be `Send`: the workers
+/// run on a multi-threaded runtime); urutan keeps it as a
+/// [`SharedHandler`].
 pub trait Handler: Send + Sync + 'static {
     /// Does the work of `event` on `tx`, the open apply transaction. Must
     /// not commit or roll it back (a savepoint of its own is fine).
-    fn handle<'a>(
+    fn handle(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        event: &HandlerEvent,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send;
+}
+
+/// The dyn-compatible form of a [`Handler`], as the workers call it:
+/// implemented for every `Handler` (there is no need to implement it
+/// yourself).
+pub trait DynHandler: Send + Sync + 'static {
+    /// [`Handler::handle`], boxed.
+    fn handle_boxed<'a>(
         &'a self,
         tx: &'a mut sqlx::PgConnection,
         event: &'a HandlerEvent,
     ) -> BoxFuture<'a, Result<(), HandlerError>>;
 }
 
-/// A shared handler, as the worker keeps it.
-pub type SharedHandler = Arc<dyn Handler>;
+impl<H: Handler> DynHandler for H {
+    fn handle_boxed<'a>(
+        &'a self,
+        tx: &'a mut sqlx::PgConnection,
+        event: &'a HandlerEvent,
+    ) -> BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(self.handle(tx, event))
+    }
+}
+
+/// A shared handler, as the worker keeps it (`Arc::new(handler)` is one).
+pub type SharedHandler = Arc<dyn DynHandler>;
 
 /// Calls `handler` with `event`'s JSON (as `urutan_tulis` left it in
 /// `urutan.acara_terakhir`) on `tx`; its error, or its panic, becomes the
 /// [`StoreError`] that decides the message's fate.
 pub(crate) async fn call(
-    handler: &dyn Handler,
+    handler: &dyn DynHandler,
     tx: &mut sqlx::PgConnection,
     event_json: Option<&str>,
 ) -> Result<(), StoreError> {
@@ -152,7 +216,7 @@ pub(crate) async fn call(
         error: format!("cannot read the applied version's event: {e}"),
         after: None,
     })?;
-    let called = AssertUnwindSafe(handler.handle(tx, &event))
+    let called = AssertUnwindSafe(handler.handle_boxed(tx, &event))
         .catch_unwind()
         .await;
     match called {
@@ -223,6 +287,36 @@ mod tests {
         )
         .expect("new");
         assert_eq!((new.data, new.previous_versi), (None, None));
+    }
+
+    #[test]
+    fn data_that_does_not_fit_is_refused_with_what_did_not_fit() {
+        #[derive(Debug, Deserialize)]
+        struct Paid {
+            #[allow(dead_code)]
+            total: i64,
+        }
+        let event: HandlerEvent = serde_json::from_str(
+            r#"{"message_id": "m-7", "id": "P-1", "status": "dibayar", "versi": 7,
+                "data": {"sum": 5}, "previous_versi": 6, "shard": 3}"#,
+        )
+        .expect("event");
+        let Err(HandlerError::Refuse(why)) = event.data_as::<Paid>() else {
+            panic!("refused");
+        };
+        assert_eq!(
+            why,
+            "P-1 v7 (m-7): data does not fit Paid: missing field `total`"
+        );
+        let none = HandlerEvent {
+            data: None,
+            ..event
+        };
+        assert!(matches!(none.data_as::<Option<Paid>>(), Ok(None)));
+        assert!(matches!(
+            none.data_as::<Paid>(),
+            Err(HandlerError::Refuse(why)) if why.contains("invalid type: null")
+        ));
     }
 
     #[test]

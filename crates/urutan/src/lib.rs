@@ -1,6 +1,49 @@
 //! urutan: applies order events ("pesanan") from RabbitMQ to PostgreSQL in
 //! order per entity, in parallel across entities, exactly once in effect.
 //!
+//! Your own code runs in the transaction that applies each version: a
+//! [`Handler`]. Its writes commit with the version or not at all, so a
+//! redelivery, a duplicate or a crash between commit and ack never runs it
+//! twice for one version. A complete one, for shipments:
+//!
+//! ```no_run
+//! use urutan::{Handler, HandlerError, HandlerEvent};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Shipment {
+//!     courier: String,
+//!     kg: i64,
+//! }
+//!
+//! struct Shipments;
+//!
+//! impl Handler for Shipments {
+//!     async fn handle(&self, tx: &mut sqlx::PgConnection, event: &HandlerEvent) -> Result<(), HandlerError> {
+//!         let shipment: Shipment = event.data_as()?; // data that does not fit: refused
+//!         sqlx::query("INSERT INTO shipments (id, version, courier, kg) VALUES ($1, $2, $3, $4)")
+//!             .bind(&event.id).bind(event.versi).bind(shipment.courier).bind(shipment.kg)
+//!             .execute(tx)
+//!             .await?; // a deadlock or a lock timeout: retried; a data error: refused
+//!         Ok(())
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let pool = urutan::Pool::from_env()?; // AMQP_URL, DATABASE_URL, ENTITY, SHARD_COUNT, ...
+//!     urutan::telemetry::init(pool.settings().log_format);
+//!     pool.handler(Shipments).run().await?; // until SIGTERM, SIGINT or SIGHUP
+//!     Ok(())
+//! }
+//! ```
+//!
+//! [`HandlerError::retry`] sets the message aside and tries it again later
+//! (a panic does too) while the shard goes on; [`HandlerError::refuse`]
+//! dead-letters it and holds its entity until it is replayed or released
+//! (docs/handlers.md). The `urutan-cli` crate's `main_with(Shipments)` is a
+//! binary with every `urutan` command (`status`, `explain`, `dlq`, `hold`,
+//! ...) and this handler in its pool.
+//!
 //! How a message travels, and the module that owns each step:
 //!
 //! ```text
@@ -44,6 +87,7 @@ pub mod message;
 pub mod metrics;
 pub mod outbox;
 pub mod outcome;
+pub mod pool;
 pub mod replica;
 pub mod reshard;
 mod retry;
@@ -53,3 +97,10 @@ pub mod store;
 pub mod supervisor;
 pub mod telemetry;
 pub mod trace;
+
+pub use config::Settings;
+pub use handler::{Handler, HandlerError, HandlerEvent, SharedHandler};
+pub use heal::WrongSetting;
+pub use outbox::{EnqueueError, NewEvent, enqueue};
+pub use pool::{Pool, run};
+pub use supervisor::RunError;

@@ -39,6 +39,12 @@ pub enum RunError {
     Prepare(#[from] PrepareError),
     #[error("cannot serve HTTP: {0}")]
     Http(#[from] std::io::Error),
+    /// `METRICS_ADDR` cannot be bound (in use, or not this host's).
+    #[error("cannot listen on METRICS_ADDR {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     /// A setting no retry can fix (one line naming it and the fix).
     #[error("{0}")]
     Setting(String),
@@ -57,8 +63,20 @@ pub struct Supervisor {
 
 impl Supervisor {
     /// Binds `METRICS_ADDR` (port 0 picks a free one, see [`Self::http_addr`]).
-    pub async fn build(settings: Settings, hooks: Hooks) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(settings.metrics_addr).await?;
+    pub async fn build(settings: Settings) -> Result<Self, RunError> {
+        Self::build_with_hooks(settings, Hooks::default()).await
+    }
+
+    /// [`Self::build`] with fault-injection and observation hooks in every
+    /// worker: for tests, crash drills and the demo, not for production.
+    #[doc(hidden)]
+    pub async fn build_with_hooks(settings: Settings, hooks: Hooks) -> Result<Self, RunError> {
+        let listener = TcpListener::bind(settings.metrics_addr)
+            .await
+            .map_err(|source| RunError::Listen {
+                addr: settings.metrics_addr,
+                source,
+            })?;
         let metrics = m::install();
         m::register_worker();
         Ok(Self {

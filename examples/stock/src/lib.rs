@@ -17,9 +17,9 @@
 //! Run it with `GAP_POLICY=wait`: each step matters (a paid order must have
 //! been created first), so a version waits for the ones before it.
 
-use futures::future::BoxFuture;
 use serde::Deserialize;
-use urutan::handler::{Handler, HandlerError, HandlerEvent};
+use sqlx::PgConnection;
+use urutan::{Handler, HandlerError, HandlerEvent};
 
 /// The team's tables (`schema.sql`).
 pub const SCHEMA: &str = include_str!("../schema.sql");
@@ -27,7 +27,8 @@ pub const SCHEMA: &str = include_str!("../schema.sql");
 /// The stock team's handler.
 pub struct StockReservation;
 
-/// The part of an order's `data` the handler reads.
+/// The part of an order's `data` the handler reads (data that does not
+/// fit is refused by `data_as`, with what did not fit).
 #[derive(Debug, Deserialize)]
 struct Order {
     #[serde(default)]
@@ -43,68 +44,55 @@ struct Item {
 }
 
 impl Handler for StockReservation {
-    fn handle<'a>(
-        &'a self,
-        tx: &'a mut sqlx::PgConnection,
-        event: &'a HandlerEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            match event.status.as_str() {
-                "dibuat" => reserve(tx, event).await,
-                "dibayar" => charge(tx, event).await,
-                "dibatalkan" => give_back(tx, event).await,
-                _ => Ok(()),
-            }
-        })
+    async fn handle(
+        &self,
+        tx: &mut PgConnection,
+        event: &HandlerEvent,
+    ) -> Result<(), HandlerError> {
+        match event.status.as_str() {
+            "dibuat" => reserve(tx, event).await,
+            "dibayar" => charge(tx, event).await,
+            "dibatalkan" => give_back(tx, event).await,
+            _ => Ok(()),
+        }
     }
 }
 
-/// The order as its `data` says; a malformed one is refused.
-fn order(event: &HandlerEvent) -> Result<Order, HandlerError> {
-    let data = event.data.clone().unwrap_or_default();
-    serde_json::from_value(data).map_err(|e| {
-        HandlerError::refuse(format!("order {} v{}: data: {e}", event.id, event.versi))
-    })
-}
-
 /// Reserves every item, or none (the refusal rolls the transaction back).
-async fn reserve(tx: &mut sqlx::PgConnection, event: &HandlerEvent) -> Result<(), HandlerError> {
-    for item in order(event)?.items {
-        if item.qty <= 0 {
+async fn reserve(tx: &mut PgConnection, event: &HandlerEvent) -> Result<(), HandlerError> {
+    let id = &event.id;
+    for Item { sku, qty } in event.data_as::<Order>()?.items {
+        if qty <= 0 {
             return Err(HandlerError::refuse(format!(
-                "order {}: quantity {} of {}",
-                event.id, item.qty, item.sku
+                "order {id}: quantity {qty} of {sku}"
             )));
         }
         let left: Option<i64> = sqlx::query_scalar(
             "UPDATE stok SET tersedia = tersedia - $2 WHERE sku = $1 AND tersedia >= $2
              RETURNING tersedia",
         )
-        .bind(&item.sku)
-        .bind(item.qty)
+        .bind(&sku)
+        .bind(qty)
         .fetch_optional(&mut *tx)
         .await?;
         if left.is_none() {
             let on_hand: Option<i64> =
                 sqlx::query_scalar("SELECT tersedia FROM stok WHERE sku = $1")
-                    .bind(&item.sku)
+                    .bind(&sku)
                     .fetch_optional(&mut *tx)
                     .await?;
             return Err(HandlerError::refuse(match on_hand {
-                Some(n) => format!(
-                    "out of stock: {} wants {} of {}, {n} left",
-                    event.id, item.qty, item.sku
-                ),
-                None => format!("unknown SKU {} in order {}", item.sku, event.id),
+                Some(n) => format!("out of stock: {id} wants {qty} of {sku}, {n} left"),
+                None => format!("unknown SKU {sku} in order {id}"),
             }));
         }
         sqlx::query(
             "INSERT INTO reservasi (pesanan_id, sku, jumlah) VALUES ($1, $2, $3)
              ON CONFLICT (pesanan_id, sku) DO UPDATE SET jumlah = reservasi.jumlah + EXCLUDED.jumlah",
         )
-        .bind(&event.id)
-        .bind(&item.sku)
-        .bind(item.qty)
+        .bind(id)
+        .bind(&sku)
+        .bind(qty)
         .execute(&mut *tx)
         .await?;
     }
@@ -112,24 +100,24 @@ async fn reserve(tx: &mut sqlx::PgConnection, event: &HandlerEvent) -> Result<()
 }
 
 /// One charge of the order's total.
-async fn charge(tx: &mut sqlx::PgConnection, event: &HandlerEvent) -> Result<(), HandlerError> {
-    let Some(total) = order(event)?.total else {
+async fn charge(tx: &mut PgConnection, event: &HandlerEvent) -> Result<(), HandlerError> {
+    let Some(total) = event.data_as::<Order>()?.total else {
+        let id = &event.id;
         return Err(HandlerError::refuse(format!(
-            "order {} paid without a total",
-            event.id
+            "order {id} paid without a total"
         )));
     };
     sqlx::query("INSERT INTO tagihan (pesanan_id, versi, jumlah) VALUES ($1, $2, $3)")
         .bind(&event.id)
         .bind(event.versi)
         .bind(total)
-        .execute(&mut *tx)
+        .execute(tx)
         .await?;
     Ok(())
 }
 
 /// Gives the order's reserved stock back and refunds what it paid.
-async fn give_back(tx: &mut sqlx::PgConnection, event: &HandlerEvent) -> Result<(), HandlerError> {
+async fn give_back(tx: &mut PgConnection, event: &HandlerEvent) -> Result<(), HandlerError> {
     sqlx::query(
         "WITH r AS (DELETE FROM reservasi WHERE pesanan_id = $1 RETURNING sku, jumlah)
          UPDATE stok s SET tersedia = s.tersedia + r.jumlah FROM r WHERE s.sku = r.sku",
@@ -143,7 +131,7 @@ async fn give_back(tx: &mut sqlx::PgConnection, event: &HandlerEvent) -> Result<
     )
     .bind(&event.id)
     .bind(event.versi)
-    .execute(&mut *tx)
+    .execute(tx)
     .await?;
     Ok(())
 }

@@ -7,8 +7,6 @@
 //! cargo run -p urutan-stock -- hold list
 //! ```
 
-use std::sync::Arc;
-
 fn main() -> std::process::ExitCode {
-    urutan_cli::main_with(Some(Arc::new(urutan_stock::StockReservation)))
+    urutan_cli::main_with(urutan_stock::StockReservation)
 }

@@ -49,7 +49,7 @@ use sqlx::{PgConnection, PgPool};
 use tracing::info;
 
 use crate::broker::{BrokerError, Names, call};
-use crate::handler::Handler;
+use crate::handler::DynHandler;
 
 pub use crate::broker::delivery::MARKER_HEADER;
 
@@ -376,7 +376,7 @@ pub async fn release_with(
     shard: u16,
     entities: i32,
     policy: &crate::store::hold::RetryPolicy,
-    handler: Option<&dyn Handler>,
+    handler: Option<&dyn DynHandler>,
 ) -> Result<Vec<Released>, sqlx::Error> {
     if let Some(handler) = handler {
         return release_one_by_one(conn, shard, entities, policy, handler).await;
@@ -406,7 +406,7 @@ async fn release_one_by_one(
     shard: u16,
     versions: i32,
     policy: &crate::store::hold::RetryPolicy,
-    handler: &dyn Handler,
+    handler: &dyn DynHandler,
 ) -> Result<Vec<Released>, sqlx::Error> {
     use sqlx::Connection;
 

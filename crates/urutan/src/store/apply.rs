@@ -14,7 +14,7 @@ use sqlx::types::Json;
 use sqlx::{Connection, PgConnection, PgPool};
 
 use super::StoreError;
-use crate::handler::Handler;
+use crate::handler::DynHandler;
 use crate::message::Event;
 use crate::outcome::Outcome;
 
@@ -244,7 +244,7 @@ pub async fn apply_with_handler(
     conn: &mut PgConnection,
     items: &[BatchItem<'_>],
     shard: u16,
-    handler: &dyn Handler,
+    handler: &dyn DynHandler,
 ) -> Result<Vec<BatchResult>, StoreError> {
     let mut tx = conn.begin().await?;
     // urutan_tulis leaves each applied version's event for the handler.
