@@ -35,13 +35,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use chrono::{DateTime, Utc};
 use clap::Parser;
-use futures::future::BoxFuture;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use urutan::handler::{Handler, HandlerError, HandlerEvent};
@@ -93,7 +91,7 @@ const SPIN_VAR: &str = "URUTAN_BENCH_SPIN_US";
 fn main() -> ExitCode {
     if let Ok(us) = std::env::var(SPIN_VAR) {
         let us: u64 = us.parse().unwrap_or(200);
-        return urutan_cli::main_with(Some(Arc::new(Spin::calibrated(us))));
+        return urutan_cli::main_with(Spin::calibrated(us));
     }
     let args: Vec<String> = std::env::args().collect();
     // `cargo test --all-targets` runs benches as tests (without `--bench`).
@@ -170,15 +168,13 @@ fn spin(rounds: u64) -> u64 {
 }
 
 impl Handler for Spin {
-    fn handle<'a>(
-        &'a self,
-        _tx: &'a mut sqlx::PgConnection,
-        _event: &'a HandlerEvent,
-    ) -> BoxFuture<'a, Result<(), HandlerError>> {
-        Box::pin(async move {
-            std::hint::black_box(spin(self.rounds));
-            Ok(())
-        })
+    async fn handle(
+        &self,
+        _tx: &mut sqlx::PgConnection,
+        _event: &HandlerEvent,
+    ) -> Result<(), HandlerError> {
+        std::hint::black_box(spin(self.rounds));
+        Ok(())
     }
 }
 
