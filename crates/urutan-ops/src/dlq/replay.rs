@@ -6,7 +6,7 @@
 //! nothing and returns each message's outcome: the commands print it, the
 //! console (`urutan console`) shows it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -118,85 +118,126 @@ pub(crate) struct Replayed {
     old_row: i64,
 }
 
+/// A message asked for: its message id (or delivery key), and its order
+/// (`None`: the message with that id of every order: dedup is per (order,
+/// message id), so two orders may dead-letter messages with one id).
+pub(crate) type Wanted = (String, Option<String>);
+
+/// The (key, order) and (message id, order) of each message a walk took:
+/// what [`Selection`]'s wanted messages are compared with.
+type Met = HashSet<(String, Option<String>)>;
+
 /// Which messages a replay (or a purge) takes.
-pub(crate) struct Selection<'a> {
-    ids: HashSet<&'a str>,
-    reason: Option<&'a str>,
+pub(crate) struct Selection {
+    wanted: Vec<Wanted>,
+    /// For each id wanted of every order: the orders of its unresolved
+    /// records ([`Selection::prepare`]), so a walk stops once it met them all.
+    expected: HashMap<String, Vec<Option<String>>>,
+    reason: Option<String>,
     all: bool,
 }
 
-impl<'a> Selection<'a> {
-    /// The messages with these message ids or delivery keys.
-    pub(crate) fn ids(ids: impl IntoIterator<Item = &'a str>) -> Self {
+impl Selection {
+    /// The messages `wanted` names.
+    pub(crate) fn messages(wanted: Vec<Wanted>) -> Self {
         Self {
-            ids: ids.into_iter().collect(),
+            wanted,
+            expected: HashMap::new(),
             reason: None,
             all: false,
         }
     }
 
-    /// Only ids were asked for, and every one was met: `met` holds the
-    /// keys and message ids of the messages taken so far.
-    fn found_all(&self, met: &HashSet<String>) -> bool {
-        !self.all && self.reason.is_none() && self.ids.iter().all(|id| met.contains(*id))
+    /// Reads which orders have a message with each id wanted of every
+    /// order (before a walk).
+    async fn prepare(&mut self, db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+        for (id, order) in &self.wanted {
+            if order.is_none() && !self.expected.contains_key(id) {
+                let orders = dead_letter::unresolved_orders(db, id).await?;
+                self.expected.insert(id.clone(), orders);
+            }
+        }
+        Ok(())
     }
 
-    /// The ids asked for that `met` does not hold.
-    fn missing<'s>(&'s self, met: &'s HashSet<String>) -> impl Iterator<Item = &'a str> + 's {
-        self.ids.iter().copied().filter(|id| !met.contains(*id))
+    /// Whether `met` holds the wanted message `(id, order)`: of an order
+    /// asked for, that one; of every order, every one recorded (at least one).
+    fn met(&self, (id, order): &Wanted, met: &Met) -> bool {
+        match order {
+            Some(_) => met.contains(&(id.clone(), order.clone())),
+            None => match self.expected.get(id).filter(|orders| !orders.is_empty()) {
+                Some(orders) => orders.iter().all(|o| met.contains(&(id.clone(), o.clone()))),
+                None => met.iter().any(|(i, _)| i == id),
+            },
+        }
+    }
+
+    /// Only ids were asked for, and every one was met.
+    fn found_all(&self, met: &Met) -> bool {
+        !self.all && self.reason.is_none() && self.wanted.iter().all(|w| self.met(w, met))
+    }
+
+    /// The messages asked for that the walk met none of.
+    fn missing<'s>(&'s self, met: &'s Met) -> impl Iterator<Item = &'s Wanted> + 's {
+        self.wanted.iter().filter(|(id, order)| {
+            !met.iter()
+                .any(|(i, o)| i == id && (order.is_none() || o == order))
+        })
     }
 
     fn matches(&self, taken: &Taken) -> bool {
         let row = taken.row.as_ref();
+        let message_id = row.and_then(|r| r.message_id.as_deref());
+        let wanted = |(id, order): &Wanted| {
+            (*id == taken.key || Some(id.as_str()) == message_id)
+                && (order.is_none() || *order == taken.order)
+        };
         self.all
-            || self.ids.contains(taken.key.as_str())
-            || row
-                .and_then(|r| r.message_id.as_deref())
-                .is_some_and(|id| self.ids.contains(id))
-            || (self.reason.is_some() && row.map(|r| r.reason.as_str()) == self.reason)
+            || self.wanted.iter().any(wanted)
+            || (self.reason.is_some() && row.map(|r| r.reason.as_str()) == self.reason.as_deref())
     }
 }
 
 /// `urutan dlq replay`.
 pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
-    let mut ids = Vec::with_capacity(args.message_ids.len());
+    let mut wanted = Vec::with_capacity(args.message_ids.len());
     for id in &args.message_ids {
-        ids.push(super::full_key(&ctx.db, id).await?);
+        wanted.push((super::full_key(&ctx.db, id).await?, args.order.clone()));
+    }
+    if args.dry_run {
+        return super::predict::dry_run(ctx, args, &wanted).await;
     }
     let selection = Selection {
-        ids: ids.iter().map(String::as_str).collect(),
-        reason: args.reason.as_deref(),
+        reason: args.reason.clone(),
         all: args.all,
+        ..Selection::messages(wanted)
     };
-    if args.dry_run {
-        return super::predict::dry_run(ctx, args, &ids).await;
-    }
-    let replayed = replay_messages(ctx, &selection, args.wait).await?;
+    let replayed = replay_messages(ctx, selection, args.wait).await?;
     report(ctx, &replayed, args.json)
 }
 
-/// The keys and message ids of what a walk took: what [`Selection`]'s ids
-/// are compared with.
-fn meet(met: &mut HashSet<String>, taken: &Taken) {
-    met.insert(taken.key.clone());
+/// What a walk took, in `met`.
+fn meet(met: &mut Met, taken: &Taken) {
+    met.insert((taken.key.clone(), taken.order.clone()));
     if let Some(id) = taken.row.as_ref().and_then(|r| r.message_id.clone()) {
-        met.insert(id);
+        met.insert((id, taken.order.clone()));
     }
 }
 
 /// Replays the messages `selection` takes: each is published back to the
 /// entry exchange and then removed from the DLQ (see [`Walker::replay`]);
-/// then waits up to `wait` for what each became. An id asked for that is
-/// not in the DLQ is reported [`Became::NotFound`]. Prints nothing.
+/// then waits up to `wait` for what each became. A message asked for that
+/// is not in the DLQ is reported [`Became::NotFound`]. Prints nothing.
 pub(crate) async fn replay_messages(
     ctx: &Ctx,
-    selection: &Selection<'_>,
+    mut selection: Selection,
     wait: Duration,
 ) -> anyhow::Result<Vec<Replayed>> {
+    selection.prepare(&ctx.db).await?;
     let conn = ctx.broker().await?;
     let mut walker = Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
     let mut replayed = Vec::new();
-    let mut met = HashSet::new();
+    let mut met = Met::new();
     while let Some(taken) = walker.take().await? {
         if !selection.matches(&taken) {
             walker.keep(taken).await?;
@@ -210,8 +251,8 @@ pub(crate) async fn replay_messages(
     }
     walker.close().await?;
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
-    for id in selection.missing(&met) {
-        replayed.push(not_found(ctx, id).await?);
+    for wanted in selection.missing(&met) {
+        replayed.push(not_found(ctx, wanted).await?);
     }
     wait_for_outcomes(ctx, &mut replayed, wait).await?;
     Ok(replayed)
@@ -221,12 +262,12 @@ pub(crate) async fn replay_messages(
 async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Result<Replayed> {
     let row = taken.row.clone();
     let message_id = row.as_ref().and_then(|r| r.message_id.clone());
+    let pesanan_id = taken.order.clone();
     // A message whose id is already processed for its order ends
     // `duplicate`: nothing in the database would show it afterwards, so ask
     // before. (Dedup is per (order, message id): the id processed for
     // another order does not count.)
-    let order = row.as_ref().and_then(|r| r.pesanan_id.as_deref());
-    let processed_at = match (&message_id, order) {
+    let processed_at = match (&message_id, pesanan_id.as_deref()) {
         (Some(id), Some(order)) => store::processed_at(&ctx.db, id, order).await?,
         _ => None,
     };
@@ -242,7 +283,7 @@ async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Res
     Ok(Replayed {
         key,
         message_id,
-        pesanan_id: row.as_ref().and_then(|r| r.pesanan_id.clone()),
+        pesanan_id,
         versi: row.as_ref().and_then(|r| r.versi),
         routing_key,
         became,
@@ -250,10 +291,11 @@ async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Res
     })
 }
 
-/// Why `id`, asked for, is not in the DLQ: how its record was resolved.
-async fn not_in_queue(ctx: &Ctx, id: &str) -> Result<String, sqlx::Error> {
+/// Why `id` (of `order`), asked for, is not in the DLQ: how its record
+/// was resolved.
+async fn not_in_queue(ctx: &Ctx, id: &str, order: Option<&str>) -> Result<String, sqlx::Error> {
     let queue = ctx.names.dead_letter_queue();
-    Ok(match dead_letter::last_resolution(&ctx.db, id).await? {
+    Ok(match dead_letter::last_resolution(&ctx.db, id, order).await? {
         Some(Resolved {
             resolution,
             resolved_at,
@@ -265,13 +307,13 @@ async fn not_in_queue(ctx: &Ctx, id: &str) -> Result<String, sqlx::Error> {
     })
 }
 
-/// An id asked for that the walk did not meet.
-async fn not_found(ctx: &Ctx, id: &str) -> anyhow::Result<Replayed> {
-    let note = not_in_queue(ctx, id).await?;
+/// A message asked for that the walk did not meet.
+async fn not_found(ctx: &Ctx, (id, order): &Wanted) -> anyhow::Result<Replayed> {
+    let note = not_in_queue(ctx, id, order.as_deref()).await?;
     Ok(Replayed {
-        key: id.to_owned(),
+        key: id.clone(),
         message_id: None,
-        pesanan_id: None,
+        pesanan_id: order.clone(),
         versi: None,
         routing_key: None,
         became: Became::NotFound { note },
@@ -304,7 +346,9 @@ async fn wait_for_outcomes(
 
 /// What the database says about one replayed message now.
 async fn outcome(ctx: &Ctx, r: &Replayed) -> Result<Became, sqlx::Error> {
-    let dead = dead_letter::dead_lettered_again(&ctx.db, &r.key, r.old_row).await?;
+    let dead =
+        dead_letter::dead_lettered_again(&ctx.db, &r.key, r.pesanan_id.as_deref(), r.old_row)
+            .await?;
     if let Some(Reason { reason, detail }) = dead {
         return Ok(Became::DeadLettered { reason, detail });
     }
@@ -391,9 +435,8 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
     }
     let started = database_now(&ctx.db).await?;
     let all = Selection {
-        ids: HashSet::new(),
-        reason: None,
         all: true,
+        ..Selection::messages(Vec::new())
     };
     let (removed, _) = remove_chosen(ctx, &conn, &all).await?;
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
@@ -415,6 +458,8 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
 pub(crate) struct Purged {
     /// Its delivery key, or the id asked for when it was not found.
     pub key: String,
+    /// Its order id (the one asked for, when it was not found).
+    pub order: Option<String>,
     pub gone: Gone,
 }
 
@@ -447,21 +492,22 @@ impl Gone {
 async fn remove_chosen(
     ctx: &Ctx,
     conn: &lapin::Connection,
-    selection: &Selection<'_>,
-) -> anyhow::Result<(Vec<Purged>, HashSet<String>)> {
+    selection: &Selection,
+) -> anyhow::Result<(Vec<Purged>, Met)> {
     let mut walker = Walker::open(conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
     let mut removed = Vec::new();
-    let mut met = HashSet::new();
+    let mut met = Met::new();
     while let Some(taken) = walker.take().await? {
         if !selection.matches(&taken) {
             walker.keep(taken).await?;
             continue;
         }
         meet(&mut met, &taken);
-        let key = taken.key.clone();
+        let (key, order) = (taken.key.clone(), taken.order.clone());
         walker.remove(taken).await?;
         removed.push(Purged {
             key,
+            order,
             gone: Gone::Removed,
         });
         if selection.found_all(&met) {
@@ -480,21 +526,24 @@ async fn remove_chosen(
 /// Prints nothing.
 pub(crate) async fn purge_messages(
     ctx: &Ctx,
-    selection: &Selection<'_>,
+    mut selection: Selection,
 ) -> anyhow::Result<Vec<Purged>> {
+    selection.prepare(&ctx.db).await?;
     let conn = ctx.broker().await?;
     let started = database_now(&ctx.db).await?;
-    let removed = remove_chosen(ctx, &conn, selection).await;
+    let removed = remove_chosen(ctx, &conn, &selection).await;
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     let (mut purged, met) = removed?;
-    for id in selection.missing(&met) {
-        let gone = if urutan::store::purge_dead_letter_before(&ctx.db, id, started).await? {
+    for (id, order) in selection.missing(&met) {
+        let order_ = order.as_deref();
+        let gone = if urutan::store::purge_dead_letter_before(&ctx.db, id, order_, started).await? {
             Gone::RecordOnly
         } else {
-            Gone::NotFound(not_in_queue(ctx, id).await?)
+            Gone::NotFound(not_in_queue(ctx, id, order_).await?)
         };
         purged.push(Purged {
-            key: id.to_owned(),
+            key: id.clone(),
+            order: order.clone(),
             gone,
         });
     }
