@@ -27,6 +27,8 @@
 --    id>\t<traceparent>"). `urutan.apply_traceparents` (by message id alone)
 --    is still read, for a worker of the previous version during a rolling
 --    upgrade.
+--
+-- 4. The worker role may read pesan_diproses_awal (see below).
 
 -- ---------------------------------------------------------------------------
 -- 1. Rows waiting for a gap, marked
@@ -288,6 +290,28 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION urutan_efek_catat_pernyataan() IS 'Statement trigger on pesanan_riwayat (catat: record; pernyataan: statement): records the effects of the statement''s new history rows (transition table baru), one per matching endpoint, with the state each version wrote and the apply span''s traceparent, looked up by (order, message id) (the parked row''s, for a version applied later from urutan_parkir). One call per statement: with no route it reads urutan_efek_rute once. SECURITY DEFINER.';
+
+-- ---------------------------------------------------------------------------
+-- 4. urutan_klaim_lama (migration 0037) reads the default partition
+--    pesan_diproses_awal itself, which a role granted only pesan_diproses
+--    (deploy/postgres/least-privilege.sql's worker) may not read: every stale
+--    version and every set-aside failed with "permission denied", and its
+--    shard waited on it for good. Whoever may read pesan_diproses may read it.
+-- ---------------------------------------------------------------------------
+DO $$
+DECLARE
+    r RECORD;
+BEGIN
+    FOR r IN
+        SELECT DISTINCT a.grantee::regrole AS rolle
+        FROM pg_class c, aclexplode(c.relacl) a
+        WHERE c.oid = 'pesan_diproses'::regclass AND a.privilege_type = 'SELECT'
+          AND a.grantee <> 0 AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE format('GRANT SELECT ON pesan_diproses_awal TO %s', r.rolle);
+    END LOOP;
+END
+$$;
 
 -- ---------------------------------------------------------------------------
 -- SECURITY DEFINER functions replaced or added above: this schema, then

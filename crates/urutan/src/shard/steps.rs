@@ -588,10 +588,10 @@ impl Context<'_> {
         let gauge = metrics::gauge!(m::PARKED_MESSAGES, "shard" => self.metrics.shard.clone());
         if !left {
             gauge.set(0.0);
-        } else if self.parked_count_due() {
-            if let Ok(count) = handoff::parked(pool, shard).await {
-                gauge.set(count as f64);
-            }
+        } else if self.parked_count_due()
+            && let Ok(count) = handoff::parked(pool, shard).await
+        {
+            gauge.set(count as f64);
         }
         left
     }
