@@ -331,7 +331,11 @@ async fn versions_waiting_for_gaps_are_released_through_an_index() {
         wait_stored(&s.db, order, 3).await;
     }
     let one: Vec<i64> = calls(&s.db, "ONE").await.into_iter().map(|c| c.0).collect();
-    assert_eq!(one, (1..=102).collect::<Vec<i64>>(), "ONE's versions in order");
+    assert_eq!(
+        one,
+        (1..=102).collect::<Vec<i64>>(),
+        "ONE's versions in order"
+    );
     assert_eq!(count(&s.db, "SELECT count(*) FROM urutan_parkir").await, 0);
     s.pool.stop().await;
 }

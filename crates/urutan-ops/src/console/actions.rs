@@ -433,13 +433,13 @@ async fn act(
                         .map(|r| ((r.key, r.pesanan_id), r.became.describe()))
                         .collect()
                 }),
-            DeadLetterAction::Purge => crate::dlq::purge_messages(ctx, selection)
-                .await
-                .map(|all| {
+            DeadLetterAction::Purge => {
+                crate::dlq::purge_messages(ctx, selection).await.map(|all| {
                     all.into_iter()
                         .map(|p| ((p.key, p.order), p.gone.describe()))
                         .collect()
-                }),
+                })
+            }
         }
     };
     chosen
@@ -454,9 +454,9 @@ async fn act(
                     .iter()
                     .find(|((k, o), _)| k == key && o.as_deref() == order)
                     .map_or_else(
-                    || "nothing done: not met in the DLQ".to_owned(),
-                    |(_, result)| result.clone(),
-                ),
+                        || "nothing done: not met in the DLQ".to_owned(),
+                        |(_, result)| result.clone(),
+                    ),
                 Err(e) => format!(
                     "failed: {e:#} (its page shows whether its message is still in the DLQ)"
                 ),

@@ -166,7 +166,9 @@ impl Selection {
         match order {
             Some(_) => met.contains(&(id.clone(), order.clone())),
             None => match self.expected.get(id).filter(|orders| !orders.is_empty()) {
-                Some(orders) => orders.iter().all(|o| met.contains(&(id.clone(), o.clone()))),
+                Some(orders) => orders
+                    .iter()
+                    .all(|o| met.contains(&(id.clone(), o.clone()))),
                 None => met.iter().any(|(i, _)| i == id),
             },
         }
@@ -295,16 +297,18 @@ async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Res
 /// was resolved.
 async fn not_in_queue(ctx: &Ctx, id: &str, order: Option<&str>) -> Result<String, sqlx::Error> {
     let queue = ctx.names.dead_letter_queue();
-    Ok(match dead_letter::last_resolution(&ctx.db, id, order).await? {
-        Some(Resolved {
-            resolution,
-            resolved_at,
-        }) => {
-            let at = urutan::rfc3339::text(&resolved_at);
-            format!("not in {queue}: {resolution} at {at}")
-        }
-        None => format!("not in {queue}: no dead-lettered message has this id"),
-    })
+    Ok(
+        match dead_letter::last_resolution(&ctx.db, id, order).await? {
+            Some(Resolved {
+                resolution,
+                resolved_at,
+            }) => {
+                let at = urutan::rfc3339::text(&resolved_at);
+                format!("not in {queue}: {resolution} at {at}")
+            }
+            None => format!("not in {queue}: no dead-lettered message has this id"),
+        },
+    )
 }
 
 /// A message asked for that the walk did not meet.

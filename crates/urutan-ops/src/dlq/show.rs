@@ -42,9 +42,7 @@ pub(super) async fn show(ctx: &Ctx, args: &ShowArgs) -> anyhow::Result<()> {
     }
     let Some(shown) = found else {
         let of = order.map_or_else(String::new, |o| format!(" of order {o:?}"));
-        anyhow::bail!(
-            "no dead-lettered message with id {id:?}{of} (`urutan dlq list` lists them)"
-        );
+        anyhow::bail!("no dead-lettered message with id {id:?}{of} (`urutan dlq list` lists them)");
     };
     let others = other_orders(ctx, id, &shown).await?;
     if args.json {
