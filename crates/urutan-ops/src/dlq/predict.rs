@@ -55,8 +55,7 @@ pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, wanted: &[Wanted]) -> 
     );
     for Predicted { record, prediction } in &candidates {
         let who = record.message_id.as_deref().unwrap_or(&record.delivery_key);
-        let order = record.pesanan_id.as_deref().unwrap_or("?");
-        let line = format!("{who} (order {order}) [{}]: {prediction}", record.reason);
+        let line = format!("{who} [{}]: {prediction}", record.reason);
         println!("  {}", crate::terminal::Clean(&line));
     }
     for (id, order) in wanted {
