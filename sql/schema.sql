@@ -243,7 +243,8 @@ BEGIN
     END IF;
     INSERT INTO urutan_efek (pesanan_id, versi, tujuan, message_id, isi, traceparent)
     SELECT e.pesanan_id, e.versi, e.tujuan, e.message_id, e.isi,
-           coalesce(urutan_traceparent_applied(e.message_id),
+           coalesce(urutan_traceparent_applied(e.pesanan_id, e.message_id),
+                    urutan_traceparent_applied(e.message_id),
                     (SELECT u.traceparent FROM urutan_parkir u
                      WHERE u.pesanan_id = e.pesanan_id AND u.message_id = e.message_id
                        AND u.traceparent IS NOT NULL
@@ -267,7 +268,7 @@ $$;
 -- Name: FUNCTION urutan_efek_catat_pernyataan(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_efek_catat_pernyataan() IS 'Statement trigger on pesanan_riwayat (catat: record; pernyataan: statement): records the effects of the statement''s new history rows (transition table baru), one per matching endpoint, with the state each version wrote and the apply span''s traceparent (the parked row''s, for a version applied later from urutan_parkir). One call per statement: with no route it reads urutan_efek_rute once. SECURITY DEFINER.';
+COMMENT ON FUNCTION public.urutan_efek_catat_pernyataan() IS 'Statement trigger on pesanan_riwayat (catat: record; pernyataan: statement): records the effects of the statement''s new history rows (transition table baru), one per matching endpoint, with the state each version wrote and the apply span''s traceparent, looked up by (order, message id) (the parked row''s, for a version applied later from urutan_parkir). One call per statement: with no route it reads urutan_efek_rute once. SECURITY DEFINER.';
 
 
 --
@@ -569,9 +570,8 @@ BEGIN
     INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
     VALUES (v_atur.entitas, urutan_enqueue.id, v_kunci, v_payload)
     RETURNING outbox.id INTO v_baru;
-    -- Delivered at commit (never on rollback), once per transaction, on
-    -- this pipeline's own channel.
-    PERFORM pg_notify(urutan_saluran_outbox(), '');
+    -- Delivered at commit (never on rollback), once per transaction.
+    PERFORM pg_notify('urutan_outbox', '');
     RETURN v_baru;
 END
 $$;
@@ -581,7 +581,7 @@ $$;
 -- Name: FUNCTION urutan_enqueue(id text, status text, versi bigint, data jsonb, routing_key text); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_enqueue(id text, status text, versi bigint, data jsonb, routing_key text) IS 'Enqueues one event in the caller''s transaction (contract section 4): checks it against the contract (22023 otherwise), inserts the outbox row with the contract body as payload and routing key <prefix>.<status> unless given, NOTIFY on its pipeline''s channel (urutan_saluran_outbox()) at commit; returns the outbox id (the message id).';
+COMMENT ON FUNCTION public.urutan_enqueue(id text, status text, versi bigint, data jsonb, routing_key text) IS 'Enqueues one event in the caller''s transaction (contract section 4): checks it against the contract (22023 otherwise), inserts the outbox row with the contract body as payload and routing key <prefix>.<status> unless given, NOTIFY urutan_outbox at commit; returns the outbox id (the message id).';
 
 
 --
@@ -762,9 +762,12 @@ BEGIN
     UPDATE urutan_jendela SET ditutup_pada = now()
     WHERE ditutup_pada IS NULL AND epoch <= v_selesai;
     v_bebas := NOT urutan_jendela_terbuka(v_selesai);
+    IF NOT v_celah THEN
+        UPDATE urutan_parkir u SET celah = false WHERE u.celah AND u.shard = p_shard;
+    END IF;
     FOR v_id IN
         SELECT DISTINCT u.pesanan_id FROM urutan_parkir u LEFT JOIN pesanan p ON p.id = u.pesanan_id
-        WHERE u.shard = p_shard
+        WHERE u.shard = p_shard AND NOT u.celah
           AND ((v_bebas AND u.epoch <= v_selesai
                 AND NOT urutan_menunggu_kembali(u.pesanan_id, u.versi, p.versi)
                 AND (NOT v_celah OR urutan_celah_dilewati(u.pesanan_id, u.diparkir_pada)))
@@ -840,7 +843,7 @@ $$;
 -- Name: FUNCTION urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean) IS 'Releases (lepas) the parked and due set-aside messages of a shard, each version in a subtransaction: applied, stale, retry (set aside again) or refused (out of the sequence; the order held if p_tahan); with p_satu, one version per call. Each row names its message and its order (pesanan_id).';
+COMMENT ON FUNCTION public.urutan_lepas(p_shard integer, p_batas integer, p_min double precision, p_max double precision, p_maks integer, p_tahan boolean, p_satu boolean) IS 'Releases (lepas) the parked and due set-aside messages of a shard, each version in a subtransaction: applied, stale, retry (set aside again) or refused (out of the sequence; the order held if p_tahan); with p_satu, one version per call. Each row names its message and its order (pesanan_id). Reads only the rows not waiting for a gap (urutan_parkir.celah), through urutan_parkir_lepas_idx.';
 
 
 --
@@ -929,6 +932,31 @@ $$;
 --
 
 COMMENT ON FUNCTION public.urutan_lepaskan(p_id text) IS 'Ends the hold of an order without its holding version (lepaskan: let go; `urutan hold release`), recording the skip; its waiting versions are then released by their shard.';
+
+
+--
+-- Name: urutan_lewati_celah(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_lewati_celah() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    IF NEW.alasan IN ('gap', 'refused') THEN
+        UPDATE urutan_parkir u SET celah = false
+        WHERE u.celah AND u.pesanan_id = NEW.pesanan_id AND u.diparkir_pada <= NEW.dilewati_pada;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_lewati_celah(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_lewati_celah() IS 'Trigger on urutan_lewati: a skipped missing or refused version (`urutan hold release`) lets the order''s versions parked before it go past the gap: they are unmarked, and the release step reads them again. SECURITY DEFINER.';
 
 
 --
@@ -1057,6 +1085,29 @@ COMMENT ON FUNCTION public.urutan_panggil_penangan(p_penangan regprocedure, p_pe
 
 
 --
+-- Name: urutan_parkir_celah(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_parkir_celah() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.celah := urutan_celah_tunggu() AND NEW.jatuh_tempo IS NULL
+                 AND NEW.versi > coalesce((SELECT p.versi FROM pesanan p
+                                           WHERE p.id = NEW.pesanan_id), 0) + 1;
+    RETURN NEW;
+END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_parkir_celah(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_parkir_celah() IS 'Trigger on urutan_parkir: marks (celah) a version parked above a gap with GAP_POLICY=wait (above its order''s stored version + 1, not set aside): the release step does not read it until its order changes.';
+
+
+--
 -- Name: urutan_parkir_jejak(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1064,7 +1115,9 @@ CREATE FUNCTION public.urutan_parkir_jejak() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    NEW.traceparent := coalesce(NEW.traceparent, urutan_traceparent_applied(NEW.message_id));
+    NEW.traceparent := coalesce(NEW.traceparent,
+                                urutan_traceparent_applied(NEW.pesanan_id, NEW.message_id),
+                                urutan_traceparent_applied(NEW.message_id));
     RETURN NEW;
 END
 $$;
@@ -1074,7 +1127,7 @@ $$;
 -- Name: FUNCTION urutan_parkir_jejak(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_parkir_jejak() IS 'Trigger on urutan_parkir (jejak: trace): a parked or set-aside version keeps the traceparent the worker listed for its message in urutan.apply_traceparents.';
+COMMENT ON FUNCTION public.urutan_parkir_jejak() IS 'Trigger on urutan_parkir (jejak: trace): a parked or set-aside version keeps the traceparent the worker listed for its (order, message id) in urutan.apply_traces.';
 
 
 --
@@ -1622,28 +1675,26 @@ COMMENT ON FUNCTION public.urutan_penangan() IS 'The handler (penangan) named in
 
 
 --
--- Name: urutan_saluran_outbox(); Type: FUNCTION; Schema: public; Owner: -
+-- Name: urutan_pesanan_maju(); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.urutan_saluran_outbox() RETURNS text
-    LANGUAGE sql STABLE
-    SET search_path TO 'public', 'pg_temp'
+CREATE FUNCTION public.urutan_pesanan_maju() RETURNS trigger
+    LANGUAGE plpgsql
     AS $$
-    SELECT CASE
-        WHEN current_schema() = 'public' THEN 'urutan_outbox'
-        WHEN octet_length('urutan_outbox_' || current_schema()) <= 63
-            THEN 'urutan_outbox_' || current_schema()
-        ELSE 'urutan_outbox_'
-             || left(encode(sha256(convert_to(current_schema(), 'UTF8')), 'hex'), 32)
-    END
+BEGIN
+    UPDATE urutan_parkir u SET celah = false
+    FROM baru b
+    WHERE u.celah AND u.pesanan_id = b.id AND u.versi <= b.versi + 1;
+    RETURN NULL;
+END
 $$;
 
 
 --
--- Name: FUNCTION urutan_saluran_outbox(); Type: COMMENT; Schema: public; Owner: -
+-- Name: FUNCTION urutan_pesanan_maju(); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_saluran_outbox() IS 'The NOTIFY channel (saluran) of this schema''s pipeline: urutan_outbox in public, urutan_outbox_<schema> elsewhere (urutan_outbox_ and 32 hex digits of the name''s SHA-256 beyond 63 bytes). urutan_enqueue notifies it; the relay LISTENs on it.';
+COMMENT ON FUNCTION public.urutan_pesanan_maju() IS 'Statement trigger on pesanan (maju: moves forward): unmarks the parked versions waiting for a gap that the orders'' new stored versions close (versi <= stored + 1), so the release step reads them again.';
 
 
 --
@@ -2126,7 +2177,29 @@ $$;
 -- Name: FUNCTION urutan_traceparent_applied(p_message_id text); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_traceparent_applied(p_message_id text) IS 'The traceparent the worker listed for a message in the transaction-local setting urutan.apply_traceparents (lines "\n<message id>\t<traceparent>"), or NULL.';
+COMMENT ON FUNCTION public.urutan_traceparent_applied(p_message_id text) IS 'The traceparent a worker of the previous version listed for a message in urutan.apply_traceparents (lines "\n<message id>\t<traceparent>"), or NULL: read only during a rolling upgrade (the current worker lists them per order, urutan_traceparent_applied(TEXT, TEXT)).';
+
+
+--
+-- Name: urutan_traceparent_applied(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_traceparent_applied(p_id text, p_message_id text) RETURNS text
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT substr(m, p + length(k), 55)
+    FROM (SELECT current_setting('urutan.apply_traces', true) AS m,
+                 E'\n' || p_id || E'\t' || p_message_id || E'\t' AS k) s,
+         LATERAL (SELECT strpos(s.m, s.k) AS p) q
+    WHERE q.p > 0
+$$;
+
+
+--
+-- Name: FUNCTION urutan_traceparent_applied(p_id text, p_message_id text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_traceparent_applied(p_id text, p_message_id text) IS 'The traceparent the worker listed for a message of order p_id in the transaction-local setting urutan.apply_traces (lines "\n<order id>\t<message id>\t<traceparent>"), or NULL.';
 
 
 --
@@ -3212,7 +3285,8 @@ CREATE TABLE public.urutan_parkir (
     percobaan integer DEFAULT 0 NOT NULL,
     jatuh_tempo timestamp with time zone,
     galat text,
-    traceparent text
+    traceparent text,
+    celah boolean DEFAULT false NOT NULL
 );
 
 
@@ -3263,6 +3337,13 @@ COMMENT ON COLUMN public.urutan_parkir.galat IS 'The last error (galat) of a set
 --
 
 COMMENT ON COLUMN public.urutan_parkir.traceparent IS 'The W3C traceparent of the apply span that parked or set this version aside: the effect of the version, applied later by urutan_lepas, continues that trace.';
+
+
+--
+-- Name: COLUMN urutan_parkir.celah; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.urutan_parkir.celah IS 'Waits for a gap (celah) below it (GAP_POLICY=wait): it cannot go before its order''s stored version reaches versi - 1 or an operator skips the missing version, and the release step does not read it (urutan_parkir_lepas_idx). Unmarked by what changes its order (triggers urutan_pesanan_maju, urutan_lewati_celah) and by a release with GAP_POLICY=apply.';
 
 
 --
@@ -4000,7 +4081,14 @@ CREATE INDEX urutan_dead_letter_resolved_idx ON public.urutan_dead_letter USING 
 -- Name: urutan_dead_letter_unresolved_key; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE UNIQUE INDEX urutan_dead_letter_unresolved_key ON public.urutan_dead_letter USING btree (delivery_key) WHERE (resolved_at IS NULL);
+CREATE UNIQUE INDEX urutan_dead_letter_unresolved_key ON public.urutan_dead_letter USING btree (delivery_key, COALESCE(pesanan_id, ''::text)) WHERE (resolved_at IS NULL);
+
+
+--
+-- Name: INDEX urutan_dead_letter_unresolved_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_dead_letter_unresolved_key IS 'One unresolved record per message: per (delivery key, order id), since dedup is per (order, message id); '''' for a record without an order id. A redelivery''s second record is absorbed.';
 
 
 --
@@ -4200,6 +4288,20 @@ CREATE INDEX urutan_lewati_pesanan ON public.urutan_lewati USING btree (pesanan_
 
 
 --
+-- Name: urutan_parkir_celah_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_parkir_celah_idx ON public.urutan_parkir USING btree (pesanan_id, versi) WHERE celah;
+
+
+--
+-- Name: INDEX urutan_parkir_celah_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_parkir_celah_idx IS 'The rows waiting for a gap, per order and version: what a change of the order unmarks.';
+
+
+--
 -- Name: urutan_parkir_coba_lagi; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -4218,6 +4320,20 @@ COMMENT ON INDEX public.urutan_parkir_coba_lagi IS 'Messages set aside after a t
 --
 
 CREATE INDEX urutan_parkir_jatuh_tempo ON public.urutan_parkir USING btree (pesanan_id) WHERE (jatuh_tempo IS NOT NULL);
+
+
+--
+-- Name: urutan_parkir_lepas_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX urutan_parkir_lepas_idx ON public.urutan_parkir USING btree (shard, pesanan_id) WHERE (NOT celah);
+
+
+--
+-- Name: INDEX urutan_parkir_lepas_idx; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON INDEX public.urutan_parkir_lepas_idx IS 'The parked rows the release step (urutan_lepas) looks at: those not waiting for a gap.';
 
 
 --
@@ -4424,10 +4540,66 @@ CREATE TRIGGER urutan_efek_kepala_lagi AFTER UPDATE OF keadaan ON public.urutan_
 
 
 --
+-- Name: urutan_lewati urutan_lewati_celah; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER urutan_lewati_celah AFTER INSERT ON public.urutan_lewati FOR EACH ROW EXECUTE FUNCTION public.urutan_lewati_celah();
+
+
+--
+-- Name: TRIGGER urutan_lewati_celah ON urutan_lewati; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER urutan_lewati_celah ON public.urutan_lewati IS 'A skip unmarks the order''s versions waiting for the gap (urutan_lewati_celah).';
+
+
+--
+-- Name: urutan_parkir urutan_parkir_celah; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER urutan_parkir_celah BEFORE INSERT ON public.urutan_parkir FOR EACH ROW EXECUTE FUNCTION public.urutan_parkir_celah();
+
+
+--
+-- Name: TRIGGER urutan_parkir_celah ON urutan_parkir; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER urutan_parkir_celah ON public.urutan_parkir IS 'Marks a version parked above a gap (urutan_parkir_celah).';
+
+
+--
 -- Name: urutan_parkir urutan_parkir_jejak; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER urutan_parkir_jejak BEFORE INSERT ON public.urutan_parkir FOR EACH ROW EXECUTE FUNCTION public.urutan_parkir_jejak();
+
+
+--
+-- Name: pesanan urutan_pesanan_maju_baru; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER urutan_pesanan_maju_baru AFTER INSERT ON public.pesanan REFERENCING NEW TABLE AS baru FOR EACH STATEMENT EXECUTE FUNCTION public.urutan_pesanan_maju();
+
+
+--
+-- Name: TRIGGER urutan_pesanan_maju_baru ON pesanan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER urutan_pesanan_maju_baru ON public.pesanan IS 'A new order''s parked versions waiting for a gap it closes are read again (urutan_pesanan_maju).';
+
+
+--
+-- Name: pesanan urutan_pesanan_maju_ubah; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER urutan_pesanan_maju_ubah AFTER UPDATE ON public.pesanan REFERENCING NEW TABLE AS baru FOR EACH STATEMENT EXECUTE FUNCTION public.urutan_pesanan_maju();
+
+
+--
+-- Name: TRIGGER urutan_pesanan_maju_ubah ON pesanan; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TRIGGER urutan_pesanan_maju_ubah ON public.pesanan IS 'An order''s parked versions waiting for a gap its new version closes are read again (urutan_pesanan_maju).';
 
 
 --

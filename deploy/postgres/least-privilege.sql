@@ -104,6 +104,10 @@ GRANT SELECT ON _sqlx_migrations TO :"worker_role", :"relay_role";
 -- its purge locks the rows it deletes) ...
 GRANT SELECT, INSERT, UPDATE ON pesanan TO :"worker_role";
 GRANT SELECT, INSERT, UPDATE, DELETE ON pesan_diproses TO :"worker_role";
+-- urutan_klaim_lama reads the default partition itself (the claims recorded
+-- before claims had orders): without it a stale or set-aside version fails
+-- with "permission denied" and its shard waits (migration 0044).
+GRANT SELECT ON pesan_diproses_awal TO :"worker_role";
 GRANT SELECT, INSERT ON pesanan_riwayat TO :"worker_role";
 -- ... their day partitions: created ahead and expired by the pool's
 -- retention (SECURITY DEFINER functions of the owner; migration 0026;

@@ -48,6 +48,7 @@ mod secrets;
 mod shard_isolation;
 mod shrink_race;
 mod silence;
+mod taken_ids;
 mod tooling;
 mod topology;
 mod traces;

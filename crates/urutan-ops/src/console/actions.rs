@@ -231,12 +231,13 @@ pub(super) struct Chosen {
 }
 
 impl Chosen {
-    /// Its delivery key while its message is in the DLQ (unresolved).
-    fn in_queue(&self) -> Option<&str> {
+    /// Its delivery key and order while its message is in the DLQ
+    /// (unresolved): two orders' messages may share a key.
+    fn in_queue(&self) -> Option<(&str, Option<&str>)> {
         self.record
             .as_ref()
             .filter(|r| r.resolved().is_none())
-            .map(|r| r.delivery_key.as_str())
+            .map(|r| (r.delivery_key.as_str(), r.pesanan_id.as_deref()))
     }
 
     /// What the audit says was acted on.
@@ -347,10 +348,10 @@ async fn dead_letter_action(
         }
     }
     let ctx = crate::dlq::Ctx::new(console.settings.clone(), console.db.clone());
-    let keys: Vec<String> = chosen
+    let keys: Vec<crate::dlq::Wanted> = chosen
         .iter()
         .filter_map(Chosen::in_queue)
-        .map(str::to_owned)
+        .map(|(key, order)| (key.to_owned(), order.map(str::to_owned)))
         .collect();
     if fields.one("confirm") != Some("yes") {
         let predicted = match crate::dlq::predictions(&ctx, false, None, &keys).await {
@@ -362,9 +363,11 @@ async fn dead_letter_action(
             .map(|c| {
                 let said = match (c.not_in_queue(), c.in_queue()) {
                     (Some(why), _) => format!("{why}: nothing will be done"),
-                    (None, Some(key)) => predicted
+                    (None, Some((key, order))) => predicted
                         .iter()
-                        .find(|p| p.record.delivery_key == key)
+                        .find(|p| {
+                            p.record.delivery_key == key && p.record.pesanan_id.as_deref() == order
+                        })
                         .map_or_else(
                             || "no prediction: its record changed meanwhile".to_owned(),
                             |p| p.prediction.clone(),
@@ -415,28 +418,27 @@ async fn act(
     action: DeadLetterAction,
     ctx: &crate::dlq::Ctx,
     chosen: &[Chosen],
-    keys: &[String],
+    keys: &[crate::dlq::Wanted],
 ) -> Vec<String> {
-    let selection = crate::dlq::Selection::ids(keys.iter().map(String::as_str));
-    let done: Result<Vec<(String, String)>, anyhow::Error> = if keys.is_empty() {
+    let selection = crate::dlq::Selection::messages(keys.to_vec());
+    type Done = Vec<(crate::dlq::Wanted, String)>;
+    let done: Result<Done, anyhow::Error> = if keys.is_empty() {
         Ok(Vec::new())
     } else {
         match action {
-            DeadLetterAction::Replay => crate::dlq::replay_messages(ctx, &selection, REPLAY_WAIT)
+            DeadLetterAction::Replay => crate::dlq::replay_messages(ctx, selection, REPLAY_WAIT)
                 .await
                 .map(|all| {
                     all.into_iter()
-                        .map(|r| (r.key, r.became.describe()))
+                        .map(|r| ((r.key, r.pesanan_id), r.became.describe()))
                         .collect()
                 }),
             DeadLetterAction::Purge => {
-                crate::dlq::purge_messages(ctx, &selection)
-                    .await
-                    .map(|all| {
-                        all.into_iter()
-                            .map(|p| (p.key, p.gone.describe()))
-                            .collect()
-                    })
+                crate::dlq::purge_messages(ctx, selection).await.map(|all| {
+                    all.into_iter()
+                        .map(|p| ((p.key, p.order), p.gone.describe()))
+                        .collect()
+                })
             }
         }
     };
@@ -446,12 +448,15 @@ async fn act(
             if let Some(why) = c.not_in_queue() {
                 return format!("nothing done: {why}");
             }
-            let key = c.in_queue().unwrap_or_default();
+            let (key, order) = c.in_queue().unwrap_or_default();
             match &done {
-                Ok(done) => done.iter().find(|(k, _)| k == key).map_or_else(
-                    || "nothing done: not met in the DLQ".to_owned(),
-                    |(_, result)| result.clone(),
-                ),
+                Ok(done) => done
+                    .iter()
+                    .find(|((k, o), _)| k == key && o.as_deref() == order)
+                    .map_or_else(
+                        || "nothing done: not met in the DLQ".to_owned(),
+                        |(_, result)| result.clone(),
+                    ),
                 Err(e) => format!(
                     "failed: {e:#} (its page shows whether its message is still in the DLQ)"
                 ),

@@ -27,7 +27,7 @@ mod walk;
 
 // What the console's dead-letter actions use (the commands' own code).
 pub(crate) use predict::predictions;
-pub(crate) use replay::{Selection, purge_messages, replay_messages};
+pub(crate) use replay::{Selection, Wanted, purge_messages, replay_messages};
 
 use std::time::Duration;
 
@@ -76,14 +76,18 @@ Examples:
   urutan dlq show order-17-v3
   urutan dlq show sha256:9f2c…   (a message without a valid message id: its key, from `dlq list`)
   urutan dlq show order-17-v3 --json
+  urutan dlq show 42 --order A-1042   (two orders' messages with id 42: A-1042's)
 
-Exits 1 if no dead-lettered message has that id. The first show of a message reads its x-death
+Exits 1 if no dead-lettered message has that id. Two orders may dead-letter messages with one
+id (dedup is per order and message id): without --order the newest is shown, and the others
+are named. The first show of a message reads its x-death
 from the queue (a walk: read on pesanan.dlq, write on amq.default); later ones only read the
 database.";
 
 const REPLAY_HELP: &str = "\
 Examples:
   urutan dlq replay order-17-v3 order-17-v4
+  urutan dlq replay 42 --order A-1042   (only A-1042's message with id 42)
   urutan dlq replay --reason database_refused --dry-run
   urutan dlq replay --all --wait 2m
   urutan dlq replay --effects 8812 8813   (effect ids from `dlq list --effects`)
@@ -139,6 +143,10 @@ pub struct ListArgs {
 pub struct ShowArgs {
     /// The message id (or, for a message without a valid one, its `sha256:` key).
     pub message_id: String,
+    /// Only this order's message with that id (two orders may dead-letter
+    /// messages with one id: dedup is per order and message id).
+    #[arg(long = "order", value_name = "ORDER_ID")]
+    pub order: Option<String>,
     /// Most bytes of the body shown (pretty-printed when it is JSON).
     #[arg(long, default_value_t = 4096)]
     pub body_bytes: usize,
@@ -153,6 +161,10 @@ pub struct ShowArgs {
 pub struct ReplayArgs {
     /// The messages to replay (ids or `sha256:` keys).
     pub message_ids: Vec<String>,
+    /// Only these orders' messages with those ids (without it, each order's
+    /// message with one of the ids is replayed).
+    #[arg(long = "order", value_name = "ORDER_ID", requires = "message_ids")]
+    pub order: Option<String>,
     /// Every message dead-lettered for this reason.
     #[arg(long)]
     pub reason: Option<String>,

@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Ctx, ReplayArgs, walk};
+use super::{Ctx, ReplayArgs, Wanted, walk};
 use urutan::dead_letter;
 use urutan::message::{self, EntityHeader, Envelope};
 use urutan::store;
@@ -21,16 +21,16 @@ pub(crate) struct Predicted {
 }
 
 /// The unresolved records a replay would take (every one with `all`,
-/// those dead-lettered for `reason`, those whose message id or delivery
-/// key is in `ids`), oldest first, each with its predicted outcome.
-/// Changes nothing.
+/// those dead-lettered for `reason`, those `wanted` names: message id or
+/// delivery key, and order), oldest first, each with its predicted
+/// outcome. Changes nothing.
 pub(crate) async fn predictions(
     ctx: &Ctx,
     all: bool,
     reason: Option<&str>,
-    ids: &[String],
+    wanted: &[Wanted],
 ) -> Result<Vec<Predicted>, sqlx::Error> {
-    let records = store::dead_letter::candidates(&ctx.db, all, reason, ids).await?;
+    let records = store::dead_letter::candidates(&ctx.db, all, reason, wanted).await?;
     let mut candidates = Vec::with_capacity(records.len());
     for record in records {
         let prediction = predict(ctx, &record).await?;
@@ -39,9 +39,9 @@ pub(crate) async fn predictions(
     Ok(candidates)
 }
 
-/// `ids`: the message ids asked for, abbreviated keys completed.
-pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, ids: &[String]) -> anyhow::Result<()> {
-    let candidates = predictions(ctx, args.all, args.reason.as_deref(), ids).await?;
+/// `wanted`: the messages asked for, abbreviated keys completed.
+pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, wanted: &[Wanted]) -> anyhow::Result<()> {
+    let candidates = predictions(ctx, args.all, args.reason.as_deref(), wanted).await?;
     let unrecorded = unrecorded(ctx).await;
     if args.json {
         let out = serde_json::json!({"dry_run": true, "messages": candidates, "unrecorded_in_queue": unrecorded});
@@ -58,9 +58,10 @@ pub(super) async fn dry_run(ctx: &Ctx, args: &ReplayArgs, ids: &[String]) -> any
         let line = format!("{who} [{}]: {prediction}", record.reason);
         println!("  {}", crate::terminal::Clean(&line));
     }
-    for id in ids {
+    for (id, order) in wanted {
         let found = candidates.iter().any(|p| {
-            p.record.delivery_key == *id || p.record.message_id.as_deref() == Some(id.as_str())
+            (p.record.delivery_key == *id || p.record.message_id.as_deref() == Some(id.as_str()))
+                && (order.is_none() || p.record.pesanan_id == *order)
         });
         if !found {
             println!("  {}: no record in the DLQ", crate::terminal::Clean(id));

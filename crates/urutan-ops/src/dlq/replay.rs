@@ -6,7 +6,7 @@
 //! nothing and returns each message's outcome: the commands print it, the
 //! console (`urutan console`) shows it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -118,77 +118,118 @@ pub(crate) struct Replayed {
     old_row: i64,
 }
 
+/// A message asked for: its message id (or delivery key), and its order
+/// (`None`: the message with that id of every order: dedup is per (order,
+/// message id), so two orders may dead-letter messages with one id).
+pub(crate) type Wanted = (String, Option<String>);
+
+/// The (key, order) and (message id, order) of each message a walk took:
+/// what [`Selection`]'s wanted messages are compared with.
+type Met = HashSet<(String, Option<String>)>;
+
 /// Which messages a replay (or a purge) takes.
-pub(crate) struct Selection<'a> {
-    ids: HashSet<&'a str>,
-    reason: Option<&'a str>,
+pub(crate) struct Selection {
+    wanted: Vec<Wanted>,
+    /// For each id wanted of every order: the orders of its unresolved
+    /// records ([`Selection::prepare`]), so a walk stops once it met them all.
+    expected: HashMap<String, Vec<Option<String>>>,
+    reason: Option<String>,
     all: bool,
-    /// Only the messages of this order (a message id is unique per order
-    /// only: several orders' messages may share one).
-    order: Option<&'a str>,
+    /// Only the messages of this order (`dlq purge --order`); with no id
+    /// and no reason: every message of the order.
+    order: Option<String>,
 }
 
-impl<'a> Selection<'a> {
-    /// The messages with these message ids or delivery keys.
-    pub(crate) fn ids(ids: impl IntoIterator<Item = &'a str>) -> Self {
+impl Selection {
+    /// The messages `wanted` names.
+    pub(crate) fn messages(wanted: Vec<Wanted>) -> Self {
         Self {
-            ids: ids.into_iter().collect(),
+            wanted,
+            expected: HashMap::new(),
             reason: None,
             all: false,
             order: None,
         }
     }
 
-    /// Only ids were asked for, and every one was met: `met` holds the
-    /// keys and message ids of the messages taken so far. (A message id
-    /// may name messages of several orders: then every one is looked for.)
-    fn found_all(&self, met: &HashSet<String>) -> bool {
-        !self.all
-            && self.reason.is_none()
-            && self.order.is_some()
-            && self.ids.iter().all(|id| met.contains(*id))
+    /// Reads which orders have a message with each id wanted of every
+    /// order (before a walk).
+    async fn prepare(&mut self, db: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+        for (id, order) in &self.wanted {
+            if order.is_none() && !self.expected.contains_key(id) {
+                let orders = dead_letter::unresolved_orders(db, id).await?;
+                self.expected.insert(id.clone(), orders);
+            }
+        }
+        Ok(())
     }
 
-    /// The ids asked for that `met` does not hold.
-    fn missing<'s>(&'s self, met: &'s HashSet<String>) -> impl Iterator<Item = &'a str> + 's {
-        self.ids.iter().copied().filter(|id| !met.contains(*id))
+    /// Whether `met` holds the wanted message `(id, order)`: of an order
+    /// asked for, that one; of every order, every one recorded (at least one).
+    fn met(&self, (id, order): &Wanted, met: &Met) -> bool {
+        match order {
+            Some(_) => met.contains(&(id.clone(), order.clone())),
+            None => match self.expected.get(id).filter(|orders| !orders.is_empty()) {
+                Some(orders) => orders
+                    .iter()
+                    .all(|o| met.contains(&(id.clone(), o.clone()))),
+                None => met.iter().any(|(i, _)| i == id),
+            },
+        }
+    }
+
+    /// Only ids were asked for, and every one was met.
+    fn found_all(&self, met: &Met) -> bool {
+        !self.all
+            && self.reason.is_none()
+            && !self.wanted.is_empty()
+            && self.wanted.iter().all(|w| self.met(w, met))
+    }
+
+    /// The messages asked for that the walk met none of.
+    fn missing<'s>(&'s self, met: &'s Met) -> impl Iterator<Item = &'s Wanted> + 's {
+        self.wanted.iter().filter(|(id, order)| {
+            !met.iter()
+                .any(|(i, o)| i == id && (order.is_none() || o == order))
+        })
     }
 
     fn matches(&self, taken: &Taken) -> bool {
+        if let Some(order) = &self.order {
+            if taken.order.as_ref() != Some(order) {
+                return false;
+            }
+            if self.wanted.is_empty() && self.reason.is_none() {
+                return true; // every message of the order
+            }
+        }
         let row = taken.row.as_ref();
-        if let Some(order) = self.order
-            && row.and_then(|r| r.pesanan_id.as_deref()) != Some(order)
-        {
-            return false;
-        }
-        if self.order.is_some() && self.ids.is_empty() && self.reason.is_none() {
-            return true; // every message of the order
-        }
+        let message_id = row.and_then(|r| r.message_id.as_deref());
+        let wanted = |(id, order): &Wanted| {
+            (*id == taken.key || Some(id.as_str()) == message_id)
+                && (order.is_none() || *order == taken.order)
+        };
         self.all
-            || self.ids.contains(taken.key.as_str())
-            || row
-                .and_then(|r| r.message_id.as_deref())
-                .is_some_and(|id| self.ids.contains(id))
-            || (self.reason.is_some() && row.map(|r| r.reason.as_str()) == self.reason)
+            || self.wanted.iter().any(wanted)
+            || (self.reason.is_some() && row.map(|r| r.reason.as_str()) == self.reason.as_deref())
     }
 }
 
 /// `urutan dlq replay`.
 pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
-    let mut ids = Vec::with_capacity(args.message_ids.len());
+    let mut wanted = Vec::with_capacity(args.message_ids.len());
     for id in &args.message_ids {
-        ids.push(super::full_key(&ctx.db, id).await?);
+        wanted.push((super::full_key(&ctx.db, id).await?, args.order.clone()));
+    }
+    if args.dry_run {
+        return super::predict::dry_run(ctx, args, &wanted).await;
     }
     let selection = Selection {
-        ids: ids.iter().map(String::as_str).collect(),
-        reason: args.reason.as_deref(),
+        reason: args.reason.clone(),
         all: args.all,
-        order: None,
+        ..Selection::messages(wanted)
     };
-    if args.dry_run {
-        return super::predict::dry_run(ctx, args, &ids).await;
-    }
-    let replayed = replay_messages(ctx, &selection, args.wait).await?;
+    let replayed = replay_messages(ctx, selection, args.wait).await?;
     for r in &replayed {
         let who = r.message_id.as_deref().unwrap_or(&r.key);
         let version = r.versi.map_or_else(String::new, |v| format!(", v{v}"));
@@ -204,28 +245,28 @@ pub(super) async fn replay(ctx: &Ctx, args: &ReplayArgs) -> anyhow::Result<()> {
     report(ctx, &replayed, args.json)
 }
 
-/// The keys and message ids of what a walk took: what [`Selection`]'s ids
-/// are compared with.
-fn meet(met: &mut HashSet<String>, taken: &Taken) {
-    met.insert(taken.key.clone());
+/// What a walk took, in `met`.
+fn meet(met: &mut Met, taken: &Taken) {
+    met.insert((taken.key.clone(), taken.order.clone()));
     if let Some(id) = taken.row.as_ref().and_then(|r| r.message_id.clone()) {
-        met.insert(id);
+        met.insert((id, taken.order.clone()));
     }
 }
 
 /// Replays the messages `selection` takes: each is published back to the
 /// entry exchange and then removed from the DLQ (see [`Walker::replay`]);
-/// then waits up to `wait` for what each became. An id asked for that is
-/// not in the DLQ is reported [`Became::NotFound`]. Prints nothing.
+/// then waits up to `wait` for what each became. A message asked for that
+/// is not in the DLQ is reported [`Became::NotFound`]. Prints nothing.
 pub(crate) async fn replay_messages(
     ctx: &Ctx,
-    selection: &Selection<'_>,
+    mut selection: Selection,
     wait: Duration,
 ) -> anyhow::Result<Vec<Replayed>> {
+    selection.prepare(&ctx.db).await?;
     let conn = ctx.broker().await?;
     let mut walker = Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
     let mut replayed = Vec::new();
-    let mut met = HashSet::new();
+    let mut met = Met::new();
     while let Some(taken) = walker.take().await? {
         if !selection.matches(&taken) {
             walker.keep(taken).await?;
@@ -239,8 +280,8 @@ pub(crate) async fn replay_messages(
     }
     walker.close().await?;
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
-    for id in selection.missing(&met) {
-        replayed.push(not_found(ctx, id).await?);
+    for wanted in selection.missing(&met) {
+        replayed.push(not_found(ctx, wanted).await?);
     }
     wait_for_outcomes(ctx, &mut replayed, wait).await?;
     Ok(replayed)
@@ -250,12 +291,12 @@ pub(crate) async fn replay_messages(
 async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Result<Replayed> {
     let row = taken.row.clone();
     let message_id = row.as_ref().and_then(|r| r.message_id.clone());
+    let pesanan_id = taken.order.clone();
     // A message whose id is already processed for its order ends
     // `duplicate`: nothing in the database would show it afterwards, so ask
     // before. (Dedup is per (order, message id): the id processed for
     // another order does not count.)
-    let order = row.as_ref().and_then(|r| r.pesanan_id.as_deref());
-    let processed_at = match (&message_id, order) {
+    let processed_at = match (&message_id, pesanan_id.as_deref()) {
         (Some(id), Some(order)) => store::processed_at(&ctx.db, id, order).await?,
         _ => None,
     };
@@ -271,7 +312,7 @@ async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Res
     Ok(Replayed {
         key,
         message_id,
-        pesanan_id: row.as_ref().and_then(|r| r.pesanan_id.clone()),
+        pesanan_id,
         versi: row.as_ref().and_then(|r| r.versi),
         routing_key,
         became,
@@ -279,28 +320,31 @@ async fn replay_one(ctx: &Ctx, walker: &Walker<'_>, taken: Taken) -> anyhow::Res
     })
 }
 
-/// Why `id`, asked for, is not in the DLQ: how its record was resolved.
-async fn not_in_queue(ctx: &Ctx, id: &str) -> Result<String, sqlx::Error> {
+/// Why `id` (of `order`), asked for, is not in the DLQ: how its record
+/// was resolved.
+async fn not_in_queue(ctx: &Ctx, id: &str, order: Option<&str>) -> Result<String, sqlx::Error> {
     let queue = ctx.names.dead_letter_queue();
-    Ok(match dead_letter::last_resolution(&ctx.db, id).await? {
-        Some(Resolved {
-            resolution,
-            resolved_at,
-        }) => {
-            let at = urutan::rfc3339::text(&resolved_at);
-            format!("not in {queue}: {resolution} at {at}")
-        }
-        None => format!("not in {queue}: no dead-lettered message has this id"),
-    })
+    Ok(
+        match dead_letter::last_resolution(&ctx.db, id, order).await? {
+            Some(Resolved {
+                resolution,
+                resolved_at,
+            }) => {
+                let at = urutan::rfc3339::text(&resolved_at);
+                format!("not in {queue}: {resolution} at {at}")
+            }
+            None => format!("not in {queue}: no dead-lettered message has this id"),
+        },
+    )
 }
 
-/// An id asked for that the walk did not meet.
-async fn not_found(ctx: &Ctx, id: &str) -> anyhow::Result<Replayed> {
-    let note = not_in_queue(ctx, id).await?;
+/// A message asked for that the walk did not meet.
+async fn not_found(ctx: &Ctx, (id, order): &Wanted) -> anyhow::Result<Replayed> {
+    let note = not_in_queue(ctx, id, order.as_deref()).await?;
     Ok(Replayed {
-        key: id.to_owned(),
+        key: id.clone(),
         message_id: None,
-        pesanan_id: None,
+        pesanan_id: order.clone(),
         versi: None,
         routing_key: None,
         became: Became::NotFound { note },
@@ -333,7 +377,9 @@ async fn wait_for_outcomes(
 
 /// What the database says about one replayed message now.
 async fn outcome(ctx: &Ctx, r: &Replayed) -> Result<Became, sqlx::Error> {
-    let dead = dead_letter::dead_lettered_again(&ctx.db, &r.key, r.old_row).await?;
+    let dead =
+        dead_letter::dead_lettered_again(&ctx.db, &r.key, r.pesanan_id.as_deref(), r.old_row)
+            .await?;
     if let Some(Reason { reason, detail }) = dead {
         return Ok(Became::DeadLettered { reason, detail });
     }
@@ -408,23 +454,22 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
     if args.whole() {
         return purge_all(ctx, args).await;
     }
-    let mut ids = Vec::with_capacity(args.message_ids.len());
+    let mut wanted = Vec::with_capacity(args.message_ids.len());
     for id in &args.message_ids {
-        ids.push(super::full_key(&ctx.db, id).await?);
+        wanted.push((super::full_key(&ctx.db, id).await?, args.order.clone()));
     }
     if args.settled {
         let settled = dead_letter::settled_keys(&ctx.db, 10_000).await?;
-        if settled.is_empty() && ids.is_empty() && args.reason.is_none() {
+        if settled.is_empty() && wanted.is_empty() && args.reason.is_none() {
             println!("no settled message in {}", ctx.names.dead_letter_queue());
             return Ok(());
         }
-        ids.extend(settled);
+        wanted.extend(settled.into_iter().map(|key| (key, args.order.clone())));
     }
     let selection = Selection {
-        ids: ids.iter().map(String::as_str).collect(),
-        reason: args.reason.as_deref(),
-        all: false,
-        order: args.order.as_deref(),
+        reason: args.reason.clone(),
+        order: args.order.clone(),
+        ..Selection::messages(wanted)
     };
     if args.dry_run {
         return dry_purge(ctx, &selection).await;
@@ -437,7 +482,7 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
             ctx.names.dead_letter_queue()
         ))?;
     }
-    let purged = purge_messages(ctx, &selection).await?;
+    let purged = purge_messages(ctx, selection).await?;
     let queue = ctx.names.dead_letter_queue();
     if purged.is_empty() {
         println!("nothing to purge: no message in {queue} matches");
@@ -470,11 +515,11 @@ pub(super) async fn purge(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
 
 /// `dlq purge --dry-run` of chosen messages: their records, from the
 /// database (nothing is taken from the queue).
-async fn dry_purge(ctx: &Ctx, selection: &Selection<'_>) -> anyhow::Result<()> {
+async fn dry_purge(ctx: &Ctx, selection: &Selection) -> anyhow::Result<()> {
     let rows = dead_letter::list_unresolved(
         &ctx.db,
-        selection.reason,
-        selection.order,
+        selection.reason.as_deref(),
+        selection.order.as_deref(),
         None,
         u32::MAX / 2,
     )
@@ -482,11 +527,11 @@ async fn dry_purge(ctx: &Ctx, selection: &Selection<'_>) -> anyhow::Result<()> {
     let chosen: Vec<_> = rows
         .iter()
         .filter(|r| {
-            selection.ids.is_empty()
-                || selection.ids.contains(r.delivery_key.as_str())
-                || r.message_id
-                    .as_deref()
-                    .is_some_and(|id| selection.ids.contains(id))
+            selection.wanted.is_empty()
+                || selection.wanted.iter().any(|(id, order)| {
+                    (*id == r.delivery_key || r.message_id.as_deref() == Some(id.as_str()))
+                        && (order.is_none() || *order == r.pesanan_id)
+                })
         })
         .collect();
     let queue = ctx.names.dead_letter_queue();
@@ -536,10 +581,8 @@ async fn purge_all(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
     }
     let started = database_now(&ctx.db).await?;
     let all = Selection {
-        ids: HashSet::new(),
-        reason: None,
         all: true,
-        order: None,
+        ..Selection::messages(Vec::new())
     };
     let (removed, _) = remove_chosen(ctx, &conn, &all).await?;
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
@@ -569,7 +612,7 @@ async fn purge_all(ctx: &Ctx, args: &PurgeArgs) -> anyhow::Result<()> {
 pub(crate) struct Purged {
     /// Its delivery key, or the id asked for when it was not found.
     pub key: String,
-    /// Its order, when its record names one.
+    /// Its order id (the one asked for, when it was not found).
     pub order: Option<String>,
     pub gone: Gone,
 }
@@ -603,19 +646,18 @@ impl Gone {
 async fn remove_chosen(
     ctx: &Ctx,
     conn: &lapin::Connection,
-    selection: &Selection<'_>,
-) -> anyhow::Result<(Vec<Purged>, HashSet<String>)> {
+    selection: &Selection,
+) -> anyhow::Result<(Vec<Purged>, Met)> {
     let mut walker = Walker::open(conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
     let mut removed = Vec::new();
-    let mut met = HashSet::new();
+    let mut met = Met::new();
     while let Some(taken) = walker.take().await? {
         if !selection.matches(&taken) {
             walker.keep(taken).await?;
             continue;
         }
         meet(&mut met, &taken);
-        let key = taken.key.clone();
-        let order = taken.row.as_ref().and_then(|r| r.pesanan_id.clone());
+        let (key, order) = (taken.key.clone(), taken.order.clone());
         walker.remove(taken).await?;
         removed.push(Purged {
             key,
@@ -638,26 +680,24 @@ async fn remove_chosen(
 /// Prints nothing.
 pub(crate) async fn purge_messages(
     ctx: &Ctx,
-    selection: &Selection<'_>,
+    mut selection: Selection,
 ) -> anyhow::Result<Vec<Purged>> {
+    selection.prepare(&ctx.db).await?;
     let conn = ctx.broker().await?;
     let started = database_now(&ctx.db).await?;
-    let removed = remove_chosen(ctx, &conn, selection).await;
+    let removed = remove_chosen(ctx, &conn, &selection).await;
     let _ = urutan::broker::call("connection.close", conn.close(200, "done".into())).await;
     let (mut purged, met) = removed?;
-    for id in selection.missing(&met) {
-        // Of one order only: its message may be in the DLQ for another.
-        let gone = if let Some(order) = selection.order {
-            let queue = ctx.names.dead_letter_queue();
-            Gone::NotFound(format!("no message {id} of order {order} in {queue}"))
-        } else if urutan::store::purge_dead_letter_before(&ctx.db, id, started).await? {
+    for (id, order) in selection.missing(&met) {
+        let order_ = order.as_deref();
+        let gone = if urutan::store::purge_dead_letter_before(&ctx.db, id, order_, started).await? {
             Gone::RecordOnly
         } else {
-            Gone::NotFound(not_in_queue(ctx, id).await?)
+            Gone::NotFound(not_in_queue(ctx, id, order_).await?)
         };
         purged.push(Purged {
-            key: id.to_owned(),
-            order: None,
+            key: id.clone(),
+            order: order.clone(),
             gone,
         });
     }

@@ -12,24 +12,28 @@ use super::{Ctx, ShowArgs, walk};
 use crate::terminal::{Clean, Lines};
 use urutan::store::dead_letter::{self, Shown};
 
-/// The newest record of `id` (a message id or a delivery key), the one
-/// still in the DLQ first.
-async fn find(ctx: &Ctx, id: &str) -> Result<Option<Shown>, sqlx::Error> {
+/// The newest record of `id` (a message id or a delivery key; of `order`,
+/// if given), the one still in the DLQ first.
+async fn find(ctx: &Ctx, id: &str, order: Option<&str>) -> Result<Option<Shown>, sqlx::Error> {
     let key = super::full_key(&ctx.db, id).await?;
-    dead_letter::newest(&ctx.db, id, &key).await
+    dead_letter::newest(&ctx.db, id, &key, order).await
 }
 
 /// `urutan dlq show`.
 pub(super) async fn show(ctx: &Ctx, args: &ShowArgs) -> anyhow::Result<()> {
     let id = args.message_id.as_str();
-    let mut found = find(ctx, id).await?;
+    let order = args.order.as_deref();
+    let mut found = find(ctx, id, order).await?;
     let mut note = None;
     let needs_queue = found
         .as_ref()
         .is_none_or(|r| r.resolved_at.is_none() && r.x_death.is_none());
     if needs_queue {
-        match read_queue(ctx, found.as_ref().map(|r| r.delivery_key.as_str())).await {
-            Ok(()) => found = find(ctx, id).await?,
+        let wanted = found
+            .as_ref()
+            .map(|r| (r.delivery_key.as_str(), r.pesanan_id.as_deref()));
+        match read_queue(ctx, wanted).await {
+            Ok(()) => found = find(ctx, id, order).await?,
             Err(e) if found.is_some() => note = Some(format!("x-death not read: {e:#}")),
             Err(e) => anyhow::bail!(
                 "no record of a dead-lettered message {id:?}, and the DLQ cannot be read: {e:#}"
@@ -37,31 +41,55 @@ pub(super) async fn show(ctx: &Ctx, args: &ShowArgs) -> anyhow::Result<()> {
         }
     }
     let Some(shown) = found else {
-        anyhow::bail!("no dead-lettered message with id {id:?} (`urutan dlq list` lists them)");
+        let of = order.map_or_else(String::new, |o| format!(" of order {o:?}"));
+        anyhow::bail!("no dead-lettered message with id {id:?}{of} (`urutan dlq list` lists them)");
     };
+    let others = other_orders(ctx, id, &shown).await?;
     if args.json {
         let mut value = serde_json::to_value(&shown)?;
         value["body"] = body_json(&shown.body);
         value["queue_note"] = json!(note);
+        value["other_orders"] = json!(others);
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
-        let text = render(ctx, &shown, args.body_bytes, note.as_deref());
+        let mut text = render(ctx, &shown, args.body_bytes, note.as_deref());
+        for other in &others {
+            let _ = writeln!(
+                text,
+                "also in the DLQ with this id: order {} (`urutan dlq show {} --order {}`)",
+                Clean(other),
+                Clean(id),
+                Clean(other)
+            );
+        }
         print!("{}", Lines(&text));
     }
     Ok(())
 }
 
+/// The other orders with a message of id `id` in the DLQ besides the one
+/// `shown` (dedup is per (order, message id): each is a message of its own).
+async fn other_orders(ctx: &Ctx, id: &str, shown: &Shown) -> Result<Vec<String>, sqlx::Error> {
+    let orders = dead_letter::unresolved_orders(&ctx.db, id).await?;
+    Ok(orders
+        .into_iter()
+        .flatten()
+        .filter(|o| Some(o) != shown.pesanan_id.as_ref())
+        .collect())
+}
+
 /// Reads the DLQ so that the wanted message has a record and its x-death:
-/// records what has no record, then (`key`: a message whose x-death is not
-/// read yet) walks the queue until that message came by.
-async fn read_queue(ctx: &Ctx, key: Option<&str>) -> anyhow::Result<()> {
+/// records what has no record, then (`wanted`: the key and order of a
+/// message whose x-death is not read yet) walks the queue until that
+/// message came by.
+async fn read_queue(ctx: &Ctx, wanted: Option<(&str, Option<&str>)>) -> anyhow::Result<()> {
     let conn = ctx.broker().await?;
     ctx.record_unrecorded(&conn).await?;
-    if let Some(key) = key {
+    if let Some((key, order)) = wanted {
         let mut walker =
             walk::Walker::open(&conn, &ctx.db, &ctx.names, ctx.max_body_bytes()).await?;
         while let Some(taken) = walker.take().await? {
-            let done = taken.key == key;
+            let done = taken.key == key && taken.order.as_deref() == order;
             walker.keep(taken).await?;
             if done {
                 break;

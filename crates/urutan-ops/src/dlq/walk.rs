@@ -27,7 +27,8 @@
 //! the queue's depth above its records.
 //!
 //! On the way, every message gets its record: the unresolved row of its
-//! delivery key is looked up, a message without one (dead-lettered by the
+//! delivery key and order id is looked up (one record per (key, order):
+//! two orders' messages may share an id), a message without one (dead-lettered by the
 //! broker itself, or before these records existed) is recorded from the
 //! message (`recorded_by = 'queue'`), and the broker's `x-death` is stored
 //! in a row that has none yet.
@@ -53,6 +54,8 @@ use urutan::store::resolve_dead_letter;
 pub(crate) struct Taken {
     pub delivery: Delivery,
     pub key: String,
+    /// Its order id, as its record keeps it ([`dead_letter::order_id`]).
+    pub order: Option<String>,
     /// Its unresolved record (`None` only for a second copy of a key whose
     /// record this walk already resolved).
     pub row: Option<Unresolved>,
@@ -79,8 +82,8 @@ pub(crate) struct Walker<'a> {
     names: &'a Names,
     queue: String,
     max_body_bytes: usize,
-    /// Keys taken so far, with the content digest of what was taken.
-    taken_keys: HashMap<String, String>,
+    /// (Key, order)s taken so far, with the content digest of what was taken.
+    taken_keys: HashMap<(String, Option<String>), String>,
     /// Messages in the queue when the walk started: the most it takes.
     pub depth: u32,
     taken: u32,
@@ -132,8 +135,14 @@ impl<'a> Walker<'a> {
                 return Ok(None);
             };
             let key = dead_letter::delivery_key(&delivery.properties, &delivery.data);
+            let order = dead_letter::order_id(
+                &delivery.properties,
+                &delivery.data,
+                self.names.entity_header(),
+            );
             let digest = dead_letter::content_digest(&delivery.properties, &delivery.data);
-            let copy = match self.taken_keys.get(&key) {
+            let taken = (key, order);
+            let copy = match self.taken_keys.get(&taken) {
                 Some(seen) if *seen == digest => {
                     ack(&delivery).await?;
                     self.duplicates += 1;
@@ -141,11 +150,12 @@ impl<'a> Walker<'a> {
                 }
                 Some(_) => true,
                 None => {
-                    self.taken_keys.insert(key.clone(), digest);
+                    self.taken_keys.insert(taken.clone(), digest);
                     false
                 }
             };
-            return self.with_record(delivery, key, copy).await.map(Some);
+            let (key, order) = taken;
+            return self.with_record(delivery, key, order, copy).await.map(Some);
         }
     }
 
@@ -186,9 +196,10 @@ impl<'a> Walker<'a> {
         &mut self,
         delivery: Delivery,
         key: String,
+        order: Option<String>,
         copy: bool,
     ) -> Result<Taken, DlqError> {
-        let mut row = find_unresolved(self.db, &key).await?;
+        let mut row = find_unresolved(self.db, &key, order.as_deref()).await?;
         if row.is_none() && !copy {
             let new = dead_letter::found_in_queue(
                 &delivery,
@@ -201,7 +212,7 @@ impl<'a> Walker<'a> {
             {
                 self.recorded += 1;
             }
-            row = find_unresolved(self.db, &key).await?;
+            row = find_unresolved(self.db, &key, order.as_deref()).await?;
         }
         let deaths = dead_letter::deaths(&delivery.properties);
         if let Some(row) = row.as_ref().filter(|r| !r.has_death && !deaths.is_empty()) {
@@ -210,6 +221,7 @@ impl<'a> Walker<'a> {
         Ok(Taken {
             delivery,
             key,
+            order,
             row,
             copy,
         })

@@ -276,22 +276,12 @@ fn from_parts(
     reason: &str,
     detail: &str,
 ) -> NewDeadLetter {
-    let (body_id, versi) = body_fields(body);
-    let header_id = match props
-        .headers()
-        .as_ref()
-        .and_then(|h| h.inner().get(entity_header))
-    {
-        Some(AMQPValue::LongString(s)) => std::str::from_utf8(s.as_bytes()).ok().map(str::to_owned),
-        Some(AMQPValue::ShortString(s)) => Some(s.as_str().to_owned()),
-        _ => None,
-    };
-    let order_ok = |id: &String| !id.is_empty() && id.len() <= ORDER_ID_KEPT && !id.contains('\0');
+    let (_, versi) = body_fields(body);
     NewDeadLetter {
         subject: Subject {
             delivery_key: delivery_key(props, body),
             message_id: valid_message_id(props).map(str::to_owned),
-            pesanan_id: header_id.filter(order_ok).or(body_id.filter(order_ok)),
+            pesanan_id: order_id(props, body, entity_header),
             versi,
             shard: -1,
             reason: clean(reason),
@@ -311,6 +301,27 @@ fn from_parts(
         x_death: None,
         dead_lettered_at: None,
     }
+}
+
+/// The order id a message's record keeps, and with its delivery key the
+/// record's key (one record per (key, order): dedup is per (order, message
+/// id)): the entity header's if it is a storable string, else the body's
+/// `id`; `None` if neither is. The same for every copy of a message, so
+/// `urutan dlq` finds a message's record from the message alone.
+pub fn order_id(props: &BasicProperties, body: &[u8], entity_header: &str) -> Option<String> {
+    let header_id = match props
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(entity_header))
+    {
+        Some(AMQPValue::LongString(s)) => std::str::from_utf8(s.as_bytes()).ok().map(str::to_owned),
+        Some(AMQPValue::ShortString(s)) => Some(s.as_str().to_owned()),
+        _ => None,
+    };
+    let order_ok = |id: &String| !id.is_empty() && id.len() <= ORDER_ID_KEPT && !id.contains('\0');
+    header_id
+        .filter(order_ok)
+        .or_else(|| body_fields(body).0.filter(order_ok))
 }
 
 /// The body's `id` (a string) and `versi` (an integer), if it is a JSON

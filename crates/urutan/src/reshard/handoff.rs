@@ -516,5 +516,21 @@ pub async fn parked(db: &sqlx::PgPool, shard: u16) -> Result<i64, sqlx::Error> {
     .await
 }
 
+/// Whether `shard` keeps any parked message that is not a held order's
+/// (what [`parked`] counts, without reading every row).
+pub async fn any_parked(db: &sqlx::PgPool, shard: u16) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM urutan_parkir u WHERE u.shard = $1
+           AND NOT EXISTS (SELECT 1 FROM urutan_tahan t WHERE t.pesanan_id = u.pesanan_id))",
+    )
+    .bind(i32::from(shard))
+    .fetch_one(db)
+    .await
+}
+
+/// How often a worker with parked messages counts them (the gauge
+/// `urutan_parked_messages`): [`parked`] reads each one.
+pub const PARKED_COUNT_EVERY: Duration = Duration::from_secs(2);
+
 /// How often a worker with parked messages checks whether they can go.
 pub const RELEASE_EVERY: Duration = Duration::from_millis(200);

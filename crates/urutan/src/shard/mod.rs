@@ -211,6 +211,10 @@ struct Context<'w> {
     shutdown: CancellationToken,
     /// The shard's metric handles (registered once per channel life).
     metrics: ShardMetrics,
+    /// When `urutan_parked_messages` was last counted: a count reads every
+    /// parked row of the shard, so the release step (every 200 ms) counts
+    /// at most every [`handoff::PARKED_COUNT_EVERY`].
+    parked_counted: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl<'w> Context<'w> {
@@ -254,6 +258,7 @@ impl<'w> Context<'w> {
             session,
             shutdown,
             metrics: ShardMetrics::new(worker.shard),
+            parked_counted: std::sync::Mutex::new(None),
         })
     }
 

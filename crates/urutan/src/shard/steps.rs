@@ -589,14 +589,30 @@ impl Context<'_> {
                 "released parked messages (handoff complete)"
             );
         }
-        match handoff::parked(pool, shard).await {
-            Ok(left) => {
-                metrics::gauge!(m::PARKED_MESSAGES, "shard" => self.metrics.shard.clone())
-                    .set(left as f64);
-                left > 0
-            }
-            Err(_) => true,
+        let left = handoff::any_parked(pool, shard).await.unwrap_or(true);
+        let gauge = metrics::gauge!(m::PARKED_MESSAGES, "shard" => self.metrics.shard.clone());
+        if !left {
+            gauge.set(0.0);
+        } else if self.parked_count_due()
+            && let Ok(count) = handoff::parked(pool, shard).await
+        {
+            gauge.set(count as f64);
         }
+        left
+    }
+
+    /// Whether `urutan_parked_messages` is due to be counted again (see
+    /// `parked_counted`); if so, it counts as counted now.
+    fn parked_count_due(&self) -> bool {
+        let now = tokio::time::Instant::now();
+        let Ok(mut last) = self.parked_counted.lock() else {
+            return true;
+        };
+        let due = last.is_none_or(|at| now.duration_since(at) >= handoff::PARKED_COUNT_EVERY);
+        if due {
+            *last = Some(now);
+        }
+        due
     }
 }
 
@@ -708,16 +724,8 @@ impl Context<'_> {
     async fn postpone_refusal(&self, message_id: &str, order: &str) -> String {
         let why = "the dead-letter queue is full: the refused version waits, set aside, until \
                    it has room (`urutan dlq list`, then replay or purge)";
-        let postponed = sqlx::query(
-            "UPDATE urutan_parkir SET jatuh_tempo = now() + make_interval(secs => $3), galat = $4
-             WHERE message_id = $1 AND pesanan_id = $2",
-        )
-        .bind(message_id)
-        .bind(order)
-        .bind(DLQ_FULL_RETRY.as_secs_f64())
-        .bind(why)
-        .execute(&self.worker.pool)
-        .await;
+        let postponed =
+            store::hold::postpone(&self.worker.pool, message_id, order, DLQ_FULL_RETRY, why).await;
         metrics::counter!(m::DEAD_LETTERS_REFUSED_TOTAL, "shard" => self.metrics.shard.clone())
             .increment(1);
         match postponed {

@@ -37,7 +37,7 @@ where
 {
     let result: String = sqlx::query_scalar(
         "SELECT urutan_terapkan($1, $2)
-         FROM (SELECT set_config('urutan.apply_traceparents', $3, true)) traces",
+         FROM (SELECT set_config('urutan.apply_traces', $3, true)) traces",
     )
     .bind(Json(event))
     .bind(i32::from(shard))
@@ -183,7 +183,7 @@ where
 {
     let results: Vec<String> = sqlx::query_scalar(
         "SELECT urutan_terapkan_batch($1, $2)
-         FROM (SELECT set_config('urutan.apply_traceparents', $3, true)) traces",
+         FROM (SELECT set_config('urutan.apply_traces', $3, true)) traces",
     )
     .bind(Json(items))
     .bind(i32::from(shard))
@@ -202,11 +202,13 @@ fn events_of<'a>(items: &'a [BatchItem<'a>]) -> impl Iterator<Item = &'a Event> 
     })
 }
 
-/// The transaction-local setting `urutan.apply_traceparents` for `events`:
-/// a line `\n<message id>\t<traceparent>` per event that has a trace
-/// context, which the effect trigger looks its message up in (migration
-/// 0028, `urutan_traceparent_applied`). An id holding a line break or a
-/// tab (the contract refuses control characters) would be ambiguous: left out.
+/// The transaction-local setting `urutan.apply_traces` for `events`: a
+/// line `\n<order id>\t<message id>\t<traceparent>` per event that has a
+/// trace context, which the parking and effect triggers look a message up
+/// in by its (order, message id), the dedup key (migration 0044,
+/// `urutan_traceparent_applied(text, text)`): two orders' messages with one
+/// id each keep their own. An id holding a line break or a tab (the
+/// contract refuses control characters) would be ambiguous: left out.
 pub(crate) fn apply_traceparents<'a>(events: impl IntoIterator<Item = &'a Event>) -> String {
     use std::fmt::Write;
     let mut lines = String::new();
@@ -214,10 +216,14 @@ pub(crate) fn apply_traceparents<'a>(events: impl IntoIterator<Item = &'a Event>
         let Some(traceparent) = event.traceparent else {
             continue;
         };
-        if event.message_id.contains(['\n', '\t']) {
+        if event.message_id.contains(['\n', '\t']) || event.entity_id.contains(['\n', '\t']) {
             continue;
         }
-        let _ = write!(lines, "\n{}\t{traceparent}", event.message_id);
+        let _ = write!(
+            lines,
+            "\n{}\t{}\t{traceparent}",
+            event.entity_id, event.message_id
+        );
     }
     lines
 }
@@ -250,7 +256,7 @@ pub async fn apply_with_handler(
     // urutan_tulis leaves each applied version's event for the handler.
     sqlx::query(
         "SELECT set_config('urutan.acara', 'on', true),
-                set_config('urutan.apply_traceparents', $1, true)",
+                set_config('urutan.apply_traces', $1, true)",
     )
     .bind(apply_traceparents(events_of(items)))
     .execute(&mut *tx)
@@ -346,22 +352,24 @@ mod tests {
         let parent = crate::trace::TraceParent::parse(
             b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         );
-        let event = |id: &str, traceparent| Event {
+        let event = |order: &str, id: &str, traceparent| Event {
+            entity_id: order.into(),
             message_id: id.into(),
             traceparent,
             ..Default::default()
         };
         let events = [
-            event("m-1", parent),
-            event("m-2", None),
-            event("m\t3", parent),
-            event("m-4", parent),
+            event("A", "m-1", parent),
+            event("A", "m-2", None),
+            event("A", "m\t3", parent),
+            event("B", "m-1", parent),
+            event("B\n", "m-5", parent),
         ];
         assert_eq!(
             apply_traceparents(&events),
             concat!(
-                "\nm-1\t00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-                "\nm-4\t00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+                "\nA\tm-1\t00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                "\nB\tm-1\t00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
             )
         );
     }

@@ -2,7 +2,8 @@
 //! section 11): the owner of `urutan_tahan` (holds) and `urutan_lewati`
 //! (skips), and of the first set-aside of a message (a parked row with a
 //! due time, `urutan_sisihkan`; its later attempts are made by the shard's
-//! release step, [`crate::reshard::handoff::release`]). The SQL is in
+//! release step, [`crate::reshard::handoff::release`], which a full DLQ
+//! makes leave a refused one set aside: [`postpone`]). The SQL is in
 //! `migrations/20261204000020_set_aside_and_holds.sql`.
 
 use std::time::Duration;
@@ -68,7 +69,7 @@ where
     // effect of its later apply continues that trace.
     let result: String = sqlx::query_scalar(
         "SELECT urutan_sisihkan($1, $2, $3, $4, $5)
-         FROM (SELECT set_config('urutan.apply_traceparents', $6, true)) traces",
+         FROM (SELECT set_config('urutan.apply_traces', $6, true)) traces",
     )
     .bind(Json(event))
     .bind(i32::from(shard))
@@ -82,6 +83,30 @@ where
         "set_aside" => Applied::Parked,
         other => parse_result(other),
     })
+}
+
+/// Leaves set aside, due again in `wait` with `why` as its last error, the
+/// version `message_id` of `order` that the release step refused but whose
+/// dead letter the DLQ would not take (it is full): its order waits behind
+/// it, every other order goes on.
+pub async fn postpone(
+    db: &PgPool,
+    message_id: &str,
+    order: &str,
+    wait: Duration,
+    why: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE urutan_parkir SET jatuh_tempo = now() + make_interval(secs => $3), galat = $4
+         WHERE message_id = $1 AND pesanan_id = $2",
+    )
+    .bind(message_id)
+    .bind(order)
+    .bind(wait.as_secs_f64())
+    .bind(why)
+    .execute(db)
+    .await?;
+    Ok(())
 }
 
 /// Holds `event`'s order because that version was refused (`error`: why),

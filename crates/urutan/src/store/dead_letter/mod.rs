@@ -4,10 +4,14 @@
 //! `urutan dlq`, purged after `DEAD_LETTER_RETENTION` once resolved and after
 //! `DEAD_LETTER_UNRESOLVED_RETENTION` if never resolved.
 //!
-//! Invariant: at most one unresolved row per delivery key (a partial unique
-//! index). Recording is `ON CONFLICT DO NOTHING`, so a redelivery of a
-//! message whose row committed before a crash (and before its reject)
-//! records nothing new.
+//! Invariant: at most one unresolved row per (delivery key, order id), the
+//! dedup key of contract section 3 (a partial unique index, migration 0044;
+//! a record without an order id counts as order `''`): two orders'
+//! messages with one message id are two records. Recording is `ON CONFLICT
+//! DO NOTHING`, so a redelivery of a message whose row committed before a
+//! crash (and before its reject) records nothing new. Every read of a
+//! message's record names its order too ([`crate::dead_letter::order_id`]
+//! of the message), or reads every order's.
 
 use std::time::Duration;
 
@@ -23,7 +27,7 @@ pub use read::{
     Candidate, Listed, Reason, ReasonCount, Record, Resolved, Shown, Unresolved, candidates,
     dead_lettered_again, find_unresolved, is_unresolved, keys_with_prefix, last_resolution,
     list_unresolved, newest, of_order, settled_count, settled_keys, shown_by_id,
-    unresolved_by_reason, unresolved_count,
+    unresolved_by_reason, unresolved_count, unresolved_orders,
 };
 
 /// Which message a dead-letter record is about, and why it is there: the
@@ -84,15 +88,12 @@ pub struct NewDeadLetter {
 }
 
 impl NewDeadLetter {
-    /// The same record without anything taken from the message's content
-    /// (headers, properties, body, order id): the fallback if PostgreSQL
-    /// refuses the full row, so the delivery still has a row.
+    /// The same record without the message's content (headers,
+    /// properties, body): the fallback if PostgreSQL refuses the full row,
+    /// so the delivery still has a row. The order id stays: it is part of
+    /// the record's key, and storable (checked when it was taken).
     pub fn minimal(&self) -> Self {
         Self {
-            subject: Subject {
-                pesanan_id: None,
-                ..self.subject.clone()
-            },
             properties: serde_json::json!({}),
             headers: serde_json::json!({}),
             body: Vec::new(),
@@ -102,8 +103,8 @@ impl NewDeadLetter {
     }
 }
 
-/// Inserts `row` unless its key already has an unresolved row; returns the
-/// new row's id (`None`: one was there).
+/// Inserts `row` unless its (key, order) already has an unresolved row;
+/// returns the new row's id (`None`: one was there).
 pub async fn insert_dead_letter<'c>(
     executor: impl PgExecutor<'c>,
     row: &NewDeadLetter,
@@ -114,7 +115,8 @@ pub async fn insert_dead_letter<'c>(
              headers, body, body_bytes, x_death, dead_lettered_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
                  coalesce($17, now()))
-         ON CONFLICT (delivery_key) WHERE resolved_at IS NULL DO NOTHING
+         ON CONFLICT (delivery_key, (coalesce(pesanan_id, ''))) WHERE resolved_at IS NULL
+         DO NOTHING
          RETURNING id",
     )
     .bind(&row.subject.delivery_key)
@@ -215,23 +217,26 @@ pub async fn purge_dead_letters_before(
     .rows_affected())
 }
 
-/// Marks `purged` the unresolved record of delivery key `key` if it was
-/// dead-lettered more than a minute before `started`: what
-/// [`purge_dead_letters_before`] does, for one chosen message that a walk
-/// started at `started` did not meet in the DLQ. Returns whether it was
-/// marked.
+/// Marks `purged` the unresolved records of delivery key `key` (only
+/// `order`'s, if given) dead-lettered more than a minute before `started`:
+/// what [`purge_dead_letters_before`] does, for one chosen message that a
+/// walk started at `started` did not meet in the DLQ. Returns whether one
+/// was marked.
 pub async fn purge_dead_letter_before(
     pool: &PgPool,
     key: &str,
+    order: Option<&str>,
     started: chrono::DateTime<chrono::Utc>,
 ) -> Result<bool, sqlx::Error> {
     Ok(sqlx::query(
         "UPDATE urutan_dead_letter SET resolved_at = now(), resolution = 'purged'
          WHERE delivery_key = $1 AND resolved_at IS NULL
+           AND ($3::text IS NULL OR pesanan_id = $3)
            AND dead_lettered_at < $2 - interval '1 minute'",
     )
     .bind(key)
     .bind(started)
+    .bind(order)
     .execute(pool)
     .await?
     .rows_affected()

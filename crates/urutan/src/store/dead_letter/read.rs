@@ -30,19 +30,41 @@ pub struct Unresolved {
     pub worker_routing_key: Option<String>,
 }
 
-/// The unresolved record of delivery key `key`, if there is one.
-pub async fn find_unresolved(db: &PgPool, key: &str) -> Result<Option<Unresolved>, sqlx::Error> {
+/// The unresolved record of delivery key `key` for order `order` (the
+/// message's [`crate::dead_letter::order_id`]), if there is one.
+pub async fn find_unresolved(
+    db: &PgPool,
+    key: &str,
+    order: Option<&str>,
+) -> Result<Option<Unresolved>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, message_id, pesanan_id, versi, reason, x_death IS NOT NULL AS has_death,
                 CASE WHEN recorded_by = 'worker' THEN routing_key END AS worker_routing_key
-         FROM urutan_dead_letter WHERE delivery_key = $1 AND resolved_at IS NULL",
+         FROM urutan_dead_letter
+         WHERE delivery_key = $1 AND coalesce(pesanan_id, '') = coalesce($2, '')
+           AND resolved_at IS NULL",
     )
     .bind(key)
+    .bind(order)
     .fetch_optional(db)
     .await
 }
 
-/// Whether delivery key `key` has an unresolved record.
+/// The orders (`None`: a record without one) of the unresolved records
+/// whose message id or delivery key is `id`: one per order (two orders may
+/// dead-letter messages with one id).
+pub async fn unresolved_orders(db: &PgPool, id: &str) -> Result<Vec<Option<String>>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT DISTINCT pesanan_id FROM urutan_dead_letter
+         WHERE (message_id = $1 OR delivery_key = $1) AND resolved_at IS NULL
+         ORDER BY 1",
+    )
+    .bind(id)
+    .fetch_all(db)
+    .await
+}
+
+/// Whether delivery key `key` has an unresolved record (of any order).
 pub async fn is_unresolved(db: &PgPool, key: &str) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM urutan_dead_letter
@@ -232,12 +254,14 @@ impl std::ops::Deref for Shown {
     }
 }
 
-/// The newest record with message id `message_id` or delivery key `key`,
-/// an unresolved one (still in the DLQ) first; `None` if there is none.
+/// The newest record with message id `message_id` or delivery key `key`
+/// (of order `order`, if given), an unresolved one (still in the DLQ)
+/// first; `None` if there is none.
 pub async fn newest(
     db: &PgPool,
     message_id: &str,
     key: &str,
+    order: Option<&str>,
 ) -> Result<Option<Shown>, sqlx::Error> {
     sqlx::query_as(concat!(
         "SELECT ",
@@ -245,12 +269,13 @@ pub async fn newest(
         ", resolved_at, resolution, exchange, routing_key, properties, headers, body,
                 body_bytes, x_death
          FROM urutan_dead_letter
-         WHERE message_id = $1 OR delivery_key = $2
+         WHERE (message_id = $1 OR delivery_key = $2) AND ($3::text IS NULL OR pesanan_id = $3)
          ORDER BY resolved_at IS NULL DESC, id DESC
          LIMIT 1"
     ))
     .bind(message_id)
     .bind(key)
+    .bind(order)
     .fetch_optional(db)
     .await
 }
@@ -291,25 +316,33 @@ pub struct Candidate {
 }
 
 /// The unresolved records a replay would take, oldest first: every one
-/// (`all`), those dead-lettered for `reason`, and those whose message id or
-/// delivery key is in `ids`.
+/// (`all`), those dead-lettered for `reason`, and those `wanted` names: a
+/// message id or delivery key, and the order (`None`: any order's).
 pub async fn candidates(
     db: &PgPool,
     all: bool,
     reason: Option<&str>,
-    ids: &[String],
+    wanted: &[(String, Option<String>)],
 ) -> Result<Vec<Candidate>, sqlx::Error> {
+    let (ids, orders): (Vec<&str>, Vec<Option<&str>>) = wanted
+        .iter()
+        .map(|(id, order)| (id.as_str(), order.as_deref()))
+        .unzip();
     sqlx::query_as(
         "SELECT delivery_key, message_id, pesanan_id, versi, reason, last_error, properties,
                 headers, body, body_bytes
-         FROM urutan_dead_letter
+         FROM urutan_dead_letter d
          WHERE resolved_at IS NULL
-           AND ($1 OR reason = $2 OR message_id = ANY($3) OR delivery_key = ANY($3))
+           AND ($1 OR reason = $2
+                OR EXISTS (SELECT 1 FROM unnest($3::text[], $4::text[]) w(id, pesanan_id)
+                           WHERE w.id IN (d.message_id, d.delivery_key)
+                             AND (w.pesanan_id IS NULL OR w.pesanan_id = d.pesanan_id)))
          ORDER BY dead_lettered_at, id",
     )
     .bind(all)
     .bind(reason)
     .bind(ids)
+    .bind(orders)
     .fetch_all(db)
     .await
 }
@@ -322,15 +355,22 @@ pub struct Resolved {
     pub resolved_at: DateTime<Utc>,
 }
 
-/// How the newest resolved record with message id or delivery key `id` was
-/// resolved; `None` if no record of it is resolved.
-pub async fn last_resolution(db: &PgPool, id: &str) -> Result<Option<Resolved>, sqlx::Error> {
+/// How the newest resolved record with message id or delivery key `id`
+/// (of order `order`, if given) was resolved; `None` if no record of it is
+/// resolved.
+pub async fn last_resolution(
+    db: &PgPool,
+    id: &str,
+    order: Option<&str>,
+) -> Result<Option<Resolved>, sqlx::Error> {
     sqlx::query_as(
         "SELECT resolution, resolved_at FROM urutan_dead_letter
          WHERE (message_id = $1 OR delivery_key = $1) AND resolved_at IS NOT NULL
+           AND ($2::text IS NULL OR pesanan_id = $2)
          ORDER BY id DESC LIMIT 1",
     )
     .bind(id)
+    .bind(order)
     .fetch_optional(db)
     .await
 }
@@ -342,20 +382,23 @@ pub struct Reason {
     pub detail: String,
 }
 
-/// Why the message with delivery key `key` is in the DLQ again: the reason
-/// of its unresolved record newer than record `after` (its record before a
-/// replay); `None` if it has none.
+/// Why the message with delivery key `key` of order `order` is in the DLQ
+/// again: the reason of its unresolved record newer than record `after`
+/// (its record before a replay); `None` if it has none.
 pub async fn dead_lettered_again(
     db: &PgPool,
     key: &str,
+    order: Option<&str>,
     after: i64,
 ) -> Result<Option<Reason>, sqlx::Error> {
     sqlx::query_as(
         "SELECT reason, detail FROM urutan_dead_letter
-         WHERE delivery_key = $1 AND resolved_at IS NULL AND id > $2",
+         WHERE delivery_key = $1 AND coalesce(pesanan_id, '') = coalesce($3, '')
+           AND resolved_at IS NULL AND id > $2",
     )
     .bind(key)
     .bind(after)
+    .bind(order)
     .fetch_optional(db)
     .await
 }
