@@ -570,8 +570,9 @@ BEGIN
     INSERT INTO outbox (agregat_tipe, agregat_id, routing_key, payload)
     VALUES (v_atur.entitas, urutan_enqueue.id, v_kunci, v_payload)
     RETURNING outbox.id INTO v_baru;
-    -- Delivered at commit (never on rollback), once per transaction.
-    PERFORM pg_notify('urutan_outbox', '');
+    -- Delivered at commit (never on rollback), once per transaction, on
+    -- this pipeline's own channel.
+    PERFORM pg_notify(urutan_saluran_outbox(), '');
     RETURN v_baru;
 END
 $$;
@@ -581,7 +582,7 @@ $$;
 -- Name: FUNCTION urutan_enqueue(id text, status text, versi bigint, data jsonb, routing_key text); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.urutan_enqueue(id text, status text, versi bigint, data jsonb, routing_key text) IS 'Enqueues one event in the caller''s transaction (contract section 4): checks it against the contract (22023 otherwise), inserts the outbox row with the contract body as payload and routing key <prefix>.<status> unless given, NOTIFY urutan_outbox at commit; returns the outbox id (the message id).';
+COMMENT ON FUNCTION public.urutan_enqueue(id text, status text, versi bigint, data jsonb, routing_key text) IS 'Enqueues one event in the caller''s transaction (contract section 4): checks it against the contract (22023 otherwise), inserts the outbox row with the contract body as payload and routing key <prefix>.<status> unless given, NOTIFY on its pipeline''s channel (urutan_saluran_outbox()) at commit; returns the outbox id (the message id).';
 
 
 --
@@ -1695,6 +1696,31 @@ $$;
 --
 
 COMMENT ON FUNCTION public.urutan_pesanan_maju() IS 'Statement trigger on pesanan (maju: moves forward): unmarks the parked versions waiting for a gap that the orders'' new stored versions close (versi <= stored + 1), so the release step reads them again.';
+
+
+--
+-- Name: urutan_saluran_outbox(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.urutan_saluran_outbox() RETURNS text
+    LANGUAGE sql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+    SELECT CASE
+        WHEN current_schema() = 'public' THEN 'urutan_outbox'
+        WHEN octet_length('urutan_outbox_' || current_schema()) <= 63
+            THEN 'urutan_outbox_' || current_schema()
+        ELSE 'urutan_outbox_'
+             || left(encode(sha256(convert_to(current_schema(), 'UTF8')), 'hex'), 32)
+    END
+$$;
+
+
+--
+-- Name: FUNCTION urutan_saluran_outbox(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.urutan_saluran_outbox() IS 'The NOTIFY channel (saluran) of this schema''s pipeline: urutan_outbox in public, urutan_outbox_<schema> elsewhere (urutan_outbox_ and 32 hex digits of the name''s SHA-256 beyond 63 bytes). urutan_enqueue notifies it; the relay LISTENs on it.';
 
 
 --
