@@ -22,6 +22,12 @@
 //! sets it up): every kind above plus the database failover (drawn three
 //! times as often), writing `benches/results/faults-pair.{md,json}`.
 //!
+//! With `--holds` (issue 44 item 4) the workers run a handler that asks to
+//! retry or refuses, `ON_REFUSED=hold`, `GAP_POLICY=wait` with versions
+//! written out of order, an operator deals with every hold, and the run ends
+//! with the "nothing waits" checks (`urutan_testkit::faults::holds`),
+//! writing `benches/results/faults-holds.{md,json}`.
+//!
 //! Without `--bench` (as under `cargo test --all-targets`) it does nothing.
 
 use urutan_testkit::faults::{engine, fleet, inject, report, services};
@@ -51,6 +57,11 @@ const USAGE: &str =
                has at least 3); writes faults-pair.{md,json}
   --kinds a,b  only these kinds (snake_case names as in the JSON report, e.g.
                db_failover,db_stop), after --cluster / --pair
+  --holds      the holds soak (issue 44): a handler that asks to retry (~2 %) or refuses
+               (~0.5 %), ON_REFUSED=hold, GAP_POLICY=wait with a third of the outbox writes
+               two versions the later first, effects on, an operator replaying or releasing
+               every hold; checks that nothing waits; writes faults-holds.{md,json}.
+               With --faults 1300 (100 per kind) and --kinds unset: every kind 100 times
   --out DIR    where the report goes (benches/results)
 
 The broker and database: FAULTS_AMQP_BASE, FAULTS_PG_BASE, FAULTS_RABBITMQCTL, FAULTS_PG_CTL
@@ -78,6 +89,7 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
         db_stop_secs: (10, 30),
         recovery_limit: Duration::from_secs(60),
         log_dir: PathBuf::new(),
+        holds: false,
     };
     let mut out = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/results"));
     let mut name = "faults";
@@ -119,6 +131,11 @@ fn parse(args: &[String]) -> anyhow::Result<(engine::Options, PathBuf, &'static 
                     o.kinds.extend(inject::Kind::PAIR);
                 }
                 name = "faults-pair";
+            }
+            "--holds" => {
+                anyhow::ensure!(name == "faults", "--holds goes with one broker only");
+                o.holds = true;
+                name = "faults-holds";
             }
             "--faults" => o.faults = value()?.parse()?,
             "--seed" => o.seed = value()?.parse()?,

@@ -5,10 +5,15 @@
 //! cargo bench --bench interleave -- --cases 20000            # the fixed protocol
 //! cargo bench --bench interleave -- --seed 0x1ec1fd4d4f3ccc9e # replay one case, with its trace
 //! cargo bench --bench interleave -- --legacy --cases 500      # the protocol before the fix
+//! cargo bench --bench interleave -- --strand --cases 500      # a dying shard worker of before 33fcef8
 //! ```
 //!
 //! Flags: `--cases N` (default 20000), `--base B` (first seed; default: drawn,
-//! printed), `--seed S`, `--workers N` (default 4), `--legacy`,
+//! printed), `--seed S`, `--workers N` (default 4), `--legacy`, `--strand`
+//! (a shard's worker that dies keeps its channel open, as before commit
+//! 33fcef8: issue 44 item 1), `--open-gap-defects` (GAP_TIMEOUT may expire
+//! mid-stream, refused versions skipped early: finds the two open gap
+//! defects, `interleave::Mode`),
 //! `--max-failures N` (stop after N failing cases; default 0: never),
 //! `--minutes M` (stop after M minutes; default 60). Exits non-zero if a
 //! case failed.
@@ -55,6 +60,14 @@ async fn main() -> anyhow::Result<()> {
         seed,
         workers: flag_value(&args, "--workers")?.unwrap_or(4) as usize,
         legacy,
+        mode: interleave::Mode {
+            worker_death: if args.iter().any(|a| a == "--strand") {
+                interleave::WorkerDeath::Strand
+            } else {
+                interleave::WorkerDeath::Reopen
+            },
+            open_gap_defects: args.iter().any(|a| a == "--open-gap-defects"),
+        },
         max_failures: flag_value(&args, "--max-failures")?.unwrap_or(0) as usize,
         time_limit: Duration::from_secs(60 * flag_value(&args, "--minutes")?.unwrap_or(60)),
     };

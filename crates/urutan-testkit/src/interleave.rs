@@ -72,17 +72,54 @@
 //! published version except those the operator skipped, once, in
 //! increasing `versi`; `model_applied` equals it (with each version's
 //! `previous_versi`); `urutan_lewati` lists exactly the operator's skips;
-//! nothing is left held, parked or dead-lettered. Not modelled: a Rust
-//! handler (`release_with` with a handler), `GAP_POLICY=wait`,
-//! `ON_REFUSED=skip`, the delivery limit, batch mode.
+//! nothing is left held, parked or dead-lettered.
+//!
+//! Gaps, effects and dying shard workers (issue 44), drawn from a third
+//! random stream of the seed (`EXTRA_SALT`; a case that draws none takes
+//! the steps it took before):
+//! - `GAP_POLICY=wait` (about 30 % of the cases; the model database's
+//!   second pool, whose URL sets `urutan.gap`): producers publish some
+//!   versions before their predecessor, a version above stored + 1 parks
+//!   until the release step lets it go; a gap-timeout step is
+//!   `store::hold::hold_gaps` (`GAP_TIMEOUT` passed for every gap waiting
+//!   then); the operator releases (`urutan hold release`) a gap hold whose
+//!   version was never published (or was skipped) once every other version
+//!   below the highest one waiting has arrived, and waits for any other.
+//!   Gap timeouts happen once everything is published and consumed, unless
+//!   [`Mode::open_gap_defects`] (two open defects: see there);
+//! - effects (about 30 %): one route for every status, so every applied
+//!   version records an effect; a model dispatcher claims
+//!   (`effects::store::claim`), sends (each send checked at once: no effect
+//!   of an earlier version of its order still pending or held, none of a
+//!   later one sent before), and records 2xx, a failure to try again, a
+//!   dead letter (`EFFECTS_ON_DEAD=hold`: the order's later effects wait),
+//!   or dies mid-request (its leases expire when the clock says); the
+//!   operator replays a dead-lettered effect (`urutan dlq replay
+//!   --effects`) or releases the order's effects without it (`urutan hold
+//!   release --effects`);
+//! - a shard's worker task dies while its process lives (about 35 %), with
+//!   [`WorkerDeath`]: its channel reopened (the current worker) or left
+//!   open with what it held unacked (before commit 33fcef8, issue 44 item
+//!   1).
+//!
+//! Nothing waits, checked at the end (`stuck`): for every order, its first
+//! version neither applied nor skipped by the operator is a violation when
+//! the version before it is applied (or it is the first), with where it
+//! is (queued behind a stranded worker, parked and why, held, dead-lettered,
+//! never published); every parked or held row left is a violation
+//! (`left-parked`, `left-held`), and so is every effect not sent unless the
+//! operator released it (`effect-waiting`); `urutan_lewati` lists exactly the
+//! operator's skips (refused, gap, effect), in order. Not modelled: a Rust
+//! handler (`release_with` with a handler), `ON_REFUSED=skip`, the delivery
+//! limit, `GAP_WAITING_MAX`, batch mode.
 //!
 //! `legacy` runs the protocol before the fix (no windows, no sentinel; the
 //! "ring change cut short" flag of migration 0005 instead) against a
 //! database with only migrations 0001-0006: it shows the bug the windows
 //! fix (see `benches/interleave.rs --legacy`).
 //!
-//! Environment: `URUTAN_INTERLEAVE_CASES` (default 1000, ~50-80 s in debug here,
-//! about 10 % more than before faults were modelled),
+//! Environment: `URUTAN_INTERLEAVE_CASES` (default 1000; see
+//! tests/it/interleave.rs for what a run costs),
 //! `URUTAN_INTERLEAVE_SEED` (replay one case, with its trace),
 //! `URUTAN_INTERLEAVE_BASE` (first seed of the run), `URUTAN_INTERLEAVE_WORKERS`.
 
@@ -264,6 +301,108 @@ const BACKOFF: Duration = Duration::from_secs(3600);
 /// Versions (orders) per release call, as the worker's `RELEASE_BATCH`.
 const RELEASE_BATCH: i32 = 200;
 
+/// Salt of the third random stream of a seed: gaps (`GAP_POLICY=wait`,
+/// versions published out of order, gap timeouts), effects (the dispatcher,
+/// its crashes, effect holds) and shard workers that die. A case that draws
+/// none of them takes exactly the steps it took before they were modelled.
+const EXTRA_SALT: u64 = 0x0E44_D1E5_6A95_EFEC;
+
+/// `GAP_TIMEOUT` of the model: longer than any case, so only a gap-timeout
+/// step ([`Sim::gap_check`], which asks `urutan_tahan_celah` with no wait at
+/// all: the timeout has passed for every gap waiting then) holds an order.
+const GAP_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The dispatcher's lease on a claimed effect: longer than any case, so a
+/// claim is taken again only after the model's clock expired the lease of a
+/// dispatcher that died ([`Sim::clock`]).
+const EFFECT_LEASE: Duration = Duration::from_secs(3600);
+
+/// The one effect route of a case with effects (`EFFECTS=*=...`): every
+/// applied version has one effect.
+const EFFECT_URL: &str = "http://model.invalid/effect";
+
+/// What a shard's worker task that dies while its process lives leaves
+/// behind (issue 44 item 1: a tracing span guard held across an `.await`
+/// made the subscriber panic inside one shard's worker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkerDeath {
+    /// The current worker: the panic is caught, its channel is closed and
+    /// opened again; the deliveries it held go back to the front of its
+    /// queue and are redelivered in order.
+    #[default]
+    Reopen,
+    /// Before the fix (commit 33fcef8): the task ends and its channel stays
+    /// open; the deliveries it held stay unacked, nothing consumes or
+    /// releases the shard again until the process's connection ends.
+    Strand,
+}
+
+/// How a run's cases treat two things the model can do either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Mode {
+    /// What a shard's worker that dies leaves behind.
+    pub worker_death: WorkerDeath,
+    /// In cases with `GAP_POLICY=wait`: `GAP_TIMEOUT` may expire while the
+    /// order's later versions still arrive (a gap-timeout step among the
+    /// others, not only once every version is published and consumed), and
+    /// the operator skips a refused version (`urutan hold release`) while
+    /// later ones are still on their way. Off by default: with it the model
+    /// finds two defects of the current SQL, open in issue 44 (their fix
+    /// needs a migration):
+    /// - a version that arrives while its order is held for a gap, and is
+    ///   not the missing one, is applied at once, past the gap
+    ///   (`urutan_terapkan`: a gap hold has no message id, so its "this
+    ///   message is what holds the order" test is NULL, and the whole park
+    ///   condition with it);
+    /// - after a hold release, a version parked before it goes past any
+    ///   gap, not only the skipped version's (`urutan_celah_dilewati`): a
+    ///   version still on its way then comes out `stale`.
+    pub open_gap_defects: bool,
+}
+
+/// The case's gaps, effects and worker deaths (the third stream,
+/// [`EXTRA_SALT`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Extras {
+    /// `GAP_POLICY=wait` (a pool with `urutan.gap=wait`): producers publish
+    /// some versions before their predecessor; gap timeouts hold orders, and
+    /// the operator releases a hold whose version was never published.
+    gaps: bool,
+    /// Effects on (a route for every status), dispatched by a model
+    /// dispatcher that sometimes fails an attempt, dead-letters an effect
+    /// (`EFFECTS_ON_DEAD=hold`) or dies; the operator replays or releases.
+    effects: bool,
+    /// Shard worker tasks die now and then ([`WorkerDeath`]).
+    worker_deaths: bool,
+}
+
+fn draw_extras(rng: &mut Rng) -> Extras {
+    Extras {
+        gaps: rng.chance(30),
+        effects: rng.chance(30),
+        worker_deaths: rng.chance(35),
+    }
+}
+
+/// The order in which one producer publishes its versions: in `versi`
+/// order, except (gap cases) some pairs of neighbours swapped, the later
+/// version first, as a producer whose versions race.
+fn publish_order(rng: &mut Rng, versions: &[i64], swaps: bool) -> Vec<i64> {
+    let mut out = versions.to_vec();
+    if swaps {
+        let mut i = 0;
+        while i + 1 < out.len() {
+            if rng.chance(25) {
+                out.swap(i, i + 1);
+                i += 2;
+            } else {
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// The case's handler, installed in every model database (not `legacy`)
 /// and named by the pool's `urutan.handler` session option, as
 /// `Settings::schema_url` sets it for `HANDLER_FUNCTION`. It asks to retry
@@ -360,6 +499,9 @@ struct Queue {
     exists: bool,
     /// Where the worker is with the front item.
     stage: Stage,
+    /// Its worker task died with its channel open ([`WorkerDeath::Strand`]):
+    /// nothing consumes or releases it until the pool's connection ends.
+    stranded: bool,
 }
 
 /// Where a shard's worker is with its front delivery; every crash or lost
@@ -527,6 +669,27 @@ pub struct Stats {
     pub skips: u64,
     /// Releases whose worker died before the commit.
     pub release_crashes: u64,
+    /// Cases with `GAP_POLICY=wait`.
+    pub gap_cases: u64,
+    /// Orders held by a gap timeout (`urutan_tahan_celah`).
+    pub gap_holds: u64,
+    /// Gap holds the operator released (the version was never published).
+    pub gap_releases: u64,
+    /// Cases with effects.
+    pub effect_cases: u64,
+    /// Effects sent (a send whose result was lost to a crash included).
+    pub effects_sent: u64,
+    /// Attempts the endpoint failed (tried again).
+    pub effect_retries: u64,
+    /// Effects dead-lettered (each holding its order's later effects).
+    pub effects_dead: u64,
+    /// Dead-lettered effects the operator replayed / released (skipped).
+    pub effect_replays: u64,
+    pub effect_skips: u64,
+    /// Dispatchers that died with claims (some mid-request).
+    pub dispatcher_crashes: u64,
+    /// Shard worker tasks that died while their process lived.
+    pub worker_deaths: u64,
 }
 
 impl Stats {
@@ -553,6 +716,17 @@ impl Stats {
         self.replays += o.replays;
         self.skips += o.skips;
         self.release_crashes += o.release_crashes;
+        self.gap_cases += o.gap_cases;
+        self.gap_holds += o.gap_holds;
+        self.gap_releases += o.gap_releases;
+        self.effect_cases += o.effect_cases;
+        self.effects_sent += o.effects_sent;
+        self.effect_retries += o.effect_retries;
+        self.effects_dead += o.effects_dead;
+        self.effect_replays += o.effect_replays;
+        self.effect_skips += o.effect_skips;
+        self.dispatcher_crashes += o.dispatcher_crashes;
+        self.worker_deaths += o.worker_deaths;
     }
 }
 
@@ -600,6 +774,29 @@ struct Sim<'a> {
     /// Versions the operator released their order without: (order, versi,
     /// message id), in order.
     skipped: Vec<(usize, i64, String)>,
+    /// Every skip the operator made, as `urutan_lewati` must record it, in
+    /// order: (order id, versi, message id, reason).
+    skip_log: Vec<(String, Option<i64>, Option<String>, String)>,
+    /// The third stream (gaps, effects, worker deaths): [`EXTRA_SALT`].
+    xrng: Rng,
+    extras: Extras,
+    worker_death: WorkerDeath,
+    /// Gap timeouts mid-stream, and refused versions skipped while later
+    /// ones are on their way: see [`Mode`].
+    open_gap_defects: bool,
+    /// Per order, its versions in the order its producer publishes them.
+    publish_order: Vec<Vec<i64>>,
+    /// Gap holds the operator released: (order, the missing versi).
+    gap_skipped: Vec<(usize, i64)>,
+    /// Effects the model dispatcher claimed and has not settled yet.
+    claims: Vec<urutan::effects::store::Claimed>,
+    /// Effects whose claim died with a dispatcher: their lease expires
+    /// when the model's clock says so.
+    lost_claims: Vec<i64>,
+    /// Per order, the `versi` of every effect sent, in sending order.
+    effect_sends: HashMap<String, Vec<i64>>,
+    /// Effects the operator released (skipped): (order id, versi).
+    effect_skipped: Vec<(String, i64)>,
     violations: Vec<String>,
     trace: Vec<String>,
     keep_trace: bool,
@@ -644,7 +841,7 @@ impl<'a> Sim<'a> {
         match &self.pool {
             PoolState::Consuming { conn, consumed, .. } if *conn == self.broker_gen => (0
                 ..*consumed)
-                .filter(|&s| self.queues.get(s).is_some_and(|q| q.exists))
+                .filter(|&s| self.queues.get(s).is_some_and(|q| q.exists && !q.stranded))
                 .collect(),
             _ => Vec::new(),
         }
@@ -682,7 +879,7 @@ impl<'a> Sim<'a> {
     }
 
     fn publish_direct(&mut self, order: usize) -> bool {
-        let versi = self.spec.orders[order].versions[self.next_direct[order]];
+        let versi = self.publish_order[order][self.next_direct[order]];
         let mid = format!("{}-v{versi}", self.spec.orders[order].id);
         if self.publish(order, versi, mid) {
             self.next_direct[order] += 1;
@@ -816,6 +1013,7 @@ impl<'a> Sim<'a> {
             // they had not acked goes back to the front of its queue.
             for q in &mut self.queues {
                 q.stage = Stage::Idle;
+                q.stranded = false;
             }
             self.pool = PoolState::Preparing;
         }
@@ -1402,6 +1600,7 @@ impl<'a> Sim<'a> {
         // Every connection drops; unacked deliveries go back to the front.
         for q in &mut self.queues {
             q.stage = Stage::Idle;
+            q.stranded = false;
         }
         if matches!(self.pool, PoolState::Consuming { .. }) {
             self.pool = PoolState::Down;
@@ -1415,6 +1614,7 @@ impl<'a> Sim<'a> {
         self.stats.pool_crashes += 1;
         for q in &mut self.queues {
             q.stage = Stage::Idle;
+            q.stranded = false;
         }
         if self.prep.as_ref().is_some_and(|p| p.owner == Owner::Pool) {
             self.abort_prep("crashed");
@@ -1467,6 +1667,12 @@ impl<'a> Sim<'a> {
 
     /// One random step.
     async fn step(&mut self) -> anyhow::Result<()> {
+        // Gaps, effects, worker deaths: the third stream (a case without
+        // them draws nothing from it).
+        let x = self.extras;
+        if (x.gaps || x.effects || x.worker_deaths) && self.extra_step().await? {
+            return Ok(());
+        }
         // Steps of cases with faults, drawn from the second stream (so that
         // a case without faults takes exactly the steps it always took).
         if self.faults.is_some() {
@@ -1617,7 +1823,14 @@ impl<'a> Sim<'a> {
             .faults
             .as_ref()
             .map_or((0, 0), |f| (f.skip_percent, f.unfixed_percent));
-        if held_by_it && self.frng.chance(skip_percent) {
+        // With GAP_POLICY=wait the operator skips a refused version only
+        // once the versions before the highest one waiting are all there
+        // (unless the run exercises the open gap defects: `Mode`).
+        let careful = self.extras.gaps && !self.open_gap_defects;
+        if held_by_it
+            && self.frng.chance(skip_percent)
+            && (!careful || self.all_arrived(order, versi).await?)
+        {
             let released = store::hold::release_hold(self.db, &id).await?;
             self.log(|| format!("operator: hold release {id} -> {released:?}"));
             match released {
@@ -1625,6 +1838,12 @@ impl<'a> Sim<'a> {
                     if r.message_id.as_deref() == Some(mid.as_str()) && r.versi == Some(versi) =>
                 {
                     self.stats.skips += 1;
+                    self.skip_log.push((
+                        id.clone(),
+                        Some(versi),
+                        Some(mid.clone()),
+                        "refused".to_owned(),
+                    ));
                     self.skipped.push((order, versi, mid));
                 }
                 other => self.violation(
@@ -1653,6 +1872,376 @@ impl<'a> Sim<'a> {
         self.stats.replays += 1;
         self.publish(order, versi, mid);
         Ok(true)
+    }
+
+    // -- shard workers that die, gaps, effects (the third stream) ----------
+
+    /// A shard's worker task dies while its process lives (a panic outside
+    /// a message's own guards). [`WorkerDeath::Reopen`]: its channel is
+    /// closed and opened again, what it held goes back to the front of its
+    /// queue (a version it committed and had not acked comes back a
+    /// `duplicate`). [`WorkerDeath::Strand`]: the channel stays open, the
+    /// delivery it held stays unacked and the shard is neither consumed nor
+    /// released until the pool's connection ends.
+    fn worker_dies(&mut self, shard: usize) {
+        self.stats.worker_deaths += 1;
+        let stage = std::mem::take(&mut self.queues[shard].stage);
+        match self.worker_death {
+            WorkerDeath::Reopen => {
+                self.log(|| {
+                    format!(
+                        "shard {shard}: worker panicked ({stage:?}); channel reopened, \
+                         its deliveries back to the front"
+                    )
+                });
+            }
+            WorkerDeath::Strand => {
+                self.queues[shard].stranded = true;
+                self.log(|| {
+                    format!(
+                        "shard {shard}: worker task ended ({stage:?}); its channel stays open, \
+                         nothing consumes the shard"
+                    )
+                });
+            }
+        }
+    }
+
+    /// The shard's gap check (`hold_gaps`, about once a second in the
+    /// worker) after `GAP_TIMEOUT` passed for every gap waiting now.
+    async fn gap_check(&mut self, shard: usize) -> anyhow::Result<()> {
+        let held = store::hold::hold_gaps(self.db, shard as u16, Duration::ZERO).await?;
+        for h in held {
+            self.stats.gap_holds += 1;
+            self.log(|| {
+                format!(
+                    "shard {shard}: gap timeout: {} held, v{} missing ({} waiting)",
+                    h.order, h.versi, h.waiting
+                )
+            });
+        }
+        Ok(())
+    }
+
+    /// The operator looks at the gap holds (`urutan hold list`): a missing
+    /// version its producer never published is released (`urutan hold
+    /// release`, recorded as a skip) once every other version below the
+    /// highest one waiting has arrived (a release lets every version that
+    /// waits then go past any gap, as the contract says: one still on its
+    /// way would come out `stale`); one that was or will be published is
+    /// waited for (its arrival ends the hold).
+    async fn gap_operator(&mut self) -> anyhow::Result<bool> {
+        let holds = store::hold::holds(self.db, None, 1000).await?;
+        let mut acted = false;
+        for h in holds.into_iter().filter(|h| h.reason == "gap") {
+            let Some(order) = self.spec.orders.iter().position(|o| o.id == h.order) else {
+                self.violation(
+                    "left-held",
+                    format!("a gap hold of unknown order {}", h.order),
+                );
+                continue;
+            };
+            let Some(missing) = h.versi else {
+                self.violation(
+                    "left-held",
+                    format!("gap hold of {} without a version", h.order),
+                );
+                continue;
+            };
+            // A version the operator skipped (refused) never comes either.
+            let skipped = self.skipped.iter().any(|s| s.0 == order && s.1 == missing);
+            if self.spec.orders[order].versions.contains(&missing) && !skipped {
+                continue;
+            }
+            if !self.all_arrived(order, missing).await? {
+                continue;
+            }
+            let released = store::hold::release_hold(self.db, &h.order).await?;
+            self.log(|| {
+                format!(
+                    "operator: hold release {} (gap v{missing}) -> {released:?}",
+                    h.order
+                )
+            });
+            match released {
+                Some(r) if r.reason == "gap" && r.versi == Some(missing) => {
+                    self.stats.gap_releases += 1;
+                    self.gap_skipped.push((order, missing));
+                    self.skip_log
+                        .push((h.order.clone(), r.versi, r.message_id, r.reason));
+                    acted = true;
+                }
+                other => self.violation(
+                    "skipped",
+                    format!(
+                        "hold release of {} (gap v{missing}) returned {other:?}",
+                        h.order
+                    ),
+                ),
+            }
+        }
+        Ok(acted)
+    }
+
+    /// Every version of `order` between the stored one and the highest one
+    /// waiting has arrived (is parked), `except` the one an operator would
+    /// skip and those the operator skipped already: releasing a hold then
+    /// lets nothing go past a version still on its way.
+    async fn all_arrived(&self, order: usize, except: i64) -> anyhow::Result<bool> {
+        let id = &self.spec.orders[order].id;
+        let waiting: Vec<i64> =
+            sqlx::query_scalar("SELECT versi FROM urutan_parkir WHERE pesanan_id = $1")
+                .bind(id)
+                .fetch_all(self.db)
+                .await?;
+        let stored = store::stored_version(self.db, id).await?.unwrap_or(0);
+        let top = waiting.iter().copied().max().unwrap_or(0);
+        Ok(self.spec.orders[order].versions.iter().all(|&v| {
+            v <= stored
+                || v > top
+                || v == except
+                || waiting.contains(&v)
+                || self.skipped.iter().any(|s| s.0 == order && s.1 == v)
+        }))
+    }
+
+    /// The model dispatcher claims every effect that may go now (up to 50,
+    /// `urutan_efek_klaim`), and keeps its claims sorted: orders due at the
+    /// same instant (released in one transaction) come out of the claim in
+    /// any order, and a seed must replay the same case.
+    async fn dispatch_claim(&mut self) -> anyhow::Result<usize> {
+        let mut claimed = urutan::effects::store::claim(self.db, 50, EFFECT_LEASE, "model").await?;
+        claimed.sort_by(|a, b| (&a.pesanan_id, a.versi).cmp(&(&b.pesanan_id, b.versi)));
+        let got = claimed.len();
+        for c in claimed {
+            self.log(|| {
+                format!(
+                    "dispatcher: claimed {}'s v{} (attempt {})",
+                    c.pesanan_id, c.versi, c.percobaan
+                )
+            });
+            self.claims.push(c);
+        }
+        self.claims
+            .sort_by(|a, b| (&a.pesanan_id, a.versi).cmp(&(&b.pesanan_id, b.versi)));
+        Ok(got)
+    }
+
+    /// The dispatcher sends its `i`th claimed effect and records what the
+    /// endpoint answered: `outcome` 0 sent, 1 a failure to try again, 2 given
+    /// up (dead-lettered, holding its order's later effects), 3 the
+    /// dispatcher dies mid-request (the endpoint got it; nothing recorded).
+    /// A send is checked at once: none of its order's effects of an earlier
+    /// version may still be pending or dead-lettered and held.
+    async fn dispatch_send(&mut self, i: usize, outcome: u8) -> anyhow::Result<()> {
+        use urutan::effects::OnDead;
+        use urutan::effects::store::{Recorded, Settled, record};
+        let c = self.claims.remove(i);
+        let before: Vec<(i64, String, bool)> = sqlx::query_as(
+            "SELECT versi, keadaan, ditahan_sejak IS NOT NULL FROM urutan_efek
+             WHERE pesanan_id = $1 AND versi < $2 AND keadaan <> 'terkirim'
+               AND NOT (keadaan = 'gagal' AND ditahan_sejak IS NULL)
+             ORDER BY versi",
+        )
+        .bind(&c.pesanan_id)
+        .bind(c.versi)
+        .fetch_all(self.db)
+        .await?;
+        let sends = self.effect_sends.entry(c.pesanan_id.clone()).or_default();
+        let later: Vec<i64> = sends.iter().copied().filter(|&v| v > c.versi).collect();
+        sends.push(c.versi);
+        self.stats.effects_sent += 1;
+        self.log(|| {
+            format!(
+                "dispatcher: sends {}'s v{} (outcome {outcome})",
+                c.pesanan_id, c.versi
+            )
+        });
+        if !before.is_empty() || !later.is_empty() {
+            self.violation(
+                "effect-order",
+                format!(
+                    "effect of {} v{} sent while earlier ones wait {before:?} (versi, state, held) \
+                     or after later ones {later:?}",
+                    c.pesanan_id, c.versi
+                ),
+            );
+        }
+        let result = match outcome {
+            0 => Recorded::Sent { code: 200 },
+            1 => {
+                self.stats.effect_retries += 1;
+                Recorded::Retry {
+                    code: Some(503),
+                    answer: "model: busy".to_owned(),
+                    after: Duration::ZERO,
+                }
+            }
+            2 => Recorded::Dead {
+                code: Some(422),
+                answer: "model: refused".to_owned(),
+            },
+            _ => {
+                // Mid-request: the endpoint got it, the answer is lost.
+                self.claims.push(c);
+                self.dispatcher_dies();
+                return Ok(());
+            }
+        };
+        let settled = record(self.db, c.efek, c.percobaan, &result, OnDead::Hold).await?;
+        if settled == Settled::Lost {
+            self.violation(
+                "effect-order",
+                format!(
+                    "the dispatcher's claim of {} v{} was lost",
+                    c.pesanan_id, c.versi
+                ),
+            );
+        }
+        if matches!(result, Recorded::Dead { .. }) {
+            self.stats.effects_dead += 1;
+            self.log(|| {
+                format!(
+                    "dispatcher: {} v{} dead-lettered ({settled:?})",
+                    c.pesanan_id, c.versi
+                )
+            });
+        }
+        Ok(())
+    }
+
+    /// The dispatcher dies: its claims' leases run until the clock expires
+    /// them ([`Sim::clock`]).
+    fn dispatcher_dies(&mut self) {
+        if self.claims.is_empty() {
+            return;
+        }
+        self.stats.dispatcher_crashes += 1;
+        let lost: Vec<i64> = self.claims.drain(..).map(|c| c.efek).collect();
+        self.log(|| format!("dispatcher died holding {} claim(s)", lost.len()));
+        self.lost_claims.extend(lost);
+    }
+
+    /// The leases of a dead dispatcher's claims expire (time passes).
+    async fn expire_lost_claims(&mut self) -> anyhow::Result<bool> {
+        if self.lost_claims.is_empty() {
+            return Ok(false);
+        }
+        let ids = std::mem::take(&mut self.lost_claims);
+        sqlx::query(
+            "WITH e AS (UPDATE urutan_efek SET sewa_sampai = now() - interval '1 second'
+                        WHERE efek = ANY($1) AND sewa_sampai > now() RETURNING pesanan_id)
+             UPDATE urutan_efek_kepala k SET siap_pada = now() - interval '1 second'
+             WHERE k.pesanan_id IN (SELECT pesanan_id FROM e)",
+        )
+        .bind(&ids)
+        .execute(self.db)
+        .await?;
+        self.log(|| format!("clock: leases of {} lost claim(s) expired", ids.len()));
+        Ok(true)
+    }
+
+    /// The operator takes the effect holds (`urutan hold list`): replays
+    /// the dead-lettered effect (`urutan dlq replay --effects`), or, with
+    /// `may_skip` and as the draw says, releases the order's effects
+    /// without it (`urutan hold release --effects`, recorded as a skip).
+    async fn effect_operator(&mut self, may_skip: bool) -> anyhow::Result<bool> {
+        let holds = urutan::effects::hold::holds(self.db, None, 1000).await?;
+        let mut acted = false;
+        for h in holds {
+            if may_skip && self.xrng.chance(40) {
+                let skipped = urutan::effects::hold::release(self.db, &h.order).await?;
+                for s in &skipped {
+                    self.stats.effect_skips += 1;
+                    self.effect_skipped.push((h.order.clone(), s.versi));
+                    self.skip_log.push((
+                        h.order.clone(),
+                        Some(s.versi),
+                        Some(s.message_id.clone()),
+                        "effect".to_owned(),
+                    ));
+                }
+                let n = skipped.len();
+                self.log(|| format!("operator: hold release {} --effects: {n} skipped", h.order));
+                acted |= n > 0;
+            } else if let Some(effect) = h.effect {
+                urutan::effects::store::revive_dead(self.db, &[effect]).await?;
+                self.stats.effect_replays += 1;
+                self.log(|| format!("operator: dlq replay --effects {} ({})", effect, h.order));
+                acted = true;
+            }
+        }
+        Ok(acted)
+    }
+
+    /// One step of the third stream (gaps, effects, worker deaths), if the
+    /// draw picks one this case has; false: none taken.
+    async fn extra_step(&mut self) -> anyhow::Result<bool> {
+        let x = self.extras;
+        let roll = self.xrng.below(100);
+        match roll {
+            0..=2 if x.worker_deaths => {
+                let live = self.live_shards();
+                if live.is_empty() {
+                    return Ok(false);
+                }
+                let s = live[self.xrng.below(live.len())];
+                self.worker_dies(s);
+            }
+            3..=6 if x.gaps => {
+                let live = self.live_shards();
+                if live.is_empty() || !self.open_gap_defects {
+                    return Ok(false);
+                }
+                let s = live[self.xrng.below(live.len())];
+                self.gap_check(s).await?;
+            }
+            7..=8 if x.gaps => {
+                self.gap_operator().await?;
+            }
+            9..=12 if x.effects => {
+                self.dispatch_claim().await?;
+            }
+            15..=22 if x.effects && !self.claims.is_empty() => {
+                let i = self.xrng.below(self.claims.len());
+                let outcome = match self.xrng.below(100) {
+                    0..=69 => 0,
+                    70..=84 => 1,
+                    85..=93 => 2,
+                    _ => 3,
+                };
+                self.dispatch_send(i, outcome).await?;
+            }
+            23 if x.effects => self.dispatcher_dies(),
+            24..=25 if x.effects => {
+                self.expire_lost_claims().await?;
+            }
+            26..=27 if x.effects => {
+                self.effect_operator(true).await?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Drains the effects: the dispatcher sends every effect it may (all
+    /// answered 2xx), expired leases included; the operator replays what
+    /// is dead-lettered.
+    async fn drain_effects(&mut self) -> anyhow::Result<bool> {
+        let mut progress = false;
+        for _ in 0..1000 {
+            while !self.claims.is_empty() {
+                self.dispatch_send(0, 0).await?;
+                progress = true;
+            }
+            let expired = self.expire_lost_claims().await?;
+            let replayed = self.effect_operator(false).await?;
+            if self.dispatch_claim().await? == 0 && !expired && !replayed {
+                break;
+            }
+            progress = true;
+        }
+        Ok(progress)
     }
 
     /// Ends the case: everything published, prepared, consumed, released.
@@ -1734,6 +2323,19 @@ impl<'a> Sim<'a> {
             while self.retire_step().await? {
                 progress = true;
             }
+            if self.extras.gaps {
+                // Each live shard's gap check, once GAP_TIMEOUT has passed;
+                // the operator releases what was never published.
+                for s in self.live_shards() {
+                    self.gap_check(s).await?;
+                }
+                if self.gap_operator().await? {
+                    progress = true;
+                }
+            }
+            if self.extras.effects && self.drain_effects().await? {
+                progress = true;
+            }
             // The operator deals with every dead letter (replays fix the
             // handler first).
             let mut i = 0;
@@ -1747,7 +2349,7 @@ impl<'a> Sim<'a> {
             let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM urutan_parkir")
                 .fetch_one(self.db)
                 .await?;
-            let held: i64 = if self.faults.is_none() {
+            let held: i64 = if self.faults.is_none() && !self.extras.gaps {
                 0
             } else {
                 sqlx::query_scalar("SELECT count(*) FROM urutan_tahan")
@@ -1762,7 +2364,23 @@ impl<'a> Sim<'a> {
                     ..
                 }
             );
-            if parked == 0 && held == 0 && self.dlq.is_empty() && !queued && !retiring {
+            let effects: i64 = if self.extras.effects {
+                sqlx::query_scalar(
+                    "SELECT count(*) FROM urutan_efek WHERE keadaan = 'menunggu'
+                        OR (keadaan = 'gagal' AND ditahan_sejak IS NOT NULL)",
+                )
+                .fetch_one(self.db)
+                .await?
+            } else {
+                0
+            };
+            if parked == 0
+                && held == 0
+                && effects == 0
+                && self.dlq.is_empty()
+                && !queued
+                && !retiring
+            {
                 return Ok(());
             }
             if progress {
@@ -1778,6 +2396,9 @@ impl<'a> Sim<'a> {
     }
 
     async fn check(&mut self) -> anyhow::Result<()> {
+        if !self.legacy {
+            self.check_nothing_waits().await?;
+        }
         let parked: Vec<(String, i32, i64)> =
             sqlx::query_as("SELECT message_id, shard, epoch FROM urutan_parkir ORDER BY seq")
                 .fetch_all(self.db)
@@ -1859,6 +2480,157 @@ impl<'a> Sim<'a> {
         Ok(())
     }
 
+    /// Nothing waits: every order's first version not applied (and not
+    /// skipped by the operator) is a violation `stuck` when the version
+    /// before it is applied (or it is the first): it waits for nothing the
+    /// model will still do. Says where it is: queued (behind a worker that
+    /// died?), parked (set aside, waiting for a gap), held, dead-lettered,
+    /// or nowhere.
+    async fn check_nothing_waits(&mut self) -> anyhow::Result<()> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT pesanan_id, versi FROM pesanan_riwayat ORDER BY seq")
+                .fetch_all(self.db)
+                .await?;
+        let applied: HashSet<(String, i64)> = rows.into_iter().collect();
+        for (i, o) in self.spec.orders.clone().into_iter().enumerate() {
+            let expected: Vec<i64> = o
+                .versions
+                .iter()
+                .copied()
+                .filter(|&v| !self.skipped.iter().any(|s| s.0 == i && s.1 == v))
+                .collect();
+            let Some(k) = expected
+                .iter()
+                .position(|&v| !applied.contains(&(o.id.clone(), v)))
+            else {
+                continue;
+            };
+            let versi = expected[k];
+            let before = k.checked_sub(1).map(|p| expected[p]);
+            let whereabouts = self.whereabouts(i, versi).await?;
+            self.violation(
+                "stuck",
+                format!(
+                    "{} v{versi} is not applied, the version before it ({before:?}) is: {whereabouts}",
+                    o.id
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Where version `versi` of order `order` is now.
+    async fn whereabouts(&self, order: usize, versi: i64) -> anyhow::Result<String> {
+        let id = &self.spec.orders[order].id;
+        let mut found = Vec::new();
+        let live = self.live_shards();
+        for (s, q) in self.queues.iter().enumerate() {
+            for (k, item) in q.items.iter().enumerate() {
+                if let Item::Msg {
+                    order: o,
+                    versi: v,
+                    mid,
+                } = item
+                    && *o == order
+                    && *v == versi
+                {
+                    found.push(format!(
+                        "{mid} queued on shard {s} at {k} (worker stranded: {}, consumed: {}, stage {:?})",
+                        q.stranded,
+                        live.contains(&s),
+                        q.stage
+                    ));
+                }
+            }
+        }
+        let parked: Vec<(i32, bool, i32, Option<String>)> = sqlx::query_as(
+            "SELECT shard, coalesce(jatuh_tempo > now(), false), percobaan, galat FROM urutan_parkir
+             WHERE pesanan_id = $1 AND versi = $2",
+        )
+        .bind(id)
+        .bind(versi)
+        .fetch_all(self.db)
+        .await?;
+        for (shard, not_due, attempts, error) in parked {
+            found.push(format!(
+                "parked on shard {shard} (not due yet: {not_due}, attempts {attempts}, {error:?})"
+            ));
+        }
+        let held: Vec<(String, Option<i64>, Option<String>)> = sqlx::query_as(
+            "SELECT alasan, versi, message_id FROM urutan_tahan WHERE pesanan_id = $1",
+        )
+        .bind(id)
+        .fetch_all(self.db)
+        .await?;
+        for (reason, v, mid) in held {
+            found.push(format!("its order held ({reason}, v{v:?}, {mid:?})"));
+        }
+        for d in self
+            .dlq
+            .iter()
+            .filter(|d| d.order == order && d.versi == versi)
+        {
+            found.push(format!("{} dead-lettered", d.mid));
+        }
+        if !self.publish_order[order][..self.next_direct[order]].contains(&versi)
+            && !self.outbox[..self.outbox_sent].contains(&(order, versi))
+        {
+            found.push("never published".to_owned());
+        }
+        Ok(if found.is_empty() {
+            "nowhere".to_owned()
+        } else {
+            found.join("; ")
+        })
+    }
+
+    /// The effects: per order, the first send of each effect follows the
+    /// order's history (every applied version's effect attempted, in
+    /// `versi` order, none after a later one); each ended sent, or
+    /// dead-lettered and released by the operator; none waits.
+    async fn check_effects(&mut self, history: &HashMap<String, Vec<i64>>) -> anyhow::Result<()> {
+        for o in self.spec.orders.clone() {
+            let applied = history.get(&o.id).cloned().unwrap_or_default();
+            let sends = self.effect_sends.get(&o.id).cloned().unwrap_or_default();
+            let mut firsts: Vec<i64> = Vec::new();
+            for v in sends {
+                if !firsts.contains(&v) {
+                    firsts.push(v);
+                }
+            }
+            if firsts != applied {
+                self.violation(
+                    "effect",
+                    format!(
+                        "{}'s effects were first sent as {firsts:?}, history {applied:?}",
+                        o.id
+                    ),
+                );
+            }
+        }
+        let waiting: Vec<(String, i64, String, bool)> = sqlx::query_as(
+            "SELECT pesanan_id, versi, keadaan, ditahan_sejak IS NOT NULL FROM urutan_efek
+             WHERE keadaan <> 'terkirim' ORDER BY pesanan_id, versi",
+        )
+        .fetch_all(self.db)
+        .await?;
+        let unexplained: Vec<(String, i64, String, bool)> = waiting
+            .into_iter()
+            .filter(|(id, v, keadaan, held)| {
+                !(keadaan == "gagal"
+                    && !held
+                    && self.effect_skipped.iter().any(|s| s.0 == *id && s.1 == *v))
+            })
+            .collect();
+        if !unexplained.is_empty() {
+            self.violation(
+                "effect-waiting",
+                format!("effects left (order, versi, state, held): {unexplained:?}"),
+            );
+        }
+        Ok(())
+    }
+
     /// The handler's own table is the history (one row per applied
     /// version, each with the version stored before it); the skips are the
     /// operator's; nothing is left held or dead-lettered.
@@ -1898,18 +2670,7 @@ impl<'a> Sim<'a> {
         )
         .fetch_all(self.db)
         .await?;
-        let expected: Vec<(String, Option<i64>, Option<String>, String)> = self
-            .skipped
-            .iter()
-            .map(|(o, v, mid)| {
-                (
-                    self.spec.orders[*o].id.clone(),
-                    Some(*v),
-                    Some(mid.clone()),
-                    "refused".to_owned(),
-                )
-            })
-            .collect();
+        let expected = self.skip_log.clone();
         if skips != expected {
             self.violation(
                 "skipped",
@@ -1921,6 +2682,9 @@ impl<'a> Sim<'a> {
         )
         .fetch_all(self.db)
         .await?;
+        if self.extras.effects {
+            self.check_effects(history).await?;
+        }
         if !held.is_empty() || !self.dlq.is_empty() {
             let dead: Vec<&String> = self.dlq.iter().map(|d| &d.mid).collect();
             self.violation(
@@ -1935,7 +2699,7 @@ impl<'a> Sim<'a> {
 }
 
 /// The kinds of violation, as reported.
-pub const KINDS: [&str; 11] = [
+pub const KINDS: [&str; 15] = [
     "history",
     "history-missing",
     "stale",
@@ -1947,6 +2711,10 @@ pub const KINDS: [&str; 11] = [
     "handler",
     "skipped",
     "left-held",
+    "stuck",
+    "effect-order",
+    "effect",
+    "effect-waiting",
 ];
 
 /// What one case found.
@@ -1958,14 +2726,17 @@ pub struct CaseResult {
     pub stats: Stats,
 }
 
-/// Runs one case on `db` (emptied first).
+/// Runs one case on `model` (emptied first); a shard's worker that dies
+/// does as `worker_death` says.
 pub async fn run_case(
-    db: &PgPool,
+    model: &ModelDb,
     seed: u64,
     legacy: bool,
+    mode: Mode,
     keep_trace: bool,
 ) -> anyhow::Result<CaseResult> {
-    reset(db, legacy).await?;
+    let worker_death = mode.worker_death;
+    reset(&model.pool, legacy).await?;
     let mut rng = Rng::new(seed);
     let spec = draw_spec(&mut rng);
     let mut frng = Rng::new(seed ^ FAULT_SALT);
@@ -1974,6 +2745,31 @@ pub async fn run_case(
     } else {
         draw_faults(&mut frng, &spec)
     };
+    let mut xrng = Rng::new(seed ^ EXTRA_SALT);
+    let extras = if legacy {
+        Extras::default()
+    } else {
+        draw_extras(&mut xrng)
+    };
+    // GAP_POLICY=wait: the worker's URL sets `urutan.gap`.
+    let db = match (&model.gap_pool, extras.gaps) {
+        (Some(gap_pool), true) => gap_pool,
+        _ => &model.pool,
+    };
+    let publish_order: Vec<Vec<i64>> = spec
+        .orders
+        .iter()
+        .map(|o| publish_order(&mut xrng, &o.versions, extras.gaps))
+        .collect();
+    if extras.effects {
+        sqlx::query(
+            "WITH t AS (INSERT INTO urutan_efek_tujuan (url) VALUES ($1) RETURNING tujuan)
+             INSERT INTO urutan_efek_rute (status, tujuan) SELECT '*', tujuan FROM t",
+        )
+        .bind(EFFECT_URL)
+        .execute(db)
+        .await?;
+    }
     if let Some(f) = &faults {
         for &(o, versi, fault) in &f.plan {
             let (cara, remaining) = match fault {
@@ -1994,7 +2790,7 @@ pub async fn run_case(
         max: BACKOFF,
         max_attempts: faults.as_ref().map_or(20, |f| f.max_attempts),
         hold_refused: true,
-        gap_timeout: None,
+        gap_timeout: extras.gaps.then_some(GAP_TIMEOUT),
     };
     let mut outbox_rows: Vec<(usize, i64)> = Vec::new();
     {
@@ -2008,7 +2804,7 @@ pub async fn run_case(
                 break;
             }
             let o = left[rng.below(left.len())];
-            outbox_rows.push((o, spec.orders[o].versions[next[o]]));
+            outbox_rows.push((o, publish_order[o][next[o]]));
             next[o] += 1;
         }
     }
@@ -2043,12 +2839,25 @@ pub async fn run_case(
         frng,
         stats: Stats {
             fault_cases: u64::from(faults.is_some()),
+            gap_cases: u64::from(extras.gaps),
+            effect_cases: u64::from(extras.effects),
             ..Stats::default()
         },
         faults,
         policy,
         dlq: Vec::new(),
         skipped: Vec::new(),
+        skip_log: Vec::new(),
+        xrng,
+        extras,
+        worker_death,
+        open_gap_defects: mode.open_gap_defects,
+        publish_order,
+        gap_skipped: Vec::new(),
+        claims: Vec::new(),
+        lost_claims: Vec::new(),
+        effect_sends: HashMap::new(),
+        effect_skipped: Vec::new(),
         violations: Vec::new(),
         trace: Vec::new(),
         keep_trace,
@@ -2058,6 +2867,9 @@ pub async fn run_case(
         sim.log(|| format!("seed {seed:#x} legacy {legacy}: {spec}"));
         let faults = format!("{:?}", sim.faults);
         sim.log(|| format!("faults: {faults}"));
+        let extras = format!("{:?} (worker death: {worker_death:?})", sim.extras);
+        let order = format!("{:?}", sim.publish_order);
+        sim.log(|| format!("extras: {extras}; published in the order {order}"));
     }
     // The first start: the topology is declared (no window: nothing was
     // there before), the pool consumes.
@@ -2098,12 +2910,16 @@ const TABLES: [(&str, &str); 9] = [
     ("urutan_jendela", "jendela"),
 ];
 
-/// Tables of the holds and of the model's handler (not `legacy`).
-const FAULT_TABLES: [(&str, &str); 4] = [
+/// Tables of the holds, the effects and the model's handler (not `legacy`).
+const FAULT_TABLES: [(&str, &str); 8] = [
     ("urutan_tahan", ""),
     ("urutan_lewati", "seq"),
     ("model_fail", ""),
     ("model_applied", "seq"),
+    ("urutan_efek", "efek"),
+    ("urutan_efek_kepala", ""),
+    ("urutan_efek_rute", ""),
+    ("urutan_efek_tujuan", "tujuan"),
 ];
 
 async fn reset(db: &PgPool, legacy: bool) -> anyhow::Result<()> {
@@ -2169,6 +2985,9 @@ const LEGACY_MIGRATIONS: [&str; 6] = [
 pub struct ModelDb {
     pub name: String,
     pub pool: PgPool,
+    /// The same database through a URL with `GAP_POLICY=wait` (not
+    /// `legacy`).
+    pub gap_pool: Option<PgPool>,
 }
 
 impl ModelDb {
@@ -2192,16 +3011,16 @@ impl ModelDb {
         .execute(&admin)
         .await?;
         admin.close().await;
-        let url = if legacy {
+        let (url, gap_url) = if legacy {
             let pool = store::connect(&url, 2).await?;
             for sql in LEGACY_MIGRATIONS {
                 sqlx::raw_sql(sql).execute(&pool).await?;
             }
             pool.close().await;
-            url
+            (url, None)
         } else {
             // The worker's URL with HANDLER_FUNCTION set.
-            let settings = Settings {
+            let mut settings = Settings {
                 database_url: url,
                 handler_function: Some("model_handler".to_owned()),
                 ..Settings::default()
@@ -2210,18 +3029,32 @@ impl ModelDb {
             let pool = store::prepare(&url, 2).await?;
             sqlx::raw_sql(MODEL_HANDLER).execute(&pool).await?;
             pool.close().await;
-            url
+            settings.gap_policy = urutan::config::GapPolicy::Wait;
+            (url, Some(settings.schema_url()))
         };
         // The model's own pool: `store::connect` pings every connection
         // given back (against links that go silent, which the model has
         // none of): a second round trip for each of the model's statements.
-        let options: sqlx::postgres::PgConnectOptions = url.expose().parse()?;
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(2)
-            .acquire_timeout(STATEMENT_LIMIT)
-            .connect_with(options.application_name("urutan"))
-            .await?;
-        Ok(Self { name, pool })
+        let model_pool = |url: SecretUrl| async move {
+            let options: sqlx::postgres::PgConnectOptions = url.expose().parse()?;
+            anyhow::Ok(
+                sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(2)
+                    .acquire_timeout(STATEMENT_LIMIT)
+                    .connect_with(options.application_name("urutan"))
+                    .await?,
+            )
+        };
+        let pool = model_pool(url).await?;
+        let gap_pool = match gap_url {
+            Some(url) => Some(model_pool(url).await?),
+            None => None,
+        };
+        Ok(Self {
+            name,
+            pool,
+            gap_pool,
+        })
     }
 }
 
@@ -2242,6 +3075,8 @@ pub struct RunConfig {
     pub seed: Option<u64>,
     pub workers: usize,
     pub legacy: bool,
+    /// What dying shard workers and gap timeouts do.
+    pub mode: Mode,
     /// Stop after this many failing cases (0: never).
     pub max_failures: usize,
     /// Give up (report what ran) after this long.
@@ -2265,7 +3100,10 @@ impl Summary {
              {} broker restarts ({} remapped), {} grows, {} shrinks, {} shards retired, {} \
              prepares died, {} pool crashes, {} windows, {} epochs; {} cases with handler \
              faults: {} retries asked, {} set aside, {} set aside again, {} refused, {} \
-             replayed, {} skipped, {} releases died before commit",
+             replayed, {} skipped, {} releases died before commit; {} cases with \
+             GAP_POLICY=wait: {} gap holds, {} released; {} cases with effects: {} sent, {} \
+             failed attempts, {} dead-lettered, {} replayed, {} skipped, {} dispatchers died; \
+             {} shard workers died",
             if legacy { "legacy protocol" } else { "windows" },
             self.ran,
             self.elapsed.as_secs_f64(),
@@ -2291,7 +3129,18 @@ impl Summary {
             s.refused,
             s.replays,
             s.skips,
-            s.release_crashes
+            s.release_crashes,
+            s.gap_cases,
+            s.gap_holds,
+            s.gap_releases,
+            s.effect_cases,
+            s.effects_sent,
+            s.effect_retries,
+            s.effects_dead,
+            s.effect_replays,
+            s.effect_skips,
+            s.dispatcher_crashes,
+            s.worker_deaths
         );
         for kind in KINDS {
             let n = self
@@ -2338,7 +3187,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<Summary> {
     );
     if let Some(seed) = config.seed {
         let db = ModelDb::create(format!("{tag}_0"), config.legacy).await?;
-        let result = run_case(&db.pool, seed, config.legacy, true).await?;
+        let result = run_case(&db, seed, config.legacy, config.mode, true).await?;
         let stats = result.stats.clone();
         let failures = if result.violations.is_empty() {
             Vec::new()
@@ -2374,7 +3223,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<Summary> {
                     break;
                 }
                 let seed = case_seed(config.base, i);
-                let result = run_case(&db.pool, seed, config.legacy, false)
+                let result = run_case(&db, seed, config.legacy, config.mode, false)
                     .await
                     .with_context(|| format!("case seed {seed:#x}"))?;
                 ran += 1;

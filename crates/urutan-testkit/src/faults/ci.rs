@@ -30,6 +30,7 @@ pub fn seed() -> u64 {
 /// events/s through the outbox, 0.5-1.5 s between faults.
 pub fn options(kinds: &[Kind], seed: u64, logs: &str) -> Options {
     Options {
+        holds: false,
         faults: kinds.len(),
         kinds: kinds.to_vec(),
         direct_rate: 0,

@@ -55,6 +55,10 @@ pub struct Options {
     pub recovery_limit: Duration,
     /// Where the processes' logs go.
     pub log_dir: PathBuf,
+    /// The holds soak ([`crate::faults::holds`]): a handler that asks to
+    /// retry or refuses, `ON_REFUSED=hold`, `GAP_POLICY=wait` with versions
+    /// written out of order, an operator, and the "nothing waits" checks.
+    pub holds: bool,
 }
 
 /// The faults in injection order: each kind once (so a short run covers
@@ -95,6 +99,16 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         .acquire_timeout(Duration::from_secs(5))
         .connect_lazy(env.database_url().expose())?;
     let payee = crate::faults::payee::Payee::start().await?;
+    if opts.holds {
+        // Installed before any worker starts (it checks HANDLER_FUNCTION).
+        urutan::store::prepare(&env.database_url(), 1)
+            .await?
+            .close()
+            .await;
+        sqlx::raw_sql(crate::faults::holds::HANDLER)
+            .execute(&db)
+            .await?;
+    }
     // One broker: the fleet's links go through proxies (the wire faults).
     let links = match services.cluster {
         None => Some(Links::start(&env.amqp_urls(), env.database_url().expose()).await?),
@@ -111,6 +125,11 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         consume: opts.consume.clone(),
         handler_delay_ms: opts.handler_delay_ms,
         effects_url: payee.url.clone(),
+        worker_env: if opts.holds {
+            crate::faults::holds::worker_env()
+        } else {
+            Vec::new()
+        },
         log_dir: opts.log_dir.clone(),
     });
     fleet.heal(&mut rng).await?;
@@ -123,9 +142,21 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         opts.entities,
         opts.rate,
         opts.seed ^ 1,
+        opts.holds,
         written.clone(),
         stop.clone(),
     ));
+    let operator_stop = CancellationToken::new();
+    let operator = Arc::new(Mutex::new(crate::faults::holds::Operator::default()));
+    let operating = opts.holds.then(|| {
+        tokio::spawn(crate::faults::holds::operate(
+            crate::faults::holds::Urls::of(&env, opts.shards),
+            db.clone(),
+            30,
+            operator.clone(),
+            operator_stop.clone(),
+        ))
+    });
     let mixer = tokio::spawn(mix(
         env.amqp_urls(),
         db.clone(),
@@ -286,9 +317,30 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
     let drain =
         crate::faults::check::drain(services, &env, &db, &ledger.stale, Duration::from_secs(300))
             .await;
+    let mut holds_status = None;
+    let mut waiting_checks = Vec::new();
+    if let Some(operating) = operating {
+        // One more pass once drained, then the operator stops.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        operator_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(180), operating).await;
+        let (checks, status) = crate::faults::holds::nothing_waits(
+            &crate::faults::holds::Urls::of(&env, opts.shards),
+            &db,
+        )
+        .await?;
+        waiting_checks = checks;
+        holds_status = Some(status);
+    }
+    let released = if opts.holds {
+        crate::faults::holds::released_messages(&db).await?
+    } else {
+        Vec::new()
+    };
     let (verify_passed, verify_output) = crate::faults::check::run_verify(&env).await?;
     let mut checks = crate::faults::check::database_checks(&db, &ledger).await?;
-    checks.extend(crate::faults::check::queue_checks(services, &env, &ledger).await?);
+    checks.extend(waiting_checks);
+    checks.extend(crate::faults::check::queue_checks(services, &env, &ledger, &released).await?);
     if opts.direct_rate > 0 {
         checks.extend(crate::faults::check::direct_checks(&db, &direct_ledger).await?);
     }
@@ -349,6 +401,10 @@ pub async fn run(services: &Services, opts: &Options) -> anyhow::Result<RunRepor
         verify_passed,
         verify_output,
         unexpected_exits: fleet.unexpected.clone(),
+        holds: opts.holds.then(|| crate::faults::report::HoldsSummary {
+            operator: operator.lock().map(|o| o.clone()).unwrap_or_default(),
+            status: holds_status.unwrap_or_default(),
+        }),
     })
 }
 
@@ -577,11 +633,17 @@ async fn attribute(db: &PgPool, faults: &mut [FaultRecord]) -> anyhow::Result<()
         "SELECT 'order/gap: ' || pesanan_id || ' v' || versi || ' at position ' || rn, diterapkan_pada
          FROM (SELECT pesanan_id, versi, diterapkan_pada,
                       row_number() OVER (PARTITION BY pesanan_id ORDER BY seq) AS rn
-               FROM pesanan_riwayat) h WHERE versi <> rn
+               FROM pesanan_riwayat) h
+         WHERE versi <> rn + (SELECT count(*) FROM urutan_lewati l
+                              WHERE l.pesanan_id = h.pesanan_id AND l.versi < h.versi
+                                AND l.alasan IN ('refused', 'gap'))
          UNION ALL
          SELECT 'lost: outbox ' || o.id || ' (' || o.agregat_id || ')', o.dibuat_pada
          FROM outbox o WHERE NOT EXISTS
-           (SELECT 1 FROM pesanan_riwayat r WHERE r.message_id = o.id::text)",
+           (SELECT 1 FROM pesanan_riwayat r WHERE r.message_id = o.id::text)
+           AND NOT EXISTS (SELECT 1 FROM urutan_lewati l
+                           WHERE l.pesanan_id = o.agregat_id AND l.alasan = 'refused'
+                             AND l.message_id = o.id::text)",
     )
     .fetch_all(db)
     .await?;

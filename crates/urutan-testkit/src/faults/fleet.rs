@@ -77,6 +77,9 @@ pub struct FleetConfig {
     pub handler_delay_ms: u64,
     /// Where every applied version's effect goes (`EFFECTS='*=<url>'`).
     pub effects_url: String,
+    /// More settings of every replica (the holds soak's handler, retries,
+    /// holds and gaps: [`crate::faults::holds::worker_env`]).
+    pub worker_env: Vec<(String, String)>,
     pub log_dir: PathBuf,
 }
 
@@ -138,6 +141,7 @@ impl Fleet {
         self.started += 1;
         let consume = self.config.consume[self.started % self.config.consume.len()];
         let mut env = self.base_env();
+        env.extend(self.config.worker_env.iter().cloned());
         if let Some(batch_max) = consume.batch_max {
             env.push(("BATCH_MAX".to_owned(), batch_max.to_string()));
         }

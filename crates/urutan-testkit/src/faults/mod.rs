@@ -6,6 +6,7 @@ pub mod check;
 pub mod ci;
 pub mod engine;
 pub mod fleet;
+pub mod holds;
 pub mod inject;
 pub mod links;
 pub mod payee;

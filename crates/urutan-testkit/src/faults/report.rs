@@ -106,6 +106,16 @@ pub struct RunReport {
     pub verify_passed: bool,
     pub verify_output: String,
     pub unexpected_exits: Vec<String>,
+    /// The holds soak's operator and the final `urutan status`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holds: Option<HoldsSummary>,
+}
+
+/// What the holds soak's operator did, and `urutan status` at the end.
+#[derive(Debug, Clone, Serialize)]
+pub struct HoldsSummary {
+    pub operator: crate::faults::holds::Operator,
+    pub status: String,
 }
 
 impl RunReport {
@@ -204,6 +214,22 @@ pub fn markdown(r: &RunReport) -> String {
         r.drain_s
             .map_or("— (NOT drained)".into(), |d| format!("{d:.1} s"))
     );
+    if let Some(h) = &r.holds {
+        let o = &h.operator;
+        s += &format!(
+            "Operator (holds soak): {} refused versions fixed and replayed, {} orders released \
+             without their refused version, {} gap holds released, {} effect holds replayed, {} \
+             holds left for a later pass (a version still on its way); failed commands: {:?}.\n\n\
+             `urutan status` at the end:\n\n```\n{}\n```\n\n",
+            o.replays,
+            o.releases,
+            o.gap_releases,
+            o.effect_replays,
+            o.deferred,
+            o.failed_commands,
+            h.status.trim_end()
+        );
+    }
     if let Some(d) = &r.direct {
         s += &format!(
             "Direct producer: {} versions of {} orders confirmed straight into `pesanan-hash` \

@@ -49,6 +49,7 @@ pub async fn produce(
     entities: usize,
     rate: u32,
     seed: u64,
+    reversed_pairs: bool,
     written: Arc<AtomicU64>,
     stop: CancellationToken,
 ) {
@@ -64,12 +65,27 @@ pub async fn produce(
             .collect();
         chosen.sort_unstable();
         chosen.dedup();
-        let write = tokio::time::timeout(Duration::from_secs(10), enqueue(&db, &chosen, &next));
+        // With `reversed_pairs` a third of the writes are two versions, the
+        // later one first (GAP_POLICY=wait makes it wait for the other).
+        let counts: Vec<i64> = chosen
+            .iter()
+            .map(|_| {
+                if reversed_pairs && rng.random_range(0..3) == 0 {
+                    2
+                } else {
+                    1
+                }
+            })
+            .collect();
+        let write = tokio::time::timeout(
+            Duration::from_secs(10),
+            enqueue(&db, &chosen, &next, &counts),
+        );
         if matches!(write.await, Ok(Ok(()))) {
-            for e in &chosen {
-                next[*e] += 1;
+            for (e, n) in chosen.iter().zip(&counts) {
+                next[*e] += n;
             }
-            written.fetch_add(chosen.len() as u64, Ordering::Relaxed);
+            written.fetch_add(counts.iter().sum::<i64>() as u64, Ordering::Relaxed);
             continue;
         }
         // Committed or not? Ask the outbox once the database answers.
@@ -87,12 +103,21 @@ pub async fn produce(
     }
 }
 
-/// One producer transaction: the next version of each chosen order.
-async fn enqueue(db: &PgPool, chosen: &[usize], next: &[i64]) -> Result<(), sqlx::Error> {
+/// One producer transaction: the next `counts[i]` versions of each chosen
+/// order, the highest first.
+async fn enqueue(
+    db: &PgPool,
+    chosen: &[usize],
+    next: &[i64],
+    counts: &[i64],
+) -> Result<(), sqlx::Error> {
     let mut tx = db.begin().await?;
-    for e in chosen {
-        let id = entity(*e);
-        let versi = next[*e];
+    let writes = chosen
+        .iter()
+        .zip(counts)
+        .flat_map(|(e, n)| (0..*n).rev().map(move |k| (*e, next[*e] + k)));
+    for (e, versi) in writes {
+        let id = entity(e);
         let status = STATUSES[versi as usize % STATUSES.len()];
         let event = urutan::outbox::NewEvent {
             agregat_id: &id,
