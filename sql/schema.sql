@@ -774,9 +774,12 @@ BEGIN
                 AND (NOT v_celah OR urutan_celah_dilewati(u.pesanan_id, u.diparkir_pada)))
                OR u.versi <= coalesce(p.versi, 0) + 1)
           -- A held order waits; only the message holding it (replayed, then
-          -- set aside after a transient failure) may be tried.
+          -- set aside after a transient failure) may be tried, or, for a
+          -- gap hold, the missing version itself (set aside after the hold).
           AND NOT EXISTS (SELECT 1 FROM urutan_tahan t WHERE t.pesanan_id = u.pesanan_id
-                                                        AND t.message_id IS DISTINCT FROM u.message_id)
+                                                        AND t.message_id IS DISTINCT FROM u.message_id
+                                                        AND NOT (t.alasan = 'gap'
+                                                                 AND u.versi = coalesce(p.versi, 0) + 1))
           AND NOT EXISTS (SELECT 1 FROM urutan_parkir w
                           WHERE w.pesanan_id = u.pesanan_id AND w.jatuh_tempo > now())
         ORDER BY u.pesanan_id LIMIT p_batas
@@ -792,7 +795,8 @@ BEGIN
                                AND (NOT v_celah OR urutan_celah_dilewati(v_id, r.diparkir_pada)));
             EXIT WHEN r.jatuh_tempo > now();
             EXIT WHEN EXISTS (SELECT 1 FROM urutan_tahan t
-                              WHERE t.pesanan_id = v_id AND t.message_id IS DISTINCT FROM r.message_id);
+                              WHERE t.pesanan_id = v_id AND t.message_id IS DISTINCT FROM r.message_id
+                                AND NOT (t.alasan = 'gap' AND r.versi = coalesce(v_versi, 0) + 1));
             message_id := r.message_id;
             pesanan_id := v_id;
             tunggu := extract(epoch FROM now() - r.diparkir_pada);
@@ -820,11 +824,16 @@ BEGIN
                 RETURN NEXT;
                 EXIT;
             END;
+            -- The message holding its order is through: the hold ends; so
+            -- does a gap hold once the missing version is applied.
+            DELETE FROM urutan_tahan t
+            WHERE t.pesanan_id = v_id
+              AND (t.message_id = r.message_id
+                   OR (t.alasan = 'gap' AND hasil = 'applied'
+                       AND r.versi = coalesce(v_versi, 0) + 1));
             IF hasil = 'applied' THEN
                 v_versi := r.versi;
             END IF;
-            -- The message holding its order is through: the hold ends.
-            DELETE FROM urutan_tahan t WHERE t.pesanan_id = v_id AND t.message_id = r.message_id;
             DELETE FROM urutan_parkir u WHERE u.seq = r.seq;
             RETURN NEXT;
             IF p_satu THEN
@@ -1903,7 +1912,10 @@ BEGIN
     SELECT t.alasan, t.message_id INTO v_tahan FROM urutan_tahan t WHERE t.pesanan_id = v_id;
     v_ditahan := FOUND;
     IF v_ditahan THEN
-        v_lewat := v_tahan.message_id = v_message_id
+        -- A gap hold has no message: `=` on its NULL id would make v_lewat
+        -- NULL, the park condition NULL, and the version be written past the
+        -- gap (issue 44's interleaving model and fault soak found it).
+        v_lewat := coalesce(v_tahan.message_id = v_message_id, false)
                    OR (v_tahan.alasan = 'gap' AND v_versi_baru = coalesce(v_versi, 0) + 1);
     END IF;
     IF (v_ditahan AND NOT v_lewat AND v_versi_baru > coalesce(v_versi, 0))

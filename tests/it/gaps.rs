@@ -192,6 +192,39 @@ async fn the_missing_version_arriving_late_ends_the_gap_hold() {
     s.pool.stop().await;
 }
 
+/// A version that arrives after its order was held for a gap waits for the
+/// gap like the ones before it (issue 44: a gap hold has no message id, and
+/// the SQL's comparison with it was NULL, so v5 was applied past the missing
+/// v2). Strict and batch mode.
+#[tokio::test]
+async fn a_version_arriving_after_a_gap_hold_waits_for_the_gap() {
+    for prefetch in [1, 16] {
+        let s = scene(&format!("gap_after_hold_p{prefetch}"), prefetch, |s| {
+            s.gap_timeout = Duration::from_secs(1);
+        })
+        .await;
+        let publisher = s.env.publisher().await;
+        publisher.send_all(&versions("K", &[1, 3, 4])).await;
+        wait_count(
+            &s.db,
+            "SELECT count(*) FROM urutan_tahan WHERE pesanan_id = 'K' AND alasan = 'gap'",
+            1,
+            Duration::from_secs(30),
+        )
+        .await;
+        // Held for v2: v5 arrives, and must wait with v3 and v4.
+        publisher.send_all(&versions("K", &[5])).await;
+        wait_parked(&s.db, "K", 3).await;
+        assert_eq!(stored(&s.db, "K").await, Some(1), "prefetch {prefetch}: past the gap");
+        publisher.send_all(&versions("K", &[2])).await;
+        wait_stored(&s.db, "K", 5).await;
+        let seen: Vec<i64> = calls(&s.db, "K").await.iter().map(|c| c.0).collect();
+        assert_eq!(seen, [1, 2, 3, 4, 5], "prefetch {prefetch}");
+        assert_eq!(count(&s.db, "SELECT count(*) FROM urutan_tahan").await, 0);
+        s.pool.stop().await;
+    }
+}
+
 /// What a producer plants above gaps is bounded (issue 43): with
 /// `GAP_WAITING_MAX=5` a shard keeps 5 waiting versions; the next one that
 /// would wait is dead-lettered (`gap_limit`) with its claim withdrawn, so

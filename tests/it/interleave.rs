@@ -85,14 +85,14 @@ async fn a_shard_worker_that_dies_with_its_channel_open_strands_versions() {
     eprintln!("found: {}", stuck.map_or("", |v| v.as_str()));
 }
 
-/// Two defects of the current SQL with `GAP_POLICY=wait`, open in issue 44
-/// (their fix needs a migration; see `interleave::Mode::open_gap_defects`):
-/// a version that arrives while its order is held for a gap is applied past
-/// the gap, and a hold release lets a version parked before it past a gap
-/// whose version is still on its way. The model finds them when gap
-/// timeouts may expire mid-stream and the operator skips a refused version
-/// at any time. When they are fixed this test fails: it then asserts that
-/// nothing is found (and the CI run turns the mode on).
+/// The defect of `GAP_POLICY=wait` still open in issue 44 (see
+/// `interleave::Mode::open_gap_defects`): after a hold release, a version
+/// parked before it goes past a later gap whose version is still on its way,
+/// which then comes out `stale`. (The other one the model found, a version
+/// applied past the gap its order was held for, is fixed by migration 0046
+/// and modelled in every run.) The model finds it when the operator skips a
+/// refused version at any time. When it is fixed this test fails: it then
+/// asserts that nothing is found.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_model_finds_the_open_gap_hold_defects() {
     let summary = run(RunConfig {

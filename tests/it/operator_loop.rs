@@ -207,7 +207,7 @@ async fn purge_by_id_reason_and_entity_with_a_dry_run_each_audited() {
         actions,
         [
             ("dlq_purge", Some("A")),
-            ("dlq_purge", None), // m-b of order Z: nothing done, audited all the same
+            ("dlq_purge", Some("Z")), // m-b of order Z: nothing done, audited all the same
             ("dlq_purge", Some("E")),
             ("dlq_purge", Some("F")),
             ("dlq_purge", None), // no-such-id
