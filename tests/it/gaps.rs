@@ -215,7 +215,11 @@ async fn a_version_arriving_after_a_gap_hold_waits_for_the_gap() {
         // Held for v2: v5 arrives, and must wait with v3 and v4.
         publisher.send_all(&versions("K", &[5])).await;
         wait_parked(&s.db, "K", 3).await;
-        assert_eq!(stored(&s.db, "K").await, Some(1), "prefetch {prefetch}: past the gap");
+        assert_eq!(
+            stored(&s.db, "K").await,
+            Some(1),
+            "prefetch {prefetch}: past the gap"
+        );
         publisher.send_all(&versions("K", &[2])).await;
         wait_stored(&s.db, "K", 5).await;
         let seen: Vec<i64> = calls(&s.db, "K").await.iter().map(|c| c.0).collect();
