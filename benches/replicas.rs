@@ -41,9 +41,8 @@ use anyhow::{Context, bail, ensure};
 use chrono::{DateTime, Utc};
 use clap::Parser;
 use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 use urutan::handler::{Handler, HandlerError, HandlerEvent};
-use urutan_testkit::fixtures::{Msg, TestEnv};
+use urutan_testkit::fixtures::{Msg, Stream, TestEnv};
 use urutan_testkit::markdown::row;
 use urutan_testkit::process::Urutan;
 
@@ -214,39 +213,6 @@ CREATE FUNCTION soak_catat(event jsonb) RETURNS void LANGUAGE sql AS $$
     INSERT INTO soak_terap (shard, replika)
     VALUES ((event->>'shard')::int, current_setting('urutan_soak.replika'))
 $$;";
-
-/// A steady stream: every [`EVERY`], the next version of every order.
-struct Stream {
-    stop: CancellationToken,
-    handle: tokio::task::JoinHandle<i64>,
-}
-
-impl Stream {
-    async fn start(env: &TestEnv) -> Self {
-        let publisher = env.publisher().await;
-        let stop = CancellationToken::new();
-        let until = stop.clone();
-        let handle = tokio::spawn(async move {
-            let mut versi = 0;
-            let mut tick = tokio::time::interval(EVERY);
-            while !until.is_cancelled() {
-                tick.tick().await;
-                versi += 1;
-                let round: Vec<Msg> = (0..ORDERS)
-                    .map(|e| Msg::event(&format!("S-{e}"), versi))
-                    .collect();
-                publisher.send_all(&round).await;
-            }
-            versi
-        });
-        Self { stop, handle }
-    }
-
-    async fn stop(self) -> anyhow::Result<i64> {
-        self.stop.cancel();
-        Ok(self.handle.await?)
-    }
-}
 
 /// One soak replica: `urutan run` named `name`, its connections named so.
 fn start_replica(env: &TestEnv, name: &str, log_dir: &Path) -> anyhow::Result<Urutan> {
@@ -427,7 +393,7 @@ async fn soak(options: &Options) -> anyhow::Result<()> {
         r.wait_ready(Duration::from_secs(60)).await?;
         replicas.insert(n, r);
     }
-    let stream = Stream::start(&env).await;
+    let stream = Stream::start(&env, ORDERS, EVERY).await;
     let live: BTreeSet<String> = replicas.keys().cloned().collect();
     let (mut before, _) = settle(&db, &live, &BTreeMap::new(), db_now(&db).await?).await?;
 
@@ -512,7 +478,7 @@ async fn soak(options: &Options) -> anyhow::Result<()> {
         }
     }
 
-    let last = stream.stop().await?;
+    let last = stream.stop().await;
     let total = ORDERS as i64 * last;
     // The backlog left is drained: wait while it moves (at most 60 s
     // without progress).

@@ -1237,3 +1237,38 @@ pub fn ring(env: &TestEnv) -> Vec<String> {
     ring.sort();
     ring.into_iter().map(|(_, q)| q).collect()
 }
+
+/// A steady stream of events: every `every`, the next version of each of
+/// `entities` orders (`S-0`, `S-1`, ...), published until stopped.
+pub struct Stream {
+    stop: CancellationToken,
+    handle: tokio::task::JoinHandle<i64>,
+}
+
+impl Stream {
+    pub async fn start(env: &TestEnv, entities: usize, every: Duration) -> Self {
+        let publisher = env.publisher().await;
+        let stop = CancellationToken::new();
+        let until = stop.clone();
+        let handle = tokio::spawn(async move {
+            let mut versi = 0;
+            let mut tick = tokio::time::interval(every);
+            while !until.is_cancelled() {
+                tick.tick().await;
+                versi += 1;
+                let round: Vec<Msg> = (0..entities)
+                    .map(|e| Msg::event(&format!("S-{e}"), versi))
+                    .collect();
+                publisher.send_all(&round).await;
+            }
+            versi
+        });
+        Self { stop, handle }
+    }
+
+    /// Stops it; the last version published.
+    pub async fn stop(self) -> i64 {
+        self.stop.cancel();
+        self.handle.await.expect("the stream")
+    }
+}

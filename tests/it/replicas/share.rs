@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 
 use crate::common::*;
 
@@ -18,40 +17,6 @@ const SHARDS: u16 = 12;
 /// Entities of the stream, and how often each gets its next version.
 const ENTITIES: usize = 48;
 const EVERY: Duration = Duration::from_millis(300);
-
-/// A steady stream: every `EVERY`, the next version of every entity.
-struct Stream {
-    stop: CancellationToken,
-    handle: tokio::task::JoinHandle<i64>,
-}
-
-impl Stream {
-    async fn start(env: &TestEnv) -> Self {
-        let publisher = env.publisher().await;
-        let stop = CancellationToken::new();
-        let until = stop.clone();
-        let handle = tokio::spawn(async move {
-            let mut versi = 0;
-            let mut tick = tokio::time::interval(EVERY);
-            while !until.is_cancelled() {
-                tick.tick().await;
-                versi += 1;
-                let round: Vec<Msg> = (0..ENTITIES)
-                    .map(|e| Msg::event(&format!("S-{e}"), versi))
-                    .collect();
-                publisher.send_all(&round).await;
-            }
-            versi
-        });
-        Self { stop, handle }
-    }
-
-    /// Stops it; the last version published.
-    async fn stop(self) -> i64 {
-        self.stop.cancel();
-        self.handle.await.expect("the stream")
-    }
-}
 
 /// A replica: `urutan run` named `name`.
 fn replica(env: &TestEnv, name: &str) -> UrutanProcess {
@@ -209,7 +174,7 @@ async fn three_replicas_share_the_shards_through_kills_joins_and_stops() {
     let mut r1 = replica(&env, "r1");
     r1.wait_ready().await;
     let db = env.db().await;
-    let stream = Stream::start(&env).await;
+    let stream = Stream::start(&env, ENTITIES, EVERY).await;
     let mut r2 = replica(&env, "r2");
     r2.wait_ready().await;
     let mut r3 = replica(&env, "r3");
@@ -338,7 +303,7 @@ async fn a_rolling_restart_pauses_no_shard_long_and_reorders_nothing() {
     let db = env.db().await;
     let pids: Vec<u32> = old.iter().map(|r| r.process.pid).collect();
     wait_shared(&env, &pids, Duration::from_secs(60)).await;
-    let stream = Stream::start(&env).await;
+    let stream = Stream::start(&env, ENTITIES, EVERY).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rolled_at = db_now(&db).await;
     let mut new = Vec::new();
